@@ -1,0 +1,519 @@
+"""Flood Memory's MCP server over stdio, and the JSON-RPC handling both transports share.
+
+`handle_payload` takes one decoded JSON-RPC message (or batch) and returns the reply, or
+None when there is nothing to send; `serve_stdio` reads one message per line and writes one
+reply per line. The five tools are the `TOOLS` registry: `tools/list` is generated from it
+and `tools/call` dispatches through it, so the two cannot drift apart.
+"""
+
+import io
+import json
+import logging
+import os
+import signal
+import sys
+
+from store import DEFAULT_DIR, MAX_DEPTH, MAX_LIMIT, StoreError, open_directory
+
+log = logging.getLogger("flood-memory")
+
+SERVER_INFO = {"name": "flood-memory", "version": "0.1.0"}
+
+# Protocol revisions this server speaks, oldest first. An unknown request gets the newest.
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+BATCH_VERSION = "2025-03-26"        # the only revision with JSON-RPC batches
+STRUCTURED_SINCE = "2025-06-18"     # outputSchema, structuredContent and tool titles
+ANNOTATED_SINCE = "2025-03-26"      # tool annotations
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+INSTRUCTIONS = (
+    "Flood Memory is your long-term memory of this user and their work. Call recall before "
+    "answering anything that may depend on earlier conversations, and remember durable facts, "
+    "preferences and decisions as short self-contained statements. Link related memories, and "
+    "when a fact changes, update the memory that holds it instead of storing a duplicate."
+)
+
+
+class ToolError(Exception):
+    """A tool call that cannot be carried out; the caller gets the message as an error result."""
+
+
+class RpcError(Exception):
+    """A protocol error, answered with a JSON-RPC error object."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Session:
+    """What one client has negotiated: the protocol revision its messages follow."""
+
+    def __init__(self, protocol_version=None):
+        self.protocol_version = protocol_version
+
+    @property
+    def version(self):
+        return self.protocol_version or PROTOCOL_VERSIONS[0]
+
+    def speaks(self, revision):
+        """Whether the negotiated revision is `revision` or newer (dates compare as strings)."""
+        return self.version >= revision
+
+
+# ----------------------------------------------------------------------------- tools
+
+_NODE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "description": "The memory's id (a UUID)"},
+        "content": {"type": "string"},
+        "tags": {"type": "array", "items": {"type": "string"}},
+        "links": {"type": "array", "items": {"type": "string"},
+                  "description": "Ids of linked memories; each link is mirrored on the other side"},
+        "source": {"type": "string"},
+        "created_at": {"type": "string", "description": "ISO 8601, UTC"},
+        "last_accessed": {"type": "string", "description": "ISO 8601, UTC"},
+        "access_count": {"type": "integer", "minimum": 0},
+    },
+    "required": ["id", "content", "tags", "links", "source", "created_at", "last_accessed",
+                 "access_count"],
+}
+
+_TRAVERSED_SCHEMA = {
+    **_NODE_SCHEMA,
+    "properties": {**_NODE_SCHEMA["properties"],
+                   "distance": {"type": "integer", "minimum": 0,
+                                "description": "Links between this memory and the start"}},
+    "required": [*_NODE_SCHEMA["required"], "distance"],
+}
+
+
+def _remember(store, args):
+    return store.add(args["content"], args["tags"], args["links"], args["source"])
+
+
+def _recall(store, args):
+    return {"results": store.search(args["query"], args["tags"], args["limit"])}
+
+
+def _connections(store, args):
+    return {"nodes": store.neighbors(args["node_id"], args["depth"])}
+
+
+def _forget(store, args):
+    return store.delete(args["node_id"])
+
+
+def _update(store, args):
+    return store.update(args["node_id"], args.get("content"), args.get("tags"), args.get("links"))
+
+
+TOOLS = {
+    "remember": {
+        "title": "Remember",
+        "description": (
+            "Store a durable fact, preference, decision or event so that later conversations "
+            "can recall it. Write the content as one self-contained statement (who, what, "
+            "when). Tags are short labels such as a person or project that recall can filter "
+            "by. Links are ids of related memories; every link is made in both directions. "
+            "Returns the new memory with its id."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "content": {"type": "string", "minLength": 1, "description": "The memory to store"},
+                "tags": {"type": "array", "items": {"type": "string"}, "default": [],
+                         "description": "Labels to file it under"},
+                "links": {"type": "array", "items": {"type": "string"}, "default": [],
+                          "description": "Node IDs to link to"},
+                "source": {"type": "string", "default": "",
+                           "description": "Conversation label or context"},
+            },
+            "required": ["content"],
+            "additionalProperties": False,
+        },
+        "outputSchema": _NODE_SCHEMA,
+        "annotations": {"readOnlyHint": False, "destructiveHint": False,
+                        "idempotentHint": False, "openWorldHint": False},
+        "handler": _remember,
+        "unwrap": None,
+    },
+    "recall": {
+        "title": "Recall",
+        "description": (
+            "Search memory by words, tags, or both. Use it before answering anything that may "
+            "depend on earlier conversations: the user's preferences, people, projects, past "
+            "decisions. The query is plain language; memories sharing its meaningful words "
+            "rank first, rarer words counting more, and word forms match ('painting' finds "
+            "'paint'). Tags filter: a memory must carry every tag given. Tags without a query "
+            "list the newest tagged memories. Each memory returned counts as accessed."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "default": "", "description": "Text to search for"},
+                "tags": {"type": "array", "items": {"type": "string"}, "default": [],
+                         "description": "Filter by tags: only memories carrying all of them"},
+                "limit": {"type": "integer", "default": 10, "minimum": 1, "maximum": MAX_LIMIT,
+                          "description": "Most memories to return"},
+            },
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {"results": {"type": "array", "items": _NODE_SCHEMA,
+                                       "description": "Best match first"}},
+            "required": ["results"],
+        },
+        "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        "handler": _recall,
+        "unwrap": "results",
+    },
+    "connections": {
+        "title": "Connections",
+        "description": (
+            "Follow links from a memory: returns the memory itself (distance 0) and every "
+            "memory within `depth` links of it, each once, at its shortest distance, nearest "
+            "first. Use it to gather the context around a memory that recall found."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "node_id": {"type": "string", "description": "Starting node ID"},
+                "depth": {"type": "integer", "default": 1, "minimum": 0, "maximum": MAX_DEPTH,
+                          "description": "How many hops to traverse"},
+            },
+            "required": ["node_id"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {"nodes": {"type": "array", "items": _TRAVERSED_SCHEMA}},
+            "required": ["nodes"],
+        },
+        "annotations": {"readOnlyHint": True, "openWorldHint": False},
+        "handler": _connections,
+        "unwrap": "nodes",
+    },
+    "forget": {
+        "title": "Forget",
+        "description": (
+            "Delete a memory for good and remove every link to it. Use it when the user asks "
+            "you to forget something, or a memory is wrong and not worth correcting."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "node_id": {"type": "string", "description": "ID of the node to delete"},
+            },
+            "required": ["node_id"],
+            "additionalProperties": False,
+        },
+        "outputSchema": {
+            "type": "object",
+            "properties": {"id": {"type": "string"}, "deleted": {"type": "boolean"}},
+            "required": ["id", "deleted"],
+        },
+        "annotations": {"readOnlyHint": False, "destructiveHint": True,
+                        "idempotentHint": True, "openWorldHint": False},
+        "handler": _forget,
+        "unwrap": None,
+    },
+    "update": {
+        "title": "Update",
+        "description": (
+            "Change a memory in place: only the fields given are replaced. When a fact changes, "
+            "update the memory that holds it rather than storing a duplicate. Giving links "
+            "replaces the memory's links, and the other memories' back-links follow."),
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "node_id": {"type": "string", "description": "ID of the node to update"},
+                "content": {"type": "string", "minLength": 1,
+                            "description": "New content (replaces existing)"},
+                "tags": {"type": "array", "items": {"type": "string"},
+                         "description": "New tags (replaces existing)"},
+                "links": {"type": "array", "items": {"type": "string"},
+                          "description": "New links (replaces existing, bidirectional sync applied)"},
+            },
+            "required": ["node_id"],
+            "additionalProperties": False,
+        },
+        "outputSchema": _NODE_SCHEMA,
+        "annotations": {"readOnlyHint": False, "destructiveHint": True,
+                        "idempotentHint": True, "openWorldHint": False},
+        "handler": _update,
+        "unwrap": None,
+    },
+}
+
+_JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict}
+
+
+def check_arguments(name, schema, args):
+    """The arguments with defaults filled in, or ToolError saying which one is wrong and how.
+
+    Only the schema forms TOOLS uses are checked: string, integer (with minimum/maximum) and
+    array of strings. A null counts as an argument left out.
+    """
+    props = schema["properties"]
+    unknown = sorted(k for k in args if k not in props)
+    if unknown:
+        raise ToolError(f"{name} has no argument {', '.join(map(repr, unknown))}; it takes "
+                        f"{', '.join(props)}")
+    out = {}
+    for key, prop in props.items():
+        value = args.get(key)
+        if value is None:
+            if key in schema.get("required", ()):
+                raise ToolError(f"{name} needs the argument '{key}'")
+            if "default" in prop:
+                out[key] = json.loads(json.dumps(prop["default"]))
+            continue
+        kind = prop["type"]
+        if kind == "integer" and isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, _JSON_TYPES[kind]):
+            raise ToolError(f"argument '{key}' must be {_a(kind)}, got {_json_type(value)}")
+        if kind == "integer" and not prop.get("minimum", value) <= value <= prop.get("maximum", value):
+            raise ToolError(f"argument '{key}' must be between {prop['minimum']} and "
+                            f"{prop['maximum']}, got {value}")
+        if kind == "array":
+            bad = next((v for v in value if not isinstance(v, str)), None)
+            if bad is not None or any(v is None for v in value):
+                raise ToolError(f"argument '{key}' must be an array of strings, and holds "
+                                f"{_a(_json_type(bad))}")
+        out[key] = value
+    return out
+
+
+def _a(kind):
+    return ("an " if kind[0] in "aeiou" else "a ") + kind
+
+
+def _json_type(value):
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number" if isinstance(value, float) else "integer"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def call_tool(name, args, store, session):
+    """The result of one tools/call: content, and structuredContent for newer clients."""
+    tool = TOOLS[name]
+    try:
+        value = tool["handler"](store, check_arguments(name, tool["inputSchema"], args))
+    except (ToolError, StoreError) as exc:
+        return {"content": [{"type": "text", "text": str(exc)}], "isError": True}
+    if session.speaks(STRUCTURED_SINCE):
+        return {"content": [{"type": "text", "text": _dumps(value)}],
+                "structuredContent": value, "isError": False}
+    plain = value[tool["unwrap"]] if tool["unwrap"] else value
+    return {"content": [{"type": "text", "text": _dumps(plain)}], "isError": False}
+
+
+def tool_list(session):
+    """The tool definitions, shaped for the negotiated revision."""
+    tools = []
+    for name, tool in TOOLS.items():
+        entry = {"name": name, "description": tool["description"],
+                 "inputSchema": tool["inputSchema"]}
+        if session.speaks(STRUCTURED_SINCE):
+            entry["title"] = tool["title"]
+            entry["outputSchema"] = tool["outputSchema"]
+        if session.speaks(ANNOTATED_SINCE):
+            entry["annotations"] = {"title": tool["title"], **tool["annotations"]}
+        tools.append(entry)
+    return tools
+
+
+# ----------------------------------------------------------------------------- methods
+
+
+def _initialize(params, store, session):
+    requested = params.get("protocolVersion")
+    if requested in PROTOCOL_VERSIONS:
+        session.protocol_version = requested
+    else:
+        session.protocol_version = PROTOCOL_VERSIONS[-1]
+    return {"protocolVersion": session.protocol_version,
+            "capabilities": {"tools": {"listChanged": False}},
+            "serverInfo": dict(SERVER_INFO),
+            "instructions": INSTRUCTIONS}
+
+
+def _ping(params, store, session):
+    return {}
+
+
+def _tools_list(params, store, session):
+    if params.get("cursor") is not None:
+        raise RpcError(INVALID_PARAMS, "invalid cursor: this server lists every tool on one page")
+    return {"tools": tool_list(session)}
+
+
+def _tools_call(params, store, session):
+    name = params.get("name")
+    if not isinstance(name, str):
+        raise RpcError(INVALID_PARAMS, "tools/call needs the name of a tool")
+    if name not in TOOLS:
+        raise RpcError(INVALID_PARAMS, f"unknown tool {name[:100]!r}; the tools are "
+                                       f"{', '.join(TOOLS)}")
+    args = params.get("arguments")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        raise RpcError(INVALID_PARAMS, "tools/call arguments must be an object")
+    return call_tool(name, args, store, session)
+
+
+METHODS = {
+    "initialize": _initialize,
+    "ping": _ping,
+    "tools/list": _tools_list,
+    "tools/call": _tools_call,
+}
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+def _error(request_id, code, message):
+    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+
+
+def _valid_id(value):
+    return isinstance(value, (str, int)) and not isinstance(value, bool)
+
+
+def handle_message(message, store, session, *, in_batch=False):
+    """The reply to one JSON-RPC message, or None for a notification or a response."""
+    if not isinstance(message, dict):
+        return _error(None, INVALID_REQUEST, "a JSON-RPC message must be an object")
+    request_id = message.get("id")
+    has_id = "id" in message
+    if "method" not in message:
+        if has_id and ("result" in message or "error" in message):
+            return None  # a client's answer to a request this server never sends
+        return _error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
+                      "not a JSON-RPC request: it has no method")
+    method, params = message["method"], message.get("params")
+    if not has_id:
+        return None  # a notification: initialized, cancelled, progress... none needs a reply
+    if not _valid_id(request_id):
+        return _error(None, INVALID_REQUEST, "the request id must be a string or an integer")
+    if message.get("jsonrpc") != "2.0":
+        return _error(request_id, INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')
+    if not isinstance(method, str):
+        return _error(request_id, INVALID_REQUEST, "the method must be a string")
+    handler = METHODS.get(method)
+    if handler is None:
+        return _error(request_id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
+    if in_batch and method == "initialize":
+        return _error(request_id, INVALID_REQUEST, "initialize cannot be part of a batch")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        return _error(request_id, INVALID_PARAMS, "params must be an object")
+    try:
+        result = handler(params, store, session)
+    except RpcError as exc:
+        return _error(request_id, exc.code, exc.message)
+    except Exception:
+        log.exception("internal error in %s", method)
+        return _error(request_id, INTERNAL_ERROR, "internal error; the server log has details")
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def handle_payload(payload, store, session):
+    """The reply to one decoded message or batch: a dict, a list, or None."""
+    if not isinstance(payload, list):
+        return handle_message(payload, store, session)
+    if session.protocol_version != BATCH_VERSION:
+        return _error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
+                                             f"revision {session.version}")
+    if not payload:
+        return _error(None, INVALID_REQUEST, "an empty batch")
+    replies = [handle_message(m, store, session, in_batch=True) for m in payload]
+    return [r for r in replies if r is not None] or None
+
+
+def decode(data):
+    """A JSON-RPC payload from bytes or text, or the -32700 reply when it does not parse."""
+    try:
+        if isinstance(data, bytes):
+            data = data.decode("utf-8")
+        return json.loads(data), None
+    except UnicodeDecodeError:
+        return None, _error(None, PARSE_ERROR, "parse error: the message is not UTF-8")
+    except RecursionError:
+        return None, _error(None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
+    except ValueError as exc:
+        return None, _error(None, PARSE_ERROR, f"parse error: {exc}")
+
+
+def _dumps(value):
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def encode(reply):
+    """One reply as UTF-8 JSON (escaped ASCII if it holds text UTF-8 cannot carry)."""
+    try:
+        return _dumps(reply).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(reply, separators=(",", ":")).encode("ascii")
+
+
+# ----------------------------------------------------------------------------- stdio
+
+
+def serve_stdio(store, stdin=None, stdout=None):
+    """Answer newline-delimited JSON-RPC on stdin until it closes."""
+    stdin = sys.stdin.buffer if stdin is None else stdin
+    stdout = sys.stdout.buffer if stdout is None else stdout
+    text_out = isinstance(stdout, io.TextIOBase)
+    session = Session()
+    for line in stdin:
+        if not line.strip():
+            continue
+        payload, reply = decode(line)
+        if reply is None:
+            reply = handle_payload(payload, store, session)
+        if reply is None:
+            continue
+        data = encode(reply)
+        stdout.write(data.decode("utf-8") + "\n" if text_out else data + b"\n")
+        stdout.flush()
+
+
+def _terminate(signum, frame):
+    raise SystemExit(0)
+
+
+def main(argv=None):
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="flood-memory: %(levelname)s: %(message)s")
+    directory = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    try:
+        store = open_directory(directory)
+    except StoreError as exc:
+        print(f"flood-memory: {exc}", file=sys.stderr)
+        return 1
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        serve_stdio(store)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

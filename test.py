@@ -1,0 +1,691 @@
+"""Tests for Flood Memory: the store, the stdio server and the HTTP server.
+
+    python3 test.py            # the whole suite (standard library only)
+    python3 test.py StoreTest  # one class, as unittest takes it
+"""
+
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import unittest
+import uuid
+
+import server
+import store
+from store import InvalidInput, NotFound, Store, StoreError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def fts_agrees(path):
+    """Whether nodes_fts matches its content table (the form that notices drift)."""
+    db = sqlite3.connect(path)
+    try:
+        db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES('integrity-check', 1)")
+        return True
+    except sqlite3.DatabaseError:
+        return False
+    finally:
+        db.close()
+
+
+def links_are_mutual(path):
+    """Every link has its back-link and points at a memory that exists."""
+    db = sqlite3.connect(path)
+    try:
+        links = {i: set(json.loads(l)) for i, l in db.execute("SELECT id, links FROM nodes")}
+    finally:
+        db.close()
+    return all(t in links and i in links[t] and t != i for i, ts in links.items() for t in ts)
+
+
+class TempDirTest(unittest.TestCase):
+    """A fresh data directory per test."""
+
+    def setUp(self):
+        tmp = tempfile.TemporaryDirectory(prefix="flood-test-")
+        self.addCleanup(tmp.cleanup)
+        self.dir = tmp.name
+        self.path = os.path.join(self.dir, store.DB_NAME)
+
+    def open_store(self):
+        s = Store(self.path)
+        self.addCleanup(s.close)
+        return s
+
+    def raw(self, sql, *args):
+        db = sqlite3.connect(self.path)
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+
+# ----------------------------------------------------------------------------- store
+
+
+class StoreTest(TempDirTest):
+
+    def setUp(self):
+        super().setUp()
+        self.store = self.open_store()
+
+    # -- schema
+
+    def test_schema_is_the_specified_one(self):
+        columns = [(r[1], r[2], r[3], r[4], r[5]) for r in self.raw("PRAGMA table_info(nodes)")]
+        self.assertEqual(columns, [
+            ("id", "TEXT", 0, None, 1), ("content", "TEXT", 1, None, 0),
+            ("tags", "TEXT", 0, "'[]'", 0), ("links", "TEXT", 0, "'[]'", 0),
+            ("source", "TEXT", 0, "''", 0), ("created_at", "TEXT", 1, None, 0),
+            ("last_accessed", "TEXT", 1, None, 0), ("access_count", "INTEGER", 0, "0", 0)])
+        fts = self.raw("SELECT sql FROM sqlite_master WHERE name = 'nodes_fts'")[0][0]
+        self.assertIn("content=nodes", fts)
+        self.assertIn("tokenize='porter'", fts)
+        triggers = {r[0] for r in self.raw("SELECT name FROM sqlite_master WHERE type='trigger'")}
+        self.assertLessEqual({"nodes_ai", "nodes_ad", "nodes_au"}, triggers)
+        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+        self.assertEqual(self.raw("PRAGMA journal_mode")[0][0], "wal")
+
+    def test_newer_schema_is_refused_untouched(self):
+        self.store.add("a memory")
+        self.store.close()
+        self.raw("PRAGMA user_version = 99")
+        with open(self.path, "rb") as f:
+            before = f.read()
+        with self.assertRaises(StoreError) as cm:
+            Store(self.path)
+        self.assertIn("schema version 99", str(cm.exception))
+        self.assertIn("upgrade Flood Memory", str(cm.exception))
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), before)
+
+    def test_unversioned_spec_database_is_adopted(self):
+        self.store.add("made before versions were recorded")
+        self.store.close()
+        self.raw("PRAGMA user_version = 0")
+        reopened = self.open_store()
+        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+        self.assertEqual(len(reopened.search("recorded")), 1)
+
+    def test_foreign_database_is_refused(self):
+        self.store.close()
+        os.remove(self.path)
+        self.raw("CREATE TABLE invoices (n INTEGER)")
+        with self.assertRaises(StoreError) as cm:
+            Store(self.path)
+        self.assertIn("invoices", str(cm.exception))
+
+    def test_file_that_is_not_a_database_is_refused_untouched(self):
+        self.store.close()
+        for name in os.listdir(self.dir):
+            os.remove(os.path.join(self.dir, name))
+        junk = b"these are my notes, not a database\n" * 100
+        with open(self.path, "wb") as f:
+            f.write(junk)
+        with self.assertRaises(StoreError) as cm:
+            Store(self.path)
+        self.assertIn("not an SQLite database", str(cm.exception))
+        self.assertIn(self.path, str(cm.exception))
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), junk)
+
+    def test_truncated_database_is_refused_untouched(self):
+        for i in range(300):
+            self.store.add(f"memory number {i} " + "padding words " * 20)
+        self.store.close()
+        db = sqlite3.connect(self.path)
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+        size = os.path.getsize(self.path)
+        with open(self.path, "r+b") as f:
+            f.truncate(size // 2)
+        with self.assertRaises(StoreError) as cm:
+            Store(self.path)
+        self.assertIn("truncated", str(cm.exception))
+        self.assertEqual(os.path.getsize(self.path), size // 2)
+
+    # -- remember and get
+
+    def test_add_returns_the_full_node_and_get_finds_it(self):
+        node = self.store.add("The user prefers tea", ["drinks", "prefs"], source="chat-1")
+        self.assertEqual(set(node), {"id", "content", "tags", "links", "source", "created_at",
+                                     "last_accessed", "access_count"})
+        self.assertEqual(str(uuid.UUID(node["id"])), node["id"])
+        self.assertEqual(node["content"], "The user prefers tea")
+        self.assertEqual(node["tags"], ["drinks", "prefs"])
+        self.assertEqual(node["links"], [])
+        self.assertEqual(node["source"], "chat-1")
+        self.assertEqual(node["access_count"], 0)
+        self.assertEqual(self.store.get(node["id"]), node)
+
+    def test_add_refuses_bad_input_without_writing(self):
+        self.store.add("already here")
+        cases = [
+            ({"content": ""}, "content must not be empty"),
+            ({"content": "   "}, "content must not be empty"),
+            ({"content": 5}, "content must be a string"),
+            ({"content": "x", "tags": "work"}, "tags must be an array"),
+            ({"content": "x", "tags": [""]}, "tags must not be empty"),
+            ({"content": "x", "tags": [3]}, "each tag must be a string"),
+            ({"content": "x", "tags": [f"t{i}" for i in range(10_000)]}, "at most 100 tags"),
+            ({"content": "x", "tags": ["x" * 500]}, "at most 200 characters"),
+            ({"content": "\ud800 lone"}, "not valid Unicode"),
+            ({"content": "x", "source": 7}, "source must be a string"),
+            ({"content": "x", "links": "abc"}, "links must be an array"),
+        ]
+        for kwargs, message in cases:
+            with self.subTest(kwargs=str(kwargs)[:60]), self.assertRaises(InvalidInput) as cm:
+                self.store.add(**kwargs)
+            self.assertIn(message, str(cm.exception))
+        self.assertEqual(self.store.count(), 1)
+
+    def test_tags_are_stripped_and_deduplicated(self):
+        node = self.store.add("x", [" work ", "work", "home"])
+        self.assertEqual(node["tags"], ["work", "home"])
+
+    # -- links
+
+    def test_links_are_bidirectional(self):
+        a = self.store.add("alpha")
+        b = self.store.add("beta", links=[a["id"]])
+        self.assertEqual(b["links"], [a["id"]])
+        self.assertEqual(self.store.get(a["id"])["links"], [b["id"]])
+
+    def test_missing_and_malformed_link_targets_are_skipped_with_a_warning(self):
+        a = self.store.add("alpha")
+        ghost = str(uuid.uuid4())
+        with self.assertLogs("store", "WARNING") as logs:
+            b = self.store.add("beta", links=[ghost, a["id"], "not-an-id"])
+        self.assertEqual(b["links"], [a["id"]])
+        self.assertTrue(any(ghost in line for line in logs.output))
+        self.assertTrue(any("not-an-id" in line for line in logs.output))
+
+    def test_duplicate_and_self_links_are_not_made(self):
+        a = self.store.add("alpha")
+        b = self.store.add("beta", links=[a["id"], a["id"].upper(), a["id"]])
+        self.assertEqual(b["links"], [a["id"]])
+        self.assertEqual(self.store.get(a["id"])["links"], [b["id"]])
+        updated = self.store.update(a["id"], links=[a["id"], b["id"], b["id"]])
+        self.assertEqual(updated["links"], [b["id"]])
+        self.assertEqual(self.store.get(b["id"])["links"], [a["id"]])
+
+    def test_a_failed_back_link_leaves_nothing_behind(self):
+        a = self.store.add("alpha")
+
+        def fail(*args, **kwargs):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        self.store._relink = fail
+        with self.assertRaises(StoreError) as cm:
+            self.store.add("beta", links=[a["id"]])
+        self.assertIn("could not save the memory", str(cm.exception))
+        self.assertEqual(self.store.count(), 1)
+        self.assertEqual(self.store.get(a["id"])["links"], [])
+        self.assertEqual(self.store.search("beta"), [])
+
+    # -- recall
+
+    def test_query_finds_matching_memories_only(self):
+        tea = self.store.add("The user prefers green tea in the morning")
+        self.store.add("The project deadline is Friday")
+        found = self.store.search("tea")
+        self.assertEqual([n["id"] for n in found], [tea["id"]])
+
+    def test_word_forms_match(self):
+        paint = self.store.add("Melanie painted a sunset last week")
+        self.assertEqual([n["id"] for n in self.store.search("What does Melanie paint?")],
+                         [paint["id"]])
+        self.assertEqual([n["id"] for n in self.store.search("painting")], [paint["id"]])
+
+    def test_a_rare_word_outranks_a_common_one(self):
+        for i in range(8):
+            self.store.add(f"Meeting notes number {i} about the budget")
+        rare = self.store.add("Meeting with the zeppelin club")
+        found = self.store.search("meeting zeppelin")
+        self.assertEqual(found[0]["id"], rare["id"])
+        self.assertEqual(len(found), 9)
+
+    def test_a_question_finds_memories_sharing_its_meaningful_words(self):
+        colour = self.store.add("User's favourite colour is blue")
+        self.store.add("The cat is called Misty")
+        for question in ("what is my favourite colour?", "What's my favourite colour?",
+                         "favourite colour", "Which colour do I like?"):
+            with self.subTest(question=question):
+                self.assertEqual(self.store.search(question)[0]["id"], colour["id"])
+
+    def test_user_words_never_break_recall(self):
+        self.store.add('Set up docker-compose for the "api" service in C++ and Go: col:value')
+        self.store.add("洪水 warnings and 🌊 emoji")
+        cases = ["what's my favourite colour?", "docker-compose", '"unbalanced', "C++", "AND OR NOT",
+                 "NEAR(", "*", "col:value", "🌊", "洪水", "^start", "a-b-c", "(((", "OR", "NOT x",
+                 "'", '""', "\\", "-", "+", "{}", "x AND", "NEAR(a b, 3)", "title:x*", "Ä ö ü ß",
+                 "\x00", "?"]
+        for query in cases:
+            with self.subTest(query=query):
+                self.assertIsInstance(self.store.search(query), list)
+        self.assertEqual(len(self.store.search("docker-compose")), 1)
+        self.assertEqual(len(self.store.search("col:value")), 1)
+        self.assertEqual(len(self.store.search("洪水")), 1)
+
+    def test_quoting_of_terms(self):
+        cases = [
+            ("hello world", ["hello", "world"], '"hello" OR "world"'),
+            ("what's my favourite colour?", ["favourite", "colour"], '"favourite" OR "colour"'),
+            ("docker-compose", ["docker", "compose"], '"docker" OR "compose"'),
+            ("AND OR NOT", ["and", "or", "not"], '"and" OR "or" OR "not"'),
+            ("painting paints painted", ["painting"], '"painting"'),
+            ("what is it?", ["what", "is", "it"], '"what" OR "is" OR "it"'),
+            ("?!", [], ""),
+        ]
+        for text, terms, expression in cases:
+            with self.subTest(text=text):
+                self.assertEqual(store.query_terms(text), terms)
+                self.assertEqual(store.fts_query(terms), expression)
+
+    def test_tags_only_returns_newest_tagged_first(self):
+        first = self.store.add("one", ["work"])
+        self.store.add("two", ["home"])
+        third = self.store.add("three", ["work", "urgent"])
+        self.assertEqual([n["id"] for n in self.store.search(tags=["work"])],
+                         [third["id"], first["id"]])
+        self.assertEqual([n["id"] for n in self.store.search(tags=["work", "urgent"])],
+                         [third["id"]])
+        self.assertEqual(self.store.search(tags=["nothing"]), [])
+
+    def test_query_and_tags_filter_before_the_limit(self):
+        for i in range(20):
+            self.store.add(f"budget budget budget review {i}", ["other"])
+        tagged = [self.store.add(f"budget note {i} with many other words in it", ["finance"])
+                  for i in range(3)]
+        found = self.store.search("budget", tags=["finance"], limit=3)
+        self.assertEqual({n["id"] for n in found}, {n["id"] for n in tagged})
+        self.assertEqual(self.store.search("budget", tags=["finance", "other"]), [])
+
+    def test_recall_needs_a_query_or_tags(self):
+        for query in ("", "   \n"):
+            with self.subTest(query=query), self.assertRaises(InvalidInput) as cm:
+                self.store.search(query, [])
+            self.assertIn("needs a query, tags, or both", str(cm.exception))
+        for limit, message in ((0, "between 1 and 100"), (101, "between 1 and 100"),
+                               ("5", "must be an integer"), (True, "must be an integer")):
+            with self.subTest(limit=limit), self.assertRaises(InvalidInput) as cm:
+                self.store.search("x", limit=limit)
+            self.assertIn(message, str(cm.exception))
+
+    def test_recall_counts_an_access_and_returns_the_new_values(self):
+        node = self.store.add("The wifi password is hunter2")
+        found = self.store.search("wifi password")[0]
+        self.assertEqual(found["access_count"], 1)
+        self.assertGreaterEqual(found["last_accessed"], node["last_accessed"])
+        self.assertEqual(self.store.get(node["id"]), found)
+        again = self.store.search(tags=[], query="hunter2")[0]
+        self.assertEqual(again["access_count"], 2)
+
+    # -- connections
+
+    def chain(self, n):
+        nodes = [self.store.add("node 0")]
+        for i in range(1, n):
+            nodes.append(self.store.add(f"node {i}", links=[nodes[-1]["id"]]))
+        return [n["id"] for n in nodes]
+
+    def test_connections_at_depth_one_and_two(self):
+        ids = self.chain(4)
+        one = self.store.neighbors(ids[1], 1)
+        self.assertEqual([(n["id"], n["distance"]) for n in one],
+                         [(ids[1], 0), (ids[0], 1), (ids[2], 1)])
+        two = self.store.neighbors(ids[0], 2)
+        self.assertEqual([(n["id"], n["distance"]) for n in two],
+                         [(ids[0], 0), (ids[1], 1), (ids[2], 2)])
+
+    def test_connections_visit_each_node_once_at_its_shortest_distance(self):
+        a = self.store.add("a")
+        b = self.store.add("b", links=[a["id"]])
+        c = self.store.add("c", links=[a["id"], b["id"]])
+        found = {n["id"]: n["distance"] for n in self.store.neighbors(a["id"], 5)}
+        self.assertEqual(found, {a["id"]: 0, b["id"]: 1, c["id"]: 1})
+
+    def test_depth_beyond_the_graph_returns_what_is_reachable(self):
+        ids = self.chain(3)
+        self.store.add("unconnected")
+        self.assertEqual(len(self.store.neighbors(ids[0], 100)), 3)
+        self.assertEqual([n["id"] for n in self.store.neighbors(ids[0], 0)], [ids[0]])
+
+    def test_connections_refuse_bad_depths_and_unknown_ids(self):
+        ids = self.chain(2)
+        for depth, message in ((-1, "between 0 and 100"), (10**9, "between 0 and 100"),
+                               ("2", "must be an integer")):
+            with self.subTest(depth=depth), self.assertRaises(InvalidInput) as cm:
+                self.store.neighbors(ids[0], depth)
+            self.assertIn(message, str(cm.exception))
+        ghost = str(uuid.uuid4())
+        with self.assertRaises(NotFound) as cm:
+            self.store.neighbors(ghost)
+        self.assertIn(ghost, str(cm.exception))
+        with self.assertRaises(InvalidInput) as cm:
+            self.store.neighbors("node-1")
+        self.assertIn("'node-1' is not a memory id", str(cm.exception))
+
+    def test_connections_touch_every_traversed_node(self):
+        ids = self.chain(3)
+        before = self.store.get(ids[2])
+        found = self.store.neighbors(ids[0], 2)
+        for node in found:
+            self.assertEqual(node["access_count"], 1)
+            stored = self.store.get(node["id"])
+            self.assertEqual(stored["access_count"], 1)
+            self.assertEqual(stored["last_accessed"], node["last_accessed"])
+        self.assertGreaterEqual(found[2]["last_accessed"], before["last_accessed"])
+
+    def test_connections_stop_at_the_node_limit_nearest_first(self):
+        hub = self.store.add("hub")
+        spokes = [self.store.add(f"spoke {i}", links=[hub["id"]]) for i in range(12)]
+        self.store.add("far", links=[spokes[0]["id"]])
+        found = self.store.neighbors(hub["id"], 2, max_nodes=5)
+        self.assertEqual([n["distance"] for n in found], [0, 1, 1, 1, 1])
+
+    # -- forget
+
+    def test_forget_removes_the_node_and_its_back_links(self):
+        a = self.store.add("alpha unique")
+        b = self.store.add("beta", links=[a["id"]])
+        c = self.store.add("gamma", links=[a["id"], b["id"]])
+        self.assertEqual(self.store.delete(a["id"]), {"id": a["id"], "deleted": True})
+        self.assertEqual(self.store.get(b["id"])["links"], [c["id"]])
+        self.assertEqual(self.store.get(c["id"])["links"], [b["id"]])
+        with self.assertRaises(NotFound):
+            self.store.get(a["id"])
+        self.assertEqual(self.store.search("alpha unique"), [])
+        with self.assertRaises(NotFound) as cm:
+            self.store.delete(a["id"])
+        self.assertIn(a["id"], str(cm.exception))
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertTrue(fts_agrees(self.path))
+
+    # -- update
+
+    def test_update_changes_only_the_given_fields(self):
+        node = self.store.add("old words here", ["t1"], source="s")
+        updated = self.store.update(node["id"], tags=["t2"])
+        self.assertEqual(updated, {**node, "tags": ["t2"]})
+        updated = self.store.update(node["id"], content="new text entirely")
+        self.assertEqual(updated, {**node, "tags": ["t2"], "content": "new text entirely"})
+
+    def test_updated_content_is_searchable_and_old_content_is_not(self):
+        node = self.store.add("the meeting is on monday")
+        self.store.update(node["id"], content="the meeting moved to thursday")
+        self.assertEqual(self.store.search("monday"), [])
+        self.assertEqual([n["id"] for n in self.store.search("thursday")], [node["id"]])
+        self.assertTrue(fts_agrees(self.path))
+
+    def test_update_keeps_back_links_in_step(self):
+        a, b, c = (self.store.add(x) for x in "abc")
+        self.store.update(a["id"], links=[b["id"]])
+        self.assertEqual(self.store.get(b["id"])["links"], [a["id"]])
+        self.store.update(a["id"], links=[c["id"]])
+        self.assertEqual(self.store.get(b["id"])["links"], [])
+        self.assertEqual(self.store.get(c["id"])["links"], [a["id"]])
+        self.store.update(a["id"], links=[])
+        self.assertEqual(self.store.get(c["id"])["links"], [])
+        self.assertTrue(links_are_mutual(self.path))
+
+    def test_update_refuses_bad_input_without_writing(self):
+        node = self.store.add("keep me", ["t"])
+        ghost = str(uuid.uuid4())
+        cases = [
+            ({"node_id": node["id"]}, InvalidInput, "nothing to update"),
+            ({"node_id": node["id"], "content": ""}, InvalidInput, "must not be empty"),
+            ({"node_id": node["id"], "content": "new", "tags": [5]}, InvalidInput, "must be a string"),
+            ({"node_id": ghost, "content": "x"}, NotFound, ghost),
+            ({"node_id": 42, "content": "x"}, InvalidInput, "node_id must be a string"),
+        ]
+        for kwargs, error, message in cases:
+            with self.subTest(kwargs=kwargs), self.assertRaises(error) as cm:
+                self.store.update(**kwargs)
+            self.assertIn(message, str(cm.exception))
+        self.assertEqual(self.store.get(node["id"]), node)
+
+    # -- words
+
+    def test_stemmer_agrees_with_fts5(self):
+        words = ("running runs ran happily happiness generalization conditional relational "
+                 "hopeful hopefulness formalize electricity adjustable defensible irritant "
+                 "replacement adoption homologous communism activate angularity effective "
+                 "bowdlerize caresses ponies ties caress cats feed agreed plastered bled motoring "
+                 "sing conflated troubled sized hopping tanned falling hissing fizzed failing "
+                 "filing happy sky triplicate formative formalize electriciti electrical hopeful "
+                 "goodness revival allowance inference airliner gyroscopic adjustable controll "
+                 "roll probate rate cease generously yyy aed eeds café naïve ÉCOLE fiancée "
+                 "LGBTQ colour favourite painted paintings Caroline's can't 2023 x ab").split()
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter')")
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+        db.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", enumerate(words, 1))
+        indexed = {}
+        for term, doc, offset in db.execute("SELECT term, doc, offset FROM v ORDER BY doc, offset"):
+            indexed.setdefault(doc, []).append(term)
+        for i, word in enumerate(words, 1):
+            with self.subTest(word=word):
+                self.assertEqual([store.stem(t) for t in store.tokenize(word)], indexed[i])
+
+    # -- threads
+
+    def test_threads_writing_at_once_lose_nothing(self):
+        hub = self.store.add("hub")
+        made, errors = [], []
+
+        def work(n):
+            try:
+                for i in range(25):
+                    made.append(self.store.add(f"thread {n} item {i}", links=[hub["id"]])["id"])
+            except Exception as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+            finally:
+                self.store.close_thread()
+
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(self.store.count(), 101)
+        self.assertEqual(set(self.store.get(hub["id"])["links"]), set(made))
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertTrue(fts_agrees(self.path))
+
+
+# ----------------------------------------------------------------------------- stdio
+
+
+def request(method, params=None, id=1):
+    message = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def call(name, arguments, id=1):
+    return request("tools/call", {"name": name, "arguments": arguments}, id)
+
+
+class StdioTest(TempDirTest):
+
+    def setUp(self):
+        super().setUp()
+        self.store = self.open_store()
+
+    def exchange(self, *messages):
+        """Run serve_stdio over the messages (dicts, or raw lines); return the replies."""
+        lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
+        stdout = io.StringIO()
+        server.serve_stdio(self.store, io.StringIO("\n".join(lines) + "\n"), stdout)
+        return [json.loads(line) for line in stdout.getvalue().splitlines()]
+
+    def tool(self, name, arguments, version="2024-11-05"):
+        """One tools/call after initialize; the result object."""
+        replies = self.exchange(request("initialize", {"protocolVersion": version}, id=0),
+                                call(name, arguments))
+        return replies[1]["result"]
+
+    def payload(self, name, arguments):
+        result = self.tool(name, arguments)
+        self.assertFalse(result["isError"], result)
+        return json.loads(result["content"][0]["text"])
+
+    def error_text(self, name, arguments):
+        result = self.tool(name, arguments)
+        self.assertTrue(result["isError"], result)
+        return result["content"][0]["text"]
+
+    def test_initialize_handshake(self):
+        replies = self.exchange(
+            request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
+                                   "clientInfo": {"name": "t", "version": "1"}}),
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            request("ping", id=2))
+        self.assertEqual(len(replies), 2)
+        result = replies[0]["result"]
+        self.assertEqual(result["protocolVersion"], "2024-11-05")
+        self.assertEqual(result["serverInfo"], {"name": "flood-memory", "version": "0.1.0"})
+        self.assertEqual(set(result["capabilities"]), {"tools"})
+        self.assertEqual(replies[1], {"jsonrpc": "2.0", "id": 2, "result": {}})
+
+    def test_unknown_protocol_version_gets_the_newest(self):
+        reply = self.exchange(request("initialize", {"protocolVersion": "2099-01-01"}))[0]
+        self.assertEqual(reply["result"]["protocolVersion"], server.PROTOCOL_VERSIONS[-1])
+
+    def test_tools_list_has_the_five_tools(self):
+        tools = self.exchange(request("tools/list"))[0]["result"]["tools"]
+        self.assertEqual([t["name"] for t in tools],
+                         ["remember", "recall", "connections", "forget", "update"])
+        by_name = {t["name"]: t for t in tools}
+        self.assertEqual(by_name["remember"]["inputSchema"]["required"], ["content"])
+        self.assertEqual(set(by_name["recall"]["inputSchema"]["properties"]),
+                         {"query", "tags", "limit"})
+        self.assertEqual(by_name["recall"]["inputSchema"]["properties"]["limit"]["default"], 10)
+        self.assertEqual(by_name["connections"]["inputSchema"]["properties"]["depth"]["default"], 1)
+        self.assertEqual(set(by_name["update"]["inputSchema"]["properties"]),
+                         {"node_id", "content", "tags", "links"})
+        self.assertIn("every tag", by_name["recall"]["description"])
+
+    def test_every_tool_over_stdio(self):
+        a = self.payload("remember", {"content": "Caroline went to the LGBTQ support group",
+                                      "tags": ["conv"], "source": "chat"})
+        self.assertEqual(a["tags"], ["conv"])
+        b = self.payload("remember", {"content": "Melanie paints sunsets", "links": [a["id"]]})
+        self.assertEqual(b["links"], [a["id"]])
+        found = self.payload("recall", {"query": "When did Caroline go to the support group?"})
+        self.assertEqual([n["id"] for n in found], [a["id"]])
+        self.assertEqual(found[0]["access_count"], 1)
+        found = self.payload("recall", {"tags": ["conv"]})
+        self.assertEqual([n["id"] for n in found], [a["id"]])
+        near = self.payload("connections", {"node_id": a["id"], "depth": 1})
+        self.assertEqual([(n["id"], n["distance"]) for n in near], [(a["id"], 0), (b["id"], 1)])
+        updated = self.payload("update", {"node_id": b["id"], "content": "Melanie paints lakes",
+                                          "links": []})
+        self.assertEqual(updated["content"], "Melanie paints lakes")
+        self.assertEqual(self.store.get(a["id"])["links"], [])
+        self.assertEqual(self.payload("forget", {"node_id": b["id"]}),
+                         {"id": b["id"], "deleted": True})
+        self.assertEqual(self.store.count(), 1)
+
+    def test_tool_errors_say_what_to_fix(self):
+        ghost = str(uuid.uuid4())
+        cases = [
+            ("remember", {}, "remember needs the argument 'content'"),
+            ("remember", {"content": 12}, "argument 'content' must be a string, got integer"),
+            ("remember", {"content": "x", "tags": "a"}, "argument 'tags' must be an array"),
+            ("remember", {"content": "x", "tags": [1]}, "must be an array of strings"),
+            ("remember", {"content": "x", "colour": "red"}, "remember has no argument 'colour'"),
+            ("recall", {}, "recall needs a query, tags, or both"),
+            ("recall", {"query": "x", "limit": "10"}, "argument 'limit' must be an integer"),
+            ("recall", {"query": "x", "limit": 0}, "argument 'limit' must be between 1 and 100"),
+            ("connections", {"node_id": ghost}, f"no memory has id {ghost}"),
+            ("connections", {"node_id": "abc"}, "'abc' is not a memory id"),
+            ("connections", {"node_id": ghost, "depth": -1}, "'depth' must be between 0 and 100"),
+            ("connections", {"node_id": ghost, "depth": 10**9}, "between 0 and 100"),
+            ("forget", {"node_id": ghost}, f"no memory has id {ghost}"),
+            ("forget", {"node_id": None}, "forget needs the argument 'node_id'"),
+            ("update", {"node_id": ghost, "content": "x"}, f"no memory has id {ghost}"),
+            ("update", {"content": "x"}, "update needs the argument 'node_id'"),
+        ]
+        for name, arguments, message in cases:
+            with self.subTest(name=name, arguments=arguments):
+                self.assertIn(message, self.error_text(name, arguments))
+
+    def test_protocol_errors(self):
+        replies = self.exchange(
+            '{"jsonrpc": "2.0", "id": 1, "method": "ping"',
+            request("no/such/method", id=2),
+            {"jsonrpc": "2.0", "id": 3},
+            {"jsonrpc": "1.0", "id": 4, "method": "ping"},
+            '"just a string"',
+            call("no_such_tool", {}, id=5),
+            request("tools/call", {"arguments": {}}, id=6),
+            request("tools/call", {"name": "recall", "arguments": [1]}, id=7),
+            request("ping", id=8))
+        self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies],
+                         [(None, server.PARSE_ERROR), (2, server.METHOD_NOT_FOUND),
+                          (3, server.INVALID_REQUEST), (4, server.INVALID_REQUEST),
+                          (None, server.INVALID_REQUEST), (5, server.INVALID_PARAMS),
+                          (6, server.INVALID_PARAMS), (7, server.INVALID_PARAMS), (8, None)])
+        self.assertIn("no_such_tool", replies[5]["error"]["message"])
+
+    def test_notifications_and_responses_get_no_reply(self):
+        replies = self.exchange(
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}},
+            {"jsonrpc": "2.0", "method": "no/such/notification"},
+            {"jsonrpc": "2.0", "id": 9, "result": {}},
+            "", "   ",
+            request("ping", id=1))
+        self.assertEqual(replies, [{"jsonrpc": "2.0", "id": 1, "result": {}}])
+
+    def test_server_process_end_to_end(self):
+        env = dict(os.environ, FLOOD_MEMORY_DIR=os.path.join(self.dir, "proc"))
+        lines = [request("initialize", {"protocolVersion": "2024-11-05"}, id=1),
+                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 call("remember", {"content": "Zürich trip planned for\nJuly 🌊"}, id=2),
+                 call("recall", {"query": "When is the Zurich trip?"}, id=3)]
+        stdin = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in lines)
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "server.py")],
+                              input=stdin.encode("utf-8"), capture_output=True, env=env,
+                              timeout=30)
+        self.assertEqual(proc.returncode, 0, proc.stderr)
+        replies = [json.loads(line) for line in proc.stdout.decode("utf-8").splitlines()]
+        self.assertEqual([r["id"] for r in replies], [1, 2, 3])
+        found = json.loads(replies[2]["result"]["content"][0]["text"])
+        self.assertEqual(found[0]["content"], "Zürich trip planned for\nJuly 🌊")
+        self.assertNotIn(b"Traceback", proc.stderr)
+        self.assertTrue(os.path.exists(os.path.join(self.dir, "proc", store.DB_NAME)))
+
+    def test_server_refuses_a_damaged_database_with_one_line(self):
+        data = os.path.join(self.dir, "bad")
+        os.mkdir(data)
+        with open(os.path.join(data, store.DB_NAME), "wb") as f:
+            f.write(b"not a database at all" * 50)
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "server.py")], input=b"",
+                              capture_output=True, env=dict(os.environ, FLOOD_MEMORY_DIR=data),
+                              timeout=30)
+        self.assertEqual(proc.returncode, 1)
+        err = proc.stderr.decode()
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("not an SQLite database", err)
+        self.assertIn(os.path.join(data, store.DB_NAME), err)
+        self.assertEqual(proc.stdout, b"")
+
+
+def main(argv=None):
+    argv = sys.argv if argv is None else argv
+    unittest.main(argv=argv, verbosity=1)
+
+
+if __name__ == "__main__":
+    main()
