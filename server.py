@@ -384,7 +384,7 @@ METHODS = {
 # ----------------------------------------------------------------------------- messages
 
 
-def _error(request_id, code, message):
+def rpc_error(request_id, code, message):
     return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
 
 
@@ -395,39 +395,39 @@ def _valid_id(value):
 def handle_message(message, store, session, *, in_batch=False):
     """The reply to one JSON-RPC message, or None for a notification or a response."""
     if not isinstance(message, dict):
-        return _error(None, INVALID_REQUEST, "a JSON-RPC message must be an object")
+        return rpc_error(None, INVALID_REQUEST, "a JSON-RPC message must be an object")
     request_id = message.get("id")
     has_id = "id" in message
     if "method" not in message:
         if has_id and ("result" in message or "error" in message):
             return None  # a client's answer to a request this server never sends
-        return _error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
+        return rpc_error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
                       "not a JSON-RPC request: it has no method")
     method, params = message["method"], message.get("params")
     if not has_id:
         return None  # a notification: initialized, cancelled, progress... none needs a reply
     if not _valid_id(request_id):
-        return _error(None, INVALID_REQUEST, "the request id must be a string or an integer")
+        return rpc_error(None, INVALID_REQUEST, "the request id must be a string or an integer")
     if message.get("jsonrpc") != "2.0":
-        return _error(request_id, INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')
+        return rpc_error(request_id, INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')
     if not isinstance(method, str):
-        return _error(request_id, INVALID_REQUEST, "the method must be a string")
+        return rpc_error(request_id, INVALID_REQUEST, "the method must be a string")
     handler = METHODS.get(method)
     if handler is None:
-        return _error(request_id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
+        return rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
     if in_batch and method == "initialize":
-        return _error(request_id, INVALID_REQUEST, "initialize cannot be part of a batch")
+        return rpc_error(request_id, INVALID_REQUEST, "initialize cannot be part of a batch")
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        return _error(request_id, INVALID_PARAMS, "params must be an object")
+        return rpc_error(request_id, INVALID_PARAMS, "params must be an object")
     try:
         result = handler(params, store, session)
     except RpcError as exc:
-        return _error(request_id, exc.code, exc.message)
+        return rpc_error(request_id, exc.code, exc.message)
     except Exception:
         log.exception("internal error in %s", method)
-        return _error(request_id, INTERNAL_ERROR, "internal error; the server log has details")
+        return rpc_error(request_id, INTERNAL_ERROR, "internal error; the server log has details")
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
@@ -436,10 +436,10 @@ def handle_payload(payload, store, session):
     if not isinstance(payload, list):
         return handle_message(payload, store, session)
     if session.protocol_version != BATCH_VERSION:
-        return _error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
+        return rpc_error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
                                              f"revision {session.version}")
     if not payload:
-        return _error(None, INVALID_REQUEST, "an empty batch")
+        return rpc_error(None, INVALID_REQUEST, "an empty batch")
     replies = [handle_message(m, store, session, in_batch=True) for m in payload]
     return [r for r in replies if r is not None] or None
 
@@ -451,11 +451,11 @@ def decode(data):
             data = data.decode("utf-8")
         return json.loads(data), None
     except UnicodeDecodeError:
-        return None, _error(None, PARSE_ERROR, "parse error: the message is not UTF-8")
+        return None, rpc_error(None, PARSE_ERROR, "parse error: the message is not UTF-8")
     except RecursionError:
-        return None, _error(None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
+        return None, rpc_error(None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
     except ValueError as exc:
-        return None, _error(None, PARSE_ERROR, f"parse error: {exc}")
+        return None, rpc_error(None, PARSE_ERROR, f"parse error: {exc}")
 
 
 def _dumps(value):

@@ -4,18 +4,24 @@
     python3 test.py StoreTest  # one class, as unittest takes it
 """
 
+import http.client
 import io
 import json
+import logging
 import os
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 import uuid
 
 import server
+import server_remote
 import store
 from store import InvalidInput, NotFound, Store, StoreError
 
@@ -680,6 +686,370 @@ class StdioTest(TempDirTest):
         self.assertIn("not an SQLite database", err)
         self.assertIn(os.path.join(data, store.DB_NAME), err)
         self.assertEqual(proc.stdout, b"")
+
+
+# ----------------------------------------------------------------------------- http
+
+TOKEN = "test-token-0123456789"
+
+
+def wait_for_port(port, proc=None, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class RemoteTest(TempDirTest):
+    """server_remote.RemoteServer on a free port, in a thread, over real sockets."""
+
+    def setUp(self):
+        super().setUp()
+        self.store = self.open_store()
+        self.start()
+
+    def start(self, **options):
+        options.setdefault("token", TOKEN)
+        httpd = server_remote.RemoteServer(("127.0.0.1", 0), self.store, **options)
+        thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 5)
+        self.addCleanup(httpd.server_close)
+        self.addCleanup(httpd.shutdown)
+        self.httpd, self.port = httpd, httpd.server_address[1]
+
+    def connection(self):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        self.addCleanup(conn.close)
+        return conn
+
+    def post(self, message, headers=None, auth=True, conn=None, path="/mcp"):
+        """POST one message; (status, lower-cased headers, body bytes)."""
+        body = message if isinstance(message, bytes) else json.dumps(message).encode()
+        h = {"Content-Type": "application/json", "Accept": "application/json"}
+        if auth:
+            h["Authorization"] = f"Bearer {TOKEN}"
+        h.update(headers or {})
+        conn = conn or self.connection()
+        conn.request("POST", path, body=body, headers=h)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+
+    def rpc(self, message, **kwargs):
+        status, headers, body = self.post(message, **kwargs)
+        self.assertEqual(status, 200, body)
+        return json.loads(body)
+
+    def tool(self, name, arguments):
+        result = self.rpc(call(name, arguments))["result"]
+        self.assertFalse(result["isError"], result)
+        return json.loads(result["content"][0]["text"])
+
+    def assertCors(self, headers):
+        self.assertEqual(headers["access-control-allow-origin"], "*")
+        self.assertEqual(headers["access-control-allow-methods"], "POST, GET, OPTIONS")
+        self.assertIn("Content-Type, Authorization, Mcp-Session-Id",
+                      headers["access-control-allow-headers"])
+
+    # -- auth
+
+    def test_valid_token_is_served(self):
+        status, headers, body = self.post(request("ping"))
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body), {"jsonrpc": "2.0", "id": 1, "result": {}})
+        self.assertCors(headers)
+
+    def test_missing_or_wrong_token_is_refused(self):
+        for headers, auth in (({}, False), ({"Authorization": "Bearer wrong"}, False),
+                              ({"Authorization": f"Basic {TOKEN}"}, False),
+                              ({"Authorization": TOKEN}, False)):
+            with self.subTest(headers=headers):
+                status, got, body = self.post(request("ping"), headers=headers, auth=auth)
+                self.assertEqual(status, 401)
+                self.assertTrue(got["www-authenticate"].startswith("Bearer"))
+                self.assertEqual(got["content-type"], "application/json")
+                self.assertIn("error", json.loads(body))
+                self.assertCors(got)
+        self.assertEqual(self.store.count(), 0)
+
+    def test_refused_write_changes_nothing(self):
+        status, _, _ = self.post(call("remember", {"content": "sneaky"}), auth=False)
+        self.assertEqual(status, 401)
+        self.assertEqual(self.store.count(), 0)
+
+    # -- CORS and routing
+
+    def test_cors_preflight_needs_no_auth(self):
+        conn = self.connection()
+        conn.request("OPTIONS", "/mcp", headers={"Origin": "https://app.example.com",
+                                                 "Access-Control-Request-Method": "POST"})
+        resp = conn.getresponse()
+        self.assertEqual(resp.status, 204)
+        self.assertEqual(resp.read(), b"")
+        self.assertCors({k.lower(): v for k, v in resp.getheaders()})
+
+    def test_other_paths_and_methods(self):
+        status, headers, _ = self.post(request("ping"), path="/other")
+        self.assertEqual(status, 404)
+        self.assertCors(headers)
+        for method in ("GET", "DELETE"):
+            with self.subTest(method=method):
+                conn = self.connection()
+                conn.request(method, "/mcp", headers={"Authorization": f"Bearer {TOKEN}"})
+                resp = conn.getresponse()
+                resp.read()
+                self.assertEqual(resp.status, 405)
+                self.assertEqual(resp.getheader("Allow"), "POST, OPTIONS")
+                self.assertEqual(resp.getheader("Access-Control-Allow-Origin"), "*")
+
+    # -- MCP over HTTP
+
+    def test_initialize_and_tools_list(self):
+        reply = self.rpc(request("initialize", {"protocolVersion": "2024-11-05"}))
+        self.assertEqual(reply["result"]["protocolVersion"], "2024-11-05")
+        self.assertEqual(reply["result"]["serverInfo"]["name"], "flood-memory")
+        tools = self.rpc(request("tools/list"))["result"]["tools"]
+        self.assertEqual([t["name"] for t in tools],
+                         ["remember", "recall", "connections", "forget", "update"])
+
+    def test_every_tool_over_http(self):
+        a = self.tool("remember", {"content": "The boiler service is due in March", "tags": ["house"]})
+        b = self.tool("remember", {"content": "The plumber is called Ana", "links": [a["id"]]})
+        self.assertEqual([n["id"] for n in self.tool("recall", {"query": "when is the boiler due?"})],
+                         [a["id"]])
+        near = self.tool("connections", {"node_id": a["id"]})
+        self.assertEqual({n["id"]: n["distance"] for n in near}, {a["id"]: 0, b["id"]: 1})
+        self.assertEqual(self.tool("update", {"node_id": b["id"], "tags": ["house"]})["tags"],
+                         ["house"])
+        self.assertEqual(self.tool("forget", {"node_id": a["id"]}), {"id": a["id"], "deleted": True})
+        self.assertEqual(self.store.get(b["id"])["links"], [])
+
+    def test_sse_response(self):
+        status, headers, body = self.post(request("ping", id=7),
+                                          headers={"Accept": "application/json, text/event-stream"})
+        self.assertEqual(status, 200)
+        self.assertEqual(headers["content-type"], "text/event-stream")
+        self.assertEqual(headers["cache-control"], "no-cache")
+        self.assertEqual(body, b'data: {"jsonrpc":"2.0","id":7,"result":{}}\n\n')
+
+    def test_notifications_and_responses_get_202(self):
+        for message in ({"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        {"jsonrpc": "2.0", "id": 3, "result": {}}):
+            with self.subTest(message=message):
+                status, headers, body = self.post(message)
+                self.assertEqual((status, body), (202, b""))
+                self.assertCors(headers)
+
+    def test_malformed_json_is_a_parse_error(self):
+        status, _, body = self.post(b'{"jsonrpc": "2.0", "id": 1, "method": ')
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["error"]["code"], server.PARSE_ERROR)
+
+    # -- origins
+
+    def test_open_server_refuses_foreign_origins(self):
+        self.start(token=None)
+        status, headers, _ = self.post(request("ping"), headers={"Origin": "http://evil.example.com"},
+                                       auth=False)
+        self.assertEqual(status, 403)
+        self.assertCors(headers)
+        status, _, _ = self.post(request("ping"), headers={"Host": "evil.example.com"}, auth=False)
+        self.assertEqual(status, 403)
+        for origin in (f"http://localhost:{self.port}", "http://127.0.0.1:3000", "http://[::1]:9"):
+            with self.subTest(origin=origin):
+                status, _, _ = self.post(request("ping"), headers={"Origin": origin}, auth=False)
+                self.assertEqual(status, 200)
+        self.assertEqual(self.post(request("ping"), auth=False)[0], 200)
+
+    def test_token_allows_any_origin_unless_narrowed(self):
+        self.assertEqual(self.post(request("ping"), headers={"Origin": "https://x.example"})[0], 200)
+        self.start(token=TOKEN, allowed_origins=["https://app.example"])
+        self.assertEqual(self.post(request("ping"), headers={"Origin": "https://x.example"})[0], 403)
+        self.assertEqual(self.post(request("ping"), headers={"Origin": "https://app.example"})[0], 200)
+
+    # -- hostile clients
+
+    def test_missing_content_length_is_411(self):
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        self.addCleanup(sock.close)
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     b"Authorization: Bearer " + TOKEN.encode() + b"\r\n\r\n")
+        self.assertTrue(sock.recv(4096).startswith(b"HTTP/1.1 411"))
+
+    def test_oversized_body_is_413_without_reading_it(self):
+        self.start(token=TOKEN, max_body=1000)
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        self.addCleanup(sock.close)
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 50000000\r\n"
+                     b"Authorization: Bearer " + TOKEN.encode() + b"\r\n\r\n")
+        reply = b""
+        while chunk := sock.recv(4096):  # the server answers, then closes
+            reply += chunk
+        self.assertTrue(reply.startswith(b"HTTP/1.1 413"), reply)
+        self.assertIn(b"the limit is 1000", reply)
+
+    def test_connection_keeps_working_after_401_and_413(self):
+        self.start(token=TOKEN, max_body=2000)
+        conn = self.connection()
+        self.assertEqual(self.post(request("ping"), auth=False, conn=conn)[0], 401)
+        self.assertEqual(self.post(request("ping", id=2), conn=conn)[0], 200)
+        self.assertEqual(self.post(call("remember", {"content": "x" * 5000}), conn=conn)[0], 413)
+        status, _, body = self.post(request("ping", id=3), conn=conn)
+        self.assertEqual((status, json.loads(body)["id"]), (200, 3))
+        self.assertEqual(self.store.count(), 0)
+
+    def test_stalled_clients_are_timed_out_and_do_not_block_others(self):
+        self.start(token=TOKEN, request_timeout=1.0)
+        stalled_body = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        self.addCleanup(stalled_body.close)
+        stalled_body.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+                             b"Authorization: Bearer " + TOKEN.encode() + b"\r\n\r\n{\"json")
+        slow_headers = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        self.addCleanup(slow_headers.close)
+        slow_headers.sendall(b"POST /mcp HTTP/1.1\r\n")
+        started = time.monotonic()
+        self.assertEqual(self.post(request("ping"))[0], 200)  # others are served meanwhile
+        for _ in range(6):  # a header byte every 0.3 s: never stalls, never finishes
+            time.sleep(0.3)
+            try:
+                slow_headers.sendall(b"X")
+            except OSError:
+                break
+        self.assertEqual(stalled_body.recv(100), b"")
+        self.assertEqual(slow_headers.recv(100), b"")
+        self.assertLess(time.monotonic() - started, 4)
+
+    def test_client_that_vanishes_mid_reply_leaves_no_traceback(self):
+        for i in range(30):
+            self.store.add(f"long memory {i} " + "word " * 2000)
+        with self.assertNoLogs(level=logging.ERROR):
+            for _ in range(5):
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+                body = json.dumps(call("recall", {"query": "long memory", "limit": 30})).encode()
+                sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n"
+                             b"Authorization: Bearer %s\r\n\r\n%s" % (len(body), TOKEN.encode(), body))
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                sock.close()
+            time.sleep(0.5)
+        self.assertEqual(self.post(request("ping"))[0], 200)
+
+    def test_access_log_has_one_line_per_request_without_the_token(self):
+        with self.assertLogs("flood-memory.http", "INFO") as logs:
+            self.post(request("ping"))
+            self.post(request("ping"), auth=False)
+        lines = [line for line in logs.output if "POST /mcp" in line]
+        self.assertEqual(len(lines), 2)
+        self.assertIn(" 200 ", lines[0])
+        self.assertIn(" 401 ", lines[1])
+        self.assertFalse(any(TOKEN in line for line in logs.output))
+
+    # -- configuration and process
+
+    def test_settings_from_the_environment(self):
+        settings = server_remote._settings
+        self.assertEqual((settings({})["host"], settings({})["port"]), ("127.0.0.1", 8080))
+        with_token = settings({"FLOOD_MEMORY_AUTH_TOKEN": "t"})
+        self.assertEqual((with_token["host"], with_token["token"]), ("0.0.0.0", "t"))
+        self.assertEqual(settings({"FLOOD_MEMORY_HOST": "10.0.0.5"})["host"], "10.0.0.5")
+        self.assertEqual(settings({"FLOOD_MEMORY_ALLOWED_ORIGINS": "https://a, https://b"})
+                         ["allowed_origins"], ["https://a", "https://b"])
+        for env, name in (({"FLOOD_MEMORY_PORT": "http"}, "FLOOD_MEMORY_PORT"),
+                          ({"FLOOD_MEMORY_PORT": "70000"}, "FLOOD_MEMORY_PORT"),
+                          ({"FLOOD_MEMORY_MAX_BODY": "-1"}, "FLOOD_MEMORY_MAX_BODY")):
+            with self.subTest(env=env), self.assertRaises(ValueError) as cm:
+                settings(env)
+            self.assertIn(name, str(cm.exception))
+
+    def run_remote(self, env, **kwargs):
+        env = dict(os.environ, FLOOD_MEMORY_DIR=os.path.join(self.dir, "remote"), **env)
+        env.pop("FLOOD_MEMORY_AUTH_TOKEN", None) if "FLOOD_MEMORY_AUTH_TOKEN" not in env else None
+        return subprocess.Popen([sys.executable, os.path.join(HERE, "server_remote.py")], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, **kwargs)
+
+    def test_bad_port_or_port_in_use_is_one_line_and_exit_1(self):
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            for value, message in ((str(port), "cannot listen on 127.0.0.1:%d" % port),
+                                   ("notaport", "FLOOD_MEMORY_PORT must be a port number")):
+                with self.subTest(port=value):
+                    proc = self.run_remote({"FLOOD_MEMORY_PORT": value,
+                                            "FLOOD_MEMORY_HOST": "127.0.0.1"})
+                    out, err = proc.communicate(timeout=30)
+                    self.assertEqual(proc.returncode, 1)
+                    lines = [l for l in err.decode().splitlines() if "WARNING" not in l]
+                    self.assertEqual(len(lines), 1, err)
+                    self.assertIn(message, lines[0])
+                    self.assertNotIn("Traceback", err.decode())
+
+    def test_sigterm_shuts_down_cleanly(self):
+        port = free_port()
+        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port), "FLOOD_MEMORY_AUTH_TOKEN": TOKEN,
+                                "FLOOD_MEMORY_HOST": "127.0.0.1"})
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.assertTrue(wait_for_port(port, proc), proc.stderr.read() if proc.poll() else "")
+        self.port = port
+        self.assertEqual(self.post(call("remember", {"content": "kept"}))[0], 200)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertNotIn(b"Traceback", err)
+        data = os.path.join(self.dir, "remote")
+        self.assertFalse(os.path.exists(os.path.join(data, store.DB_NAME + "-wal")),
+                         "the database was not closed")
+        self.assertEqual(len(Store(os.path.join(data, store.DB_NAME)).search("kept")), 1)
+
+    def test_no_token_warns_and_listens_on_loopback(self):
+        port = free_port()
+        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port)})
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.assertTrue(wait_for_port(port, proc))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        self.assertIn(b"authentication is disabled", err)
+        self.assertIn(b"listening on http://127.0.0.1:%d/mcp" % port, err)
+
+    def test_stdio_and_remote_share_one_directory_without_losses(self):
+        hub = self.store.add("shared hub")
+        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir)
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.DEVNULL)
+        n = 60
+        stdio_lines = "".join(json.dumps(call("remember", {"content": f"stdio {i}", "links": [hub["id"]]},
+                                               id=i)) + "\n" for i in range(n))
+        remote_ids = []
+
+        def remote_writes():
+            for i in range(n):
+                remote_ids.append(self.tool("remember", {"content": f"remote {i}",
+                                                         "links": [hub["id"]]})["id"])
+
+        writer = threading.Thread(target=remote_writes)
+        writer.start()
+        out, _ = proc.communicate(stdio_lines.encode(), timeout=60)
+        writer.join()
+        stdio_ids = [json.loads(json.loads(line)["result"]["content"][0]["text"])["id"]
+                     for line in out.decode().splitlines()]
+        self.assertEqual((len(stdio_ids), len(remote_ids)), (n, n))
+        self.assertEqual(set(self.store.get(hub["id"])["links"]), set(stdio_ids + remote_ids))
+        self.assertEqual(self.store.count(), 2 * n + 1)
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertTrue(fts_agrees(self.path))
 
 
 def main(argv=None):

@@ -1,0 +1,422 @@
+"""Flood Memory's MCP server over HTTP: POST /mcp, answered as JSON or as one SSE event.
+
+A thin `BaseHTTPRequestHandler` on a `ThreadingHTTPServer`. It checks what HTTP must check
+(path, origin, bearer token, protocol-version header, body size) and hands the body to the
+same `handle_payload` as the stdio server. Stateless: no sessions, each POST stands alone.
+Each request runs in its own thread with its own SQLite connection.
+"""
+
+import hmac
+import ipaddress
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import server as mcp
+from store import DEFAULT_DIR, StoreError, open_directory
+
+log = logging.getLogger("flood-memory.http")
+
+MCP_PATH = "/mcp"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_BODY = 10 * 1024 * 1024
+REQUEST_TIMEOUT = 30.0      # seconds a client may take to send one request, headers and body
+SHUTDOWN_GRACE = 10.0       # seconds in-flight requests get to finish on SIGTERM
+# Revision assumed for a request without an MCP-Protocol-Version header (transport spec).
+HEADERLESS_VERSION = "2025-03-26"
+
+CORS_HEADERS = {
+    "Access-Control-Allow-Origin": "*",
+    "Access-Control-Allow-Methods": "POST, GET, OPTIONS",
+    "Access-Control-Allow-Headers": "Content-Type, Authorization, Mcp-Session-Id, "
+                                    "Mcp-Protocol-Version",
+}
+ALLOW = "POST, OPTIONS"
+
+TRANSPORT_ERROR = -32000    # JSON-RPC code for a request refused by the HTTP layer
+
+
+def is_loopback(hostname):
+    """Whether a host name (no port) names this machine's loopback interface."""
+    if hostname is None:
+        return False
+    hostname = hostname.strip("[]").lower()
+    if hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(hostname).is_loopback
+    except ValueError:
+        return False
+
+
+def origin_host(origin):
+    try:
+        return urlsplit(origin).hostname
+    except ValueError:
+        return None
+
+
+class _Deadline:
+    """Wraps a request's input so that reading it as a whole cannot outlast a deadline.
+
+    A per-read socket timeout alone lets a client trickle one byte at a time forever.
+    """
+
+    def __init__(self, rfile, sock, seconds):
+        self._rfile = rfile
+        self._sock = sock
+        self._end = time.monotonic() + seconds
+
+    def _arm(self):
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("request took too long to arrive")
+        self._sock.settimeout(left)
+
+    def readline(self, *args):
+        self._arm()
+        return self._rfile.readline(*args)
+
+    def read(self, *args):
+        self._arm()
+        return self._rfile.read(*args)
+
+    def __getattr__(self, name):
+        return getattr(self._rfile, name)
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One client connection: requests in, replies out, kept alive between requests."""
+
+    protocol_version = "HTTP/1.1"
+    server_version = "flood-memory/" + mcp.SERVER_INFO["version"]
+
+    def version_string(self):
+        return self.server_version
+
+    # -- plumbing
+
+    def setup(self):
+        super().setup()
+        self._raw_rfile = self.rfile
+
+    def handle_one_request(self):
+        self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.request_timeout)
+        try:
+            super().handle_one_request()
+        except (TimeoutError, ConnectionError) as exc:
+            log.info("%s: connection dropped: %s", self.client_address[0], exc)
+            self.close_connection = True
+
+    def log_message(self, format, *args):
+        log.info("%s %s", self.client_address[0], format % args)
+
+    def send(self, status, body=b"", content_type="application/json", headers=()):
+        """One complete response, with the CORS headers every response carries."""
+        self.send_response(status)
+        for name, value in CORS_HEADERS.items():
+            self.send_header(name, value)
+        for name, value in headers:
+            self.send_header(name, value)
+        if body or status not in (HTTPStatus.NO_CONTENT, HTTPStatus.ACCEPTED):
+            self.send_header("Content-Type", content_type)
+        if status != HTTPStatus.NO_CONTENT:
+            self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def refuse(self, status, message, headers=(), *, drain=True):
+        """An error response with a JSON-RPC error body; the unread body is drained or the
+        connection closed, so the next request on it starts clean."""
+        if not drain or not self._drain():
+            self.close_connection = True
+        body = mcp.encode(mcp.rpc_error(None, TRANSPORT_ERROR, message))
+        self.send(status, body, headers=headers)
+
+    def _drain(self):
+        """Read and drop a body small enough to read; False if it should not be read."""
+        length = self.headers.get("Content-Length")
+        if length is None:
+            return self.headers.get("Transfer-Encoding") is None
+        try:
+            length = int(length)
+        except ValueError:
+            return False
+        if length < 0 or length > self.server.max_body:
+            return False
+        while length > 0:
+            chunk = self.rfile.read(min(length, 65536))
+            if not chunk:
+                return False
+            length -= len(chunk)
+        return True
+
+    def on_mcp_path(self):
+        if urlsplit(self.path).path == MCP_PATH:
+            return True
+        self.refuse(HTTPStatus.NOT_FOUND, f"not found: this server answers on {MCP_PATH} only")
+        return False
+
+    # -- methods
+
+    def do_OPTIONS(self):
+        if self.on_mcp_path():
+            self.send(HTTPStatus.NO_CONTENT, headers=[("Access-Control-Max-Age", "86400"),
+                                                      ("Allow", ALLOW)])
+
+    def do_POST(self):
+        if not self.on_mcp_path() or not self.origin_allowed() or not self.authorized():
+            return
+        version = self.headers.get("Mcp-Protocol-Version")
+        if version is not None and version not in mcp.PROTOCOL_VERSIONS:
+            self.refuse(HTTPStatus.BAD_REQUEST, f"unsupported MCP-Protocol-Version {version!r:.40}; "
+                                                f"this server speaks "
+                                                f"{', '.join(mcp.PROTOCOL_VERSIONS)}")
+            return
+        body = self.read_body()
+        if body is None:
+            return
+        payload, reply = mcp.decode(body)
+        if reply is None:
+            if not self.server.begin_request():
+                self.close_connection = True
+                self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
+                return
+            try:
+                session = mcp.Session(version or HEADERLESS_VERSION)
+                reply = mcp.handle_payload(payload, self.server.store, session)
+            finally:
+                self.server.end_request()
+        if reply is None:
+            self.send(HTTPStatus.ACCEPTED)
+            return
+        data = mcp.encode(reply)
+        if "text/event-stream" in self.headers.get("Accept", ""):
+            self.send(HTTPStatus.OK, b"data: " + data + b"\n\n", "text/event-stream",
+                      [("Cache-Control", "no-cache")])
+        else:
+            self.send(HTTPStatus.OK, data)
+
+    def do_GET(self):
+        if self.on_mcp_path():
+            self.refuse(HTTPStatus.METHOD_NOT_ALLOWED, "this server offers no event stream; "
+                                                       "POST JSON-RPC messages instead",
+                        [("Allow", ALLOW)])
+
+    def do_DELETE(self):
+        if self.on_mcp_path():
+            self.refuse(HTTPStatus.METHOD_NOT_ALLOWED, "this server keeps no sessions to end",
+                        [("Allow", ALLOW)])
+
+    def do_PUT(self):
+        if self.on_mcp_path():
+            self.refuse(HTTPStatus.METHOD_NOT_ALLOWED, f"use POST on {MCP_PATH}",
+                        [("Allow", ALLOW)])
+
+    do_PATCH = do_PUT
+    do_HEAD = do_PUT
+
+    # -- checks
+
+    def origin_allowed(self):
+        """The DNS-rebinding defence: browsers on foreign pages may not reach an open server.
+
+        Without a token, a request whose Origin is not loopback is refused; so is, when the
+        server listens on loopback only, one whose Host is not (a rebound name).
+        """
+        if self.server.token is None and self.server.loopback_only:
+            host = self.headers.get("Host", "")
+            if not is_loopback(origin_host("//" + host)):
+                self.refuse(HTTPStatus.FORBIDDEN, f"host {host!r:.80} is not allowed")
+                return False
+        origin = self.headers.get("Origin")
+        if origin is None or origin in self.server.allowed_origins:
+            return True
+        if self.server.token is not None and not self.server.allowed_origins:
+            return True  # the token is the defence
+        if self.server.token is None and is_loopback(origin_host(origin)):
+            return True
+        self.refuse(HTTPStatus.FORBIDDEN, f"origin {origin!r:.80} is not allowed")
+        return False
+
+    def authorized(self):
+        token = self.server.token
+        if token is None:
+            return True
+        scheme, _, given = self.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                              token.encode()):
+            return True
+        if scheme:
+            challenge = 'Bearer realm="flood-memory", error="invalid_token"'
+            message = "the bearer token is wrong"
+        else:
+            challenge = 'Bearer realm="flood-memory"'
+            message = "this server needs Authorization: Bearer <token>"
+        self.refuse(HTTPStatus.UNAUTHORIZED, message, [("WWW-Authenticate", challenge)])
+        return False
+
+    def read_body(self):
+        """The request body, or None after refusing the request."""
+        length = self.headers.get("Content-Length")
+        if length is None:
+            self.refuse(HTTPStatus.LENGTH_REQUIRED, "the request needs a Content-Length header",
+                        drain=False)
+            return None
+        try:
+            length = int(length)
+            if length < 0:
+                raise ValueError
+        except ValueError:
+            self.refuse(HTTPStatus.BAD_REQUEST, "Content-Length is not a number", drain=False)
+            return None
+        if length > self.server.max_body:
+            self.refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                        f"the body is {length} bytes; the limit is {self.server.max_body}",
+                        drain=False)
+            return None
+        chunks = []
+        while length > 0:
+            chunk = self.rfile.read(min(length, 1 << 20))
+            if not chunk:
+                raise ConnectionError("the client closed the connection mid-body")
+            chunks.append(chunk)
+            length -= len(chunk)
+        return b"".join(chunks)
+
+
+class RemoteServer(ThreadingHTTPServer):
+    """The HTTP server: one thread per connection, all sharing one Store."""
+
+    daemon_threads = True
+
+    def __init__(self, address, store, *, token=None, allowed_origins=(),
+                 max_body=DEFAULT_MAX_BODY, request_timeout=REQUEST_TIMEOUT):
+        self.store = store
+        self.token = token or None
+        self.allowed_origins = frozenset(allowed_origins)
+        self.max_body = max_body
+        self.request_timeout = request_timeout
+        self.loopback_only = is_loopback(address[0])
+        self._busy = 0
+        self._stopping = False
+        self._idle = threading.Condition()
+        super().__init__(address, Handler)
+
+    def begin_request(self):
+        """Count a request as in flight; False once the server is stopping."""
+        with self._idle:
+            if self._stopping:
+                return False
+            self._busy += 1
+            return True
+
+    def end_request(self):
+        with self._idle:
+            self._busy -= 1
+            self._idle.notify_all()
+
+    def drain(self, timeout):
+        """Refuse new requests and wait for those in flight; False if some outlast `timeout`."""
+        with self._idle:
+            self._stopping = True
+            return self._idle.wait_for(lambda: self._busy == 0, timeout)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.store.close_thread()
+
+    def handle_error(self, request, client_address):
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            log.info("%s: connection dropped: %s", client_address[0], exc)
+        else:
+            log.exception("error serving %s", client_address[0])
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def _settings(environ):
+    """Typed settings from the environment, or ValueError saying which one is wrong."""
+    token = environ.get("FLOOD_MEMORY_AUTH_TOKEN") or None
+    host = environ.get("FLOOD_MEMORY_HOST") or ("0.0.0.0" if token else "127.0.0.1")
+    port_text = environ.get("FLOOD_MEMORY_PORT") or str(DEFAULT_PORT)
+    try:
+        port = int(port_text)
+        if not 0 <= port <= 65535:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"FLOOD_MEMORY_PORT must be a port number (0-65535), "
+                         f"got {port_text!r}") from None
+    body_text = environ.get("FLOOD_MEMORY_MAX_BODY") or str(DEFAULT_MAX_BODY)
+    try:
+        max_body = int(body_text)
+        if max_body < 1:
+            raise ValueError
+    except ValueError:
+        raise ValueError(f"FLOOD_MEMORY_MAX_BODY must be a number of bytes, "
+                         f"got {body_text!r}") from None
+    origins = [o.strip() for o in environ.get("FLOOD_MEMORY_ALLOWED_ORIGINS", "").split(",")]
+    return {"token": token, "host": host, "port": port, "max_body": max_body,
+            "allowed_origins": [o for o in origins if o],
+            "directory": environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR}
+
+
+def main(argv=None):
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="flood-memory: %(levelname)s: %(message)s")
+    try:
+        settings = _settings(os.environ)
+    except ValueError as exc:
+        print(f"flood-memory: {exc}", file=sys.stderr)
+        return 1
+    try:
+        store = open_directory(settings["directory"])
+    except StoreError as exc:
+        print(f"flood-memory: {exc}", file=sys.stderr)
+        return 1
+    host, port = settings["host"], settings["port"]
+    try:
+        httpd = RemoteServer((host, port), store, token=settings["token"],
+                             allowed_origins=settings["allowed_origins"],
+                             max_body=settings["max_body"])
+    except (OSError, OverflowError) as exc:
+        store.close()
+        print(f"flood-memory: cannot listen on {host}:{port}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
+    if settings["token"] is None:
+        log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set: authentication is disabled, so "
+                    "anyone who can reach %s:%d can read and change the memories", host, port)
+    log.info("listening on http://%s:%d%s", host, httpd.server_address[1], MCP_PATH)
+
+    def stop(signum, frame):
+        log.info("stopping: letting requests in flight finish")
+        threading.Thread(target=httpd.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        httpd.serve_forever()
+    finally:
+        if not httpd.drain(SHUTDOWN_GRACE):
+            log.warning("requests still in flight after %g s; stopping anyway", SHUTDOWN_GRACE)
+        httpd.server_close()
+        store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
