@@ -521,6 +521,53 @@ def call(name, arguments, id=1):
     return request("tools/call", {"name": name, "arguments": arguments}, id)
 
 
+def conforms(value, schema, path="$"):
+    """Problems with `value` under the JSON Schema subset the tools use; [] when it conforms."""
+    kinds = {"object": dict, "array": list, "string": str, "integer": int, "boolean": bool}
+    kind = schema.get("type")
+    if kind and (not isinstance(value, kinds[kind]) or
+                 (kind == "integer" and isinstance(value, bool))):
+        return [f"{path}: expected {kind}, got {type(value).__name__}"]
+    problems = []
+    if kind == "integer" and "minimum" in schema and value < schema["minimum"]:
+        problems.append(f"{path}: {value} < {schema['minimum']}")
+    if kind == "object":
+        props = schema.get("properties", {})
+        problems += [f"{path}: missing {k}" for k in schema.get("required", []) if k not in value]
+        if schema.get("additionalProperties") is False:
+            problems += [f"{path}: unexpected {k}" for k in value if k not in props]
+        for k, v in value.items():
+            if k in props:
+                problems += conforms(v, props[k], f"{path}.{k}")
+    if kind == "array" and "items" in schema:
+        for i, v in enumerate(value):
+            problems += conforms(v, schema["items"], f"{path}[{i}]")
+    return problems
+
+
+def schema_problems(schema, path="$"):
+    """Ways `schema` is not a well-formed JSON Schema of the forms the tools use."""
+    problems = []
+    if not isinstance(schema, dict) or schema.get("type") not in (
+            "object", "array", "string", "integer", "boolean"):
+        return [f"{path}: no valid type"]
+    allowed = {"type", "description", "default", "properties", "required", "items", "minimum",
+               "maximum", "minLength", "additionalProperties", "title"}
+    problems += [f"{path}: unknown keyword {k}" for k in schema if k not in allowed]
+    if "default" in schema:
+        problems += conforms(schema["default"], schema, path + ".default")
+    for k, sub in schema.get("properties", {}).items():
+        problems += schema_problems(sub, f"{path}.{k}")
+    for k in schema.get("required", []):
+        if k not in schema.get("properties", {}):
+            problems.append(f"{path}: required {k} is not a property")
+    if "items" in schema:
+        problems += schema_problems(schema["items"], path + "[]")
+    if "minimum" in schema and "maximum" in schema and schema["minimum"] > schema["maximum"]:
+        problems.append(f"{path}: minimum above maximum")
+    return problems
+
+
 class StdioTest(TempDirTest):
 
     def setUp(self):
@@ -653,6 +700,123 @@ class StdioTest(TempDirTest):
             "", "   ",
             request("ping", id=1))
         self.assertEqual(replies, [{"jsonrpc": "2.0", "id": 1, "result": {}}])
+
+    # -- protocol revisions
+
+    def test_supported_revisions_are_echoed(self):
+        for version in ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"):
+            with self.subTest(version=version):
+                reply = self.exchange(request("initialize", {"protocolVersion": version}))[0]
+                self.assertEqual(reply["result"]["protocolVersion"], version)
+        for params in ({"protocolVersion": "2026-07-28"}, {"protocolVersion": 5}, {}):
+            with self.subTest(params=params):
+                reply = self.exchange(request("initialize", params))[0]
+                self.assertEqual(reply["result"]["protocolVersion"], "2025-11-25")
+
+    def test_initialize_carries_instructions(self):
+        result = self.exchange(request("initialize", {"protocolVersion": "2025-11-25"}))[0]["result"]
+        text = result["instructions"]
+        for advice in ("recall", "remember", "Link", "update"):
+            self.assertIn(advice, text)
+        self.assertLessEqual(text.count(". "), 3)
+
+    def test_ping_and_tools_work_before_initialize(self):
+        replies = self.exchange(request("ping", id=1), request("tools/list", id=2))
+        self.assertEqual(replies[0]["result"], {})
+        self.assertEqual(len(replies[1]["result"]["tools"]), 5)
+
+    def test_discover_probe_gets_a_prompt_method_not_found(self):
+        reply = self.exchange(request("server/discover", {"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}))[0]
+        self.assertEqual(reply["error"]["code"], server.METHOD_NOT_FOUND)
+
+    def test_batches_only_in_2025_03_26(self):
+        batch = [request("ping", id=1), {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 call("remember", {"content": "batched"}, id=2)]
+        replies = self.exchange(request("initialize", {"protocolVersion": "2025-03-26"}, id=0),
+                                batch,
+                                [request("initialize", {"protocolVersion": "2025-03-26"}, id=3),
+                                 request("ping", id=4)],
+                                [],
+                                [{"jsonrpc": "2.0", "method": "notifications/initialized"}],
+                                request("ping", id=5))
+        self.assertEqual([r["id"] for r in replies[1]], [1, 2])
+        self.assertFalse(replies[1][1]["result"]["isError"])
+        self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies[2]],
+                         [(3, server.INVALID_REQUEST), (4, None)])
+        self.assertEqual(replies[3]["error"]["code"], server.INVALID_REQUEST)
+        self.assertEqual(replies[4]["id"], 5)  # a batch of notifications gets no reply
+        self.assertEqual(self.store.count(), 1)
+        for version in ("2024-11-05", "2025-06-18", "2025-11-25"):
+            with self.subTest(version=version):
+                replies = self.exchange(request("initialize", {"protocolVersion": version}, id=0),
+                                        batch, request("ping", id=9))
+                self.assertEqual(replies[1]["error"]["code"], server.INVALID_REQUEST)
+                self.assertIsNone(replies[1]["id"])
+                self.assertEqual(replies[2]["id"], 9)
+        self.assertEqual(self.store.count(), 1)
+
+    def test_tools_list_cursor(self):
+        replies = self.exchange(request("tools/list", {"cursor": "bogus"}, id=1),
+                                request("tools/list", {"cursor": None}, id=2))
+        self.assertEqual(replies[0]["error"]["code"], server.INVALID_PARAMS)
+        self.assertNotIn("nextCursor", replies[1]["result"])
+
+    def tools_for(self, version):
+        replies = self.exchange(request("initialize", {"protocolVersion": version}, id=0),
+                                request("tools/list"))
+        return {t["name"]: t for t in replies[1]["result"]["tools"]}
+
+    def test_tool_metadata_follows_the_revision(self):
+        old = self.tools_for("2024-11-05")
+        self.assertTrue(all(set(t) == {"name", "description", "inputSchema"} for t in old.values()))
+        mid = self.tools_for("2025-03-26")
+        self.assertTrue(all("annotations" in t and "outputSchema" not in t for t in mid.values()))
+        for version in ("2025-06-18", "2025-11-25"):
+            with self.subTest(version=version):
+                new = self.tools_for(version)
+                for name, tool in new.items():
+                    self.assertRegex(name, r"^[A-Za-z0-9_.-]{1,128}$")
+                    self.assertEqual(tool["title"], name.capitalize())
+                    self.assertEqual(schema_problems(tool["inputSchema"]), [])
+                    self.assertEqual(schema_problems(tool["outputSchema"]), [])
+                    self.assertFalse(tool["inputSchema"]["additionalProperties"])
+                    self.assertFalse(tool["annotations"]["openWorldHint"])
+                    self.assertGreater(len(tool["description"]), 100)
+        notes = {name: t["annotations"] for name, t in new.items()}
+        self.assertTrue(notes["recall"]["readOnlyHint"] and notes["connections"]["readOnlyHint"])
+        self.assertFalse(notes["remember"]["readOnlyHint"] or notes["remember"]["destructiveHint"])
+        for name in ("update", "forget"):
+            self.assertTrue(notes[name]["destructiveHint"] and notes[name]["idempotentHint"])
+        props = {name: t["inputSchema"]["properties"] for name, t in new.items()}
+        self.assertEqual((props["recall"]["limit"]["minimum"], props["recall"]["limit"]["maximum"]),
+                         (1, store.MAX_LIMIT))
+        self.assertEqual((props["connections"]["depth"]["minimum"],
+                          props["connections"]["depth"]["maximum"]), (0, store.MAX_DEPTH))
+
+    def test_structured_content_conforms_to_the_output_schema(self):
+        version = "2025-06-18"
+        tools = self.tools_for(version)
+        results = {}
+
+        def run(name, arguments):
+            result = self.tool(name, arguments, version)
+            self.assertFalse(result["isError"], result)
+            self.assertEqual(json.loads(result["content"][0]["text"]), result["structuredContent"])
+            self.assertEqual(conforms(result["structuredContent"], tools[name]["outputSchema"]), [])
+            results[name] = result["structuredContent"]
+            return result["structuredContent"]
+
+        a = run("remember", {"content": "structured alpha", "tags": ["s"]})
+        run("remember", {"content": "structured beta", "links": [a["id"]]})
+        self.assertEqual(len(run("recall", {"query": "structured"})["results"]), 2)
+        self.assertEqual(len(run("connections", {"node_id": a["id"]})["nodes"]), 2)
+        run("update", {"node_id": a["id"], "content": "structured gamma"})
+        run("forget", {"node_id": a["id"]})
+        self.assertEqual(set(results), set(server.TOOLS))
+        errors = self.tool("forget", {"node_id": a["id"]}, version)
+        self.assertTrue(errors["isError"])
+        self.assertNotIn("structuredContent", errors)
 
     def test_server_process_end_to_end(self):
         env = dict(os.environ, FLOOD_MEMORY_DIR=os.path.join(self.dir, "proc"))
@@ -856,6 +1020,43 @@ class RemoteTest(TempDirTest):
         status, _, body = self.post(b'{"jsonrpc": "2.0", "id": 1, "method": ')
         self.assertEqual(status, 200)
         self.assertEqual(json.loads(body)["error"]["code"], server.PARSE_ERROR)
+
+    def test_protocol_version_header(self):
+        for version in server.PROTOCOL_VERSIONS:
+            with self.subTest(version=version):
+                status, _, _ = self.post(request("ping"), headers={"MCP-Protocol-Version": version})
+                self.assertEqual(status, 200)
+        status, headers, body = self.post(request("ping"),
+                                          headers={"MCP-Protocol-Version": "1999-01-01"})
+        self.assertEqual(status, 400)
+        self.assertIn("unsupported MCP-Protocol-Version", json.loads(body)["error"]["message"])
+        self.assertCors(headers)
+
+    def test_revision_follows_the_header_and_defaults_to_2025_03_26(self):
+        tools = self.rpc(request("tools/list"))["result"]["tools"]
+        self.assertTrue(all("annotations" in t and "outputSchema" not in t for t in tools))
+        tools = self.rpc(request("tools/list"), headers={"MCP-Protocol-Version": "2025-11-25"})
+        self.assertTrue(all("outputSchema" in t for t in tools["result"]["tools"]))
+        result = self.rpc(call("remember", {"content": "structured over http"}),
+                          headers={"MCP-Protocol-Version": "2025-06-18"})["result"]
+        self.assertEqual(result["structuredContent"]["content"], "structured over http")
+
+    def test_batches_over_http(self):
+        batch = [request("ping", id=1), request("ping", id=2)]
+        replies = self.rpc(batch)  # no header: 2025-03-26, which has batches
+        self.assertEqual([r["id"] for r in replies], [1, 2])
+        reply = self.rpc(batch, headers={"MCP-Protocol-Version": "2025-06-18"})
+        self.assertEqual(reply["error"]["code"], server.INVALID_REQUEST)
+        status, _, body = self.post([{"jsonrpc": "2.0", "method": "notifications/initialized"}])
+        self.assertEqual((status, body), (202, b""))
+
+    def test_stateless_and_prompt_on_discover(self):
+        status, headers, body = self.post(request("server/discover", id=4), headers={
+            "MCP-Protocol-Version": "2025-11-25"})
+        self.assertEqual(status, 200)
+        self.assertEqual(json.loads(body)["error"]["code"], server.METHOD_NOT_FOUND)
+        status, headers, _ = self.post(request("initialize", {"protocolVersion": "2025-11-25"}))
+        self.assertNotIn("mcp-session-id", headers)
 
     # -- origins
 
