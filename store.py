@@ -7,9 +7,12 @@ the triggers that keep the full-text index in step with the table, bidirectional
 access tracking.
 """
 
+import collections
 import contextlib
+import heapq
 import json
 import logging
+import math
 import os
 import re
 import sqlite3
@@ -23,7 +26,7 @@ log = logging.getLogger(__name__)
 # ----------------------------------------------------------------------------- schema
 
 SCHEMA = """
--- One row per memory. `rowid` is implicit and is what the full-text index points at.
+-- One row per memory. `rowid` is implicit; the full-text index and the tables below point at it.
 CREATE TABLE nodes (
     id TEXT PRIMARY KEY,         -- uuid4, lower case
     content TEXT NOT NULL,       -- the memory itself, no length limit
@@ -47,22 +50,103 @@ END;
 CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
     INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
 END;
-CREATE TRIGGER nodes_au AFTER UPDATE ON nodes BEGIN
+-- Only new content is re-indexed: counting an access or editing links leaves the index alone.
+CREATE TRIGGER nodes_au AFTER UPDATE OF content ON nodes BEGIN
     INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
 END;
+
+-- Tag index, one row per tag of a memory, kept by triggers: tag filters read no JSON.
+CREATE TABLE node_tags (
+    tag TEXT NOT NULL,
+    node INTEGER NOT NULL,       -- nodes.rowid
+    PRIMARY KEY (tag, node)
+) WITHOUT ROWID;
+CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
+    INSERT OR IGNORE INTO node_tags (tag, node)
+        SELECT value, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+END;
+CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
+    DELETE FROM node_tags
+        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+END;
+CREATE TRIGGER node_tags_au AFTER UPDATE OF tags ON nodes BEGIN
+    DELETE FROM node_tags
+        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+    INSERT OR IGNORE INTO node_tags (tag, node)
+        SELECT value, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+END;
+
+-- How many memories hold each term the index holds (a porter stem). Store keeps it in the
+-- transaction of every write; ranking reads document frequencies here instead of scanning.
+CREATE TABLE terms (
+    term TEXT PRIMARY KEY,
+    df INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Terms so common that ranking them through the index would read much of it. Each has an
+-- impact list in hot_postings holding exactly the memories whose impact exceeds `floor`.
+CREATE TABLE hot_terms (
+    term TEXT PRIMARY KEY,
+    floor REAL NOT NULL,         -- every memory with a larger impact is in hot_postings
+    avgdl REAL NOT NULL,         -- average memory length (tokens) the impacts were taken at
+    size INTEGER NOT NULL        -- rows in hot_postings for the term
+) WITHOUT ROWID;
+
+CREATE TABLE hot_postings (
+    term TEXT NOT NULL,
+    impact REAL NOT NULL,        -- BM25's term-frequency part: tf(k1+1) / (tf + k1(1-b+b dl/avgdl))
+    node INTEGER NOT NULL,       -- nodes.rowid
+    PRIMARY KEY (term, impact, node)
+) WITHOUT ROWID;
+CREATE INDEX hot_postings_node ON hot_postings (node);
 """
 
 # Versions of SCHEMA, kept in PRAGMA user_version:
 # 1: nodes, nodes_fts and its three triggers, as SPEC.md gives them.
-SCHEMA_VERSION = 1
+# 2: nodes_au fires on content only; node_tags; terms, hot_terms and hot_postings for ranking.
+SCHEMA_VERSION = 2
+
+
+
+def _statements(script):
+    """Split a schema script into statements (a trigger body holds `;` until its END)."""
+    statements, current = [], ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        current += line
+        if sqlite3.complete_statement(current):
+            statements.append(current.strip())
+            current = ""
+    return statements
+
+
+def _creating(script, *prefixes):
+    """The CREATE statements of `script` whose object's name starts with one of `prefixes`."""
+    found = []
+    for statement in _statements(script):
+        words = statement.split()
+        name = words[3] if words[1] == "VIRTUAL" else words[2]
+        if name.startswith(prefixes):
+            found.append(statement)
+    return found
+
 
 # MIGRATIONS[v] holds the statements that take a version-v database to version v + 1.
-MIGRATIONS = {}
+MIGRATIONS = {
+    1: ["DROP TRIGGER nodes_au",
+        *_creating(SCHEMA, "nodes_au", "node_tags", "terms", "hot_"),
+        "INSERT OR IGNORE INTO node_tags (tag, node) SELECT j.value, n.rowid "
+        "FROM nodes n, json_each(n.tags) j WHERE json_valid(n.tags) AND j.type = 'text'"],
+}
 
-# The tables a Flood Memory database may hold; anything else means the file is not ours.
-_OWN_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
-               "nodes_fts_config", "nodes_fts_content"}
+# Versions from which the ranking tables must be rebuilt from the memories themselves.
+_REINDEX_BELOW = 2
+
+# The tables of SPEC.md's schema (version 1), FTS5's own included.
+_SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
+                "nodes_fts_config"}
 
 # ----------------------------------------------------------------------------- limits
 
@@ -280,6 +364,59 @@ def fts_query(terms):
     return " OR ".join('"%s"' % term.replace('"', '""') for term in terms)
 
 
+# ----------------------------------------------------------------------------- ranking
+#
+# Stage one finds the best memories by BM25 exactly as FTS5's bm25() scores them, without
+# letting FTS5 score every memory that holds a common word (see Store._top). Stage two
+# re-scores those few with flatter length normalisation and lets a strong match lend weight
+# to the memories stored right after it in the same context (see Store._rerank).
+
+K1, B = 1.2, 0.75               # FTS5's bm25() constants
+RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
+RERANK_DEPTH = 25               # stage-one results that stage two re-scores
+FOLLOWERS = (0.5, 0.2)          # share of a match's score lent to the next two memories
+LENDERS = 10                    # stage-two matches that lend
+HOT_MIN_DF = 2000               # a term is hot once this many memories hold it...
+HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
+HOT_LIST = 1000                 # length of a hot term's impact list
+TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
+TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties there
+
+
+def _idf(df, n):
+    """FTS5's inverse document frequency, floored at TINY_IDF as bm25() floors it."""
+    value = math.log((n - df + 0.5) / (df + 0.5))
+    return value if value > 0 else TINY_IDF
+
+
+def _impact(tf, dl, avgdl, k1=K1, b=B):
+    """BM25's term-frequency part for `tf` occurrences in a memory of `dl` tokens."""
+    return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+
+
+def _varint(data, i=0):
+    """The SQLite varint in `data` at `i`, and the index after it."""
+    value = 0
+    for j in range(i, i + 8):
+        value = (value << 7) | (data[j] & 0x7F)
+        if data[j] < 0x80:
+            return value, j + 1
+    return (value << 8) | data[i + 8], i + 9
+
+
+def _term_counts(text):
+    """{term: [occurrences, one word of the text that stems to it]} for a memory's text."""
+    counts = {}
+    for word in tokenize(text):
+        term = stem(word)
+        entry = counts.get(term)
+        if entry is None:
+            counts[term] = [1, word]
+        else:
+            entry[0] += 1
+    return counts
+
+
 # ----------------------------------------------------------------------------- values
 
 
@@ -394,11 +531,15 @@ class Store:
 
     Safe to share between threads: each thread gets its own connection. Several processes
     may open the same file at once; writes wait for each other (up to `timeout` seconds).
+    `hot_min_df` and `hot_list` tune the ranking index (tests make them small).
     """
 
-    def __init__(self, path, *, timeout=BUSY_TIMEOUT):
+    def __init__(self, path, *, timeout=BUSY_TIMEOUT, hot_min_df=HOT_MIN_DF, hot_list=HOT_LIST):
         self.path = os.fspath(path)
         self.timeout = timeout
+        self.hot_min_df = hot_min_df
+        self.hot_list = hot_list
+        self.paths = collections.Counter()  # how stage one answered: plain, classes, fallback
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open = set()
@@ -472,6 +613,17 @@ class Store:
             raise
 
     @contextlib.contextmanager
+    def _read(self):
+        """One read transaction, so that every statement in it sees the same snapshot."""
+        db = self._db()
+        db.execute("BEGIN")
+        try:
+            yield db
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("COMMIT")
+
+    @contextlib.contextmanager
     def _errors(self, doing):
         """Turn SQLite's exceptions into StoreError saying what was being done."""
         try:
@@ -481,6 +633,9 @@ class Store:
                 raise StoreError(f"could not {doing}: the database stayed locked by another "
                                  f"process for more than {self.timeout:g} s") from exc
             raise StoreError(f"could not {doing}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"could not {doing}: the database is damaged ({exc}); restore "
+                             f"it from a backup") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"could not {doing}: {exc}") from exc
 
@@ -515,18 +670,161 @@ class Store:
             if not tables:
                 for statement in _statements(SCHEMA):
                     db.execute(statement)
-                version = SCHEMA_VERSION
-            elif "nodes" in tables and tables <= _OWN_TABLES:
+                db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
+                return
+            if "nodes" in tables and tables <= _SPEC_TABLES:
                 version = 1  # made from SPEC.md's schema before versions were recorded
             else:
-                raise StoreError(f"{self.path} holds tables that are not Flood Memory's "
-                                 f"({', '.join(sorted(tables - _OWN_TABLES))}); refusing to "
-                                 f"touch it")
+                raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
+                                 f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
+                                 f"); refusing to touch it")
+        reindex = version < _REINDEX_BELOW
         while version < SCHEMA_VERSION:
             for statement in MIGRATIONS[version]:
                 db.execute(statement)
             version += 1
+        if reindex:
+            self._reindex(db)
         db.execute(f"PRAGMA user_version = {int(version)}")
+
+    def _reindex(self, db):
+        """Rebuild the ranking tables from the memories themselves."""
+        log.info("building the ranking index of %s", self.path)
+        db.execute("DELETE FROM terms")
+        db.execute("DELETE FROM hot_terms")
+        db.execute("DELETE FROM hot_postings")
+        cursor = db.execute("SELECT rowid, content FROM nodes")
+        while batch := cursor.fetchmany(5000):
+            self._index_added(db, batch)
+
+    # -- the ranking index: term statistics and impact lists
+
+    def _averages(self, db):
+        """(memories, tokens) in the full-text index, from FTS5's own averages record."""
+        row = db.execute("SELECT block FROM nodes_fts_data WHERE id = 1").fetchone()
+        if not row or not row[0]:
+            return 0, 0
+        count, i = _varint(row[0])
+        return count, _varint(row[0], i)[0]
+
+    def _lengths(self, db, rowids):
+        """{rowid: tokens} as FTS5 counted them (its docsize table)."""
+        out = {}
+        for chunk in _chunks(rowids):
+            out.update((r, _varint(size)[0]) for r, size in db.execute(
+                f"SELECT id, sz FROM nodes_fts_docsize WHERE id IN ({_marks(chunk)})", chunk))
+        return out
+
+    def _hot(self, db, terms):
+        """{term: [floor, avgdl, size]} for the hot ones among `terms`."""
+        out = {}
+        for chunk in _chunks(list(terms)):
+            out.update((t, [floor, avgdl, size]) for t, floor, avgdl, size in db.execute(
+                f"SELECT term, floor, avgdl, size FROM hot_terms WHERE term IN ({_marks(chunk)})",
+                chunk))
+        return out
+
+    def _index_added(self, db, docs):
+        """Count the terms of memories just inserted, [(rowid, content)], into the index."""
+        counted = [(rowid, _term_counts(content)) for rowid, content in docs]
+        delta, words = collections.Counter(), {}
+        for _, counts in counted:
+            for term, (_, word) in counts.items():
+                delta[term] += 1
+                words.setdefault(term, word)
+        if not delta:
+            return
+        db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) "
+                       "DO UPDATE SET df = df + excluded.df", delta.items())
+        hot = self._hot(db, delta)
+        if hot:
+            lengths = self._lengths(db, [rowid for rowid, _ in docs])
+            members, grown = [], collections.Counter()
+            for rowid, counts in counted:
+                for term in counts.keys() & hot.keys():
+                    floor, avgdl, _ = hot[term]
+                    impact = _impact(counts[term][0], lengths[rowid], avgdl)
+                    if impact > floor:
+                        members.append((term, impact, rowid))
+                        grown[term] += 1
+            db.executemany("INSERT OR IGNORE INTO hot_postings (term, impact, node) "
+                           "VALUES (?, ?, ?)", members)
+            for term, n in grown.items():
+                db.execute("UPDATE hot_terms SET size = size + ? WHERE term = ?", (n, term))
+                if hot[term][2] + n > 2 * self.hot_list:
+                    self._trim(db, term)
+        count, _ = self._averages(db)
+        threshold = max(self.hot_min_df, count // HOT_SHARE)
+        fresh = []
+        for chunk in _chunks([t for t in delta if t not in hot]):
+            fresh += [t for (t,) in db.execute(
+                f"SELECT term FROM terms WHERE term IN ({_marks(chunk)}) AND df >= ?",
+                (*chunk, threshold))]
+        for term in fresh:
+            self._build(db, term, words[term])
+
+    def _index_removed(self, db, docs):
+        """Take the terms of memories about to be deleted, [(rowid, content)], out of the index."""
+        delta, words = collections.Counter(), {}
+        for _, content in docs:
+            for term, (_, word) in _term_counts(content).items():
+                delta[term] += 1
+                words.setdefault(term, word)
+        db.executemany("UPDATE terms SET df = df - ? WHERE term = ?",
+                       [(n, t) for t, n in delta.items()])
+        db.executemany("DELETE FROM terms WHERE term = ? AND df <= 0", [(t,) for t in delta])
+        shrunk = collections.Counter()
+        for rowid, _ in docs:
+            shrunk.update(t for (t,) in db.execute(
+                "SELECT term FROM hot_postings WHERE node = ?", (rowid,)))
+            db.execute("DELETE FROM hot_postings WHERE node = ?", (rowid,))
+        hot = self._hot(db, shrunk)
+        for term, n in shrunk.items():
+            floor, _, size = hot[term]
+            db.execute("UPDATE hot_terms SET size = size - ? WHERE term = ?", (n, term))
+            if floor > 0 and size - n < self.hot_list // 4:
+                self._build(db, term, words.get(term, term))
+
+    def _build(self, db, term, word):
+        """Make the impact list of `term` (which `word` stems to) from the index."""
+        count, tokens = self._averages(db)
+        if not count:
+            return
+        avgdl = tokens / count
+        rowids = [r for (r,) in db.execute(
+            "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts) "
+            "LIMIT ?", (fts_query([word]), self.hot_list + 1))]
+        lengths = self._lengths(db, rowids)
+        impacts = []
+        for rowid, content in self._contents(db, rowids):
+            tf = _term_counts(content).get(term, (0,))[0]
+            if tf:
+                impacts.append((_impact(tf, lengths[rowid], avgdl), rowid))
+        impacts.sort(reverse=True)
+        floor = impacts[self.hot_list][0] if len(impacts) > self.hot_list else 0.0
+        members = [(term, impact, rowid) for impact, rowid in impacts if impact > floor]
+        db.execute("DELETE FROM hot_postings WHERE term = ?", (term,))
+        db.executemany("INSERT INTO hot_postings (term, impact, node) VALUES (?, ?, ?)", members)
+        db.execute("INSERT OR REPLACE INTO hot_terms (term, floor, avgdl, size) "
+                   "VALUES (?, ?, ?, ?)", (term, floor, avgdl, len(members)))
+
+    def _trim(self, db, term):
+        """Raise the floor of an impact list grown too long, back to `hot_list` members."""
+        row = db.execute("SELECT impact FROM hot_postings WHERE term = ? ORDER BY impact DESC "
+                         "LIMIT 1 OFFSET ?", (term, self.hot_list)).fetchone()
+        if row is None:
+            return
+        db.execute("DELETE FROM hot_postings WHERE term = ? AND impact <= ?", (term, row[0]))
+        size = db.execute("SELECT count(*) FROM hot_postings WHERE term = ?", (term,)).fetchone()[0]
+        db.execute("UPDATE hot_terms SET floor = max(floor, ?), size = ? WHERE term = ?",
+                   (row[0], size, term))
+
+    def _contents(self, db, rowids):
+        out = []
+        for chunk in _chunks(rowids):
+            out += db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})",
+                              chunk).fetchall()
+        return out
 
     # -- reading
 
@@ -556,9 +854,11 @@ class Store:
         node_id, now = str(uuid.uuid4()), _now()
         with self._errors("save the memory"), self._write() as db:
             links = self._existing(db, links)
-            db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
-                       "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-                       (node_id, content, _json(tags), _json(links), source, now, now))
+            rowid = db.execute(
+                "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
+                "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+                (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
+            self._index_added(db, [(rowid, content)])
             for target in links:
                 self._relink(db, target, add=node_id)
         return {"id": node_id, "content": content, "tags": tags, "links": links,
@@ -578,7 +878,7 @@ class Store:
         with self._errors("update the memory"), self._write() as db:
             old = self._row(db, node_id)
             changes = {}
-            if content is not None:
+            if content is not None and content != old["content"]:
                 changes["content"] = content
             if tags is not None:
                 changes["tags"] = _json(tags)
@@ -592,8 +892,14 @@ class Store:
                     if target not in before:
                         self._relink(db, target, add=node_id)
                 changes["links"] = _json(links)
-            db.execute(f"UPDATE nodes SET {', '.join(f'{k} = ?' for k in changes)} WHERE id = ?",
-                       (*changes.values(), node_id))
+            if changes:
+                rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
+                if "content" in changes:
+                    self._index_removed(db, [(rowid, old["content"])])
+                db.execute(f"UPDATE nodes SET {', '.join(f'{k} = ?' for k in changes)} "
+                           f"WHERE rowid = ?", (*changes.values(), rowid))
+                if "content" in changes:
+                    self._index_added(db, [(rowid, content)])
             return self._row(db, node_id)
 
     def delete(self, node_id):
@@ -603,7 +909,9 @@ class Store:
             node = self._row(db, node_id)
             for target in node["links"]:
                 self._relink(db, target, remove=node_id)
-            db.execute("DELETE FROM nodes WHERE id = ?", (node_id,))
+            rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
+            self._index_removed(db, [(rowid, node["content"])])
+            db.execute("DELETE FROM nodes WHERE rowid = ?", (rowid,))
         return {"id": node_id, "deleted": True}
 
     def _row(self, db, node_id):
@@ -636,40 +944,228 @@ class Store:
             return
         db.execute("UPDATE nodes SET links = ? WHERE id = ?", (_json(links), target))
 
-    # -- search and traversal
+    # -- search
 
     def search(self, query="", tags=(), limit=10):
         """Memories matching the words of `query` and carrying every one of `tags`.
 
-        Ranked by relevance (BM25) with a query, newest first with tags alone. Every
+        Ranked by relevance with a query (see rank), newest first with tags alone. Every
         memory returned counts as accessed.
         """
         query = _text(query, "query")
         tags = _tags(tags)
         limit = _int(limit, "limit", 1, MAX_LIMIT)
-        terms = query_terms(query)
-        if not terms and not tags:
+        words = query_terms(query)
+        if not words and not tags:
             if query.strip():
                 return []  # nothing searchable in it: punctuation or symbols only
             raise InvalidInput("recall needs a query, tags, or both")
         with self._errors("search the memories"):
-            rowids = self._rank(terms, tags, limit) if terms else self._tagged(tags, limit)
+            if words:
+                rowids = [rowid for _, rowid in self.rank(words, tags, limit)]
+            else:
+                rowids = self._tagged(tags, limit)
             return self._touch(rowids)
 
-    def _tag_filter(self, tags, alias):
-        return "".join(f" AND EXISTS (SELECT 1 FROM json_each({alias}.tags) WHERE value = ?)"
-                       for _ in tags)
+    def rank(self, words, tags=(), limit=10):
+        """The best `limit` memories for query words, as [(score, rowid)], best first.
 
-    def _rank(self, terms, tags, limit):
-        sql = ("SELECT nodes_fts.rowid FROM nodes_fts JOIN nodes n ON n.rowid = nodes_fts.rowid "
-               "WHERE nodes_fts MATCH ?" + self._tag_filter(tags, "n") +
-               " ORDER BY bm25(nodes_fts) LIMIT ?")
-        return [r[0] for r in self._db().execute(sql, (fts_query(terms), *tags, limit))]
+        Stage one takes the best by FTS5's bm25 (exactly, see _top); stage two re-scores
+        them (see _rerank).
+        """
+        with self._read() as db:
+            first = self._top(db, words, tags, max(limit, RERANK_DEPTH))
+            return self._rerank(db, words, tags, first, limit)
+
+    def top(self, words, tags=(), limit=10):
+        """Stage one alone: [(bm25 score, rowid)], as FTS5's bm25() would rank them."""
+        with self._errors("search the memories"), self._read() as db:
+            return self._top(db, words, tags, limit)
 
     def _tagged(self, tags, limit):
-        sql = ("SELECT rowid FROM nodes n WHERE 1" + self._tag_filter(tags, "n") +
-               " ORDER BY rowid DESC LIMIT ?")
-        return [r[0] for r in self._db().execute(sql, (*tags, limit))]
+        """The newest memories carrying every tag: the rarest tag drives, the others filter."""
+        db = self._db()
+        counts = [(db.execute("SELECT count(*) FROM node_tags WHERE tag = ?", (t,)).fetchone()[0], t)
+                  for t in tags]
+        counts.sort()
+        first, others = counts[0][1], [t for _, t in counts[1:]]
+        sql = ("SELECT a.node FROM node_tags a WHERE a.tag = ?" +
+               "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.tag = ? "
+                       f"AND t{i}.node = a.node)" for i in range(len(others))) +
+               " ORDER BY a.node DESC LIMIT ?")
+        return [r for (r,) in db.execute(sql, (first, *others, limit))]
+
+    def _fts(self, db, words, tags, limit, head=None, margin=0.0):
+        """[(score, rowid)] of FTS5's best `limit` for the words OR-ed, within tags.
+
+        With `head`, the expression is head AND (the words OR-ed). With a margin, results
+        scoring within `margin` of the last one come too (up to TIE_EXTRA more), so that
+        words left out of the expression can still decide between them.
+        """
+        expression = fts_query(words)
+        if head is not None:
+            expression = f"{fts_query([head])} AND ({expression})"
+        joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
+                        for i in range(len(tags)))
+        extra = TIE_EXTRA if margin else 0
+        rows = db.execute(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
+                          f"WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid "
+                          f"LIMIT ?", (*tags, expression, limit + extra)).fetchall()
+        if len(rows) > limit:
+            cut = rows[limit - 1][0] - margin
+            rows = rows[:limit] + [row for row in rows[limit:] if row[0] >= cut]
+        return rows
+
+    def _features(self, db, rowids, terms, tags=()):
+        """{rowid: (term counts in `terms` order, length)} for the memories carrying `tags`."""
+        wanted = set(terms)
+        lengths = self._lengths(db, rowids)
+        out = {}
+        for chunk in _chunks(rowids):
+            for rowid, content, tagged in db.execute(
+                    f"SELECT rowid, content, tags FROM nodes WHERE rowid IN ({_marks(chunk)})",
+                    chunk):
+                if tags and not set(tags) <= set(json.loads(tagged or "[]")):
+                    continue
+                counts = collections.Counter(t for t in map(stem, tokenize(content))
+                                             if t in wanted)
+                out[rowid] = ([counts[t] for t in terms], lengths.get(rowid, 0))
+        return out
+
+    def _top(self, db, words, tags, n):
+        """Stage one: the `n` best memories by FTS5's bm25() of the words OR-ed, exactly.
+
+        Scoring every memory that holds a common word would read much of the index, so the
+        memories are taken class by class, by which query terms they hold: those holding a
+        rare ("cold") term through FTS5; those holding one hot term and nothing rarer from
+        its impact list; those holding two or more hot terms through FTS5 AND queries. Each
+        class's search stops once a bound shows that the rest of it cannot reach the n-th
+        score found so far, and if a bound is not met in the end, the plain query answers.
+        Returns [(score, rowid)], higher is better, ties to the older memory.
+        """
+        count, tokens = self._averages(db)
+        words = [w for w in words if stem(w)]
+        if not count or not words:
+            return []
+        terms = [stem(w) for w in words]
+        word_of = dict(zip(terms, words))
+        df = {}
+        for chunk in _chunks(terms):
+            df.update(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(chunk)})",
+                                 chunk))
+        terms = [t for t in terms if df.get(t)]
+        if not terms:
+            return []
+        hot = self._hot(db, terms)
+        if not hot:
+            self.paths["plain"] += 1
+            return self._fts(db, [word_of[t] for t in terms], tags, n)
+        avgdl = tokens / count
+        idf = {t: _idf(df[t], count) for t in terms}
+        cold = [t for t in terms if t not in hot]
+        strong = sorted((t for t in hot if idf[t] > TINY_IDF), key=lambda t: -idf[t])
+        faint = [t for t in hot if idf[t] == TINY_IDF]
+        # Words in half the memories or more weigh TINY_IDF each: they only break ties
+        # unless nothing else was asked.
+        slack = (K1 + 1) * TINY_IDF * len(faint) if strong or cold else 0.0
+        best, scored = [], {}
+
+        def admit(rowids):
+            rowids = [r for r in rowids if r not in scored]
+            for rowid, (tfs, dl) in self._features(db, rowids, terms, tags).items():
+                scored[rowid] = sum(idf[t] * _impact(tf, dl, avgdl)
+                                    for t, tf in zip(terms, tfs) if tf)
+            for rowid in rowids:
+                scored.setdefault(rowid, None)
+            best[:] = heapq.nsmallest(n, ((-s, r) for r, s in scored.items() if s is not None))
+
+        def theta():
+            return -best[-1][0] if len(best) >= n else 0.0
+
+        bounds = []
+        if cold:  # memories holding a cold term: by their cold part, deeper until bounded
+            beyond = sum(idf[t] * (K1 + 1) for t in hot) + slack
+            depth = max(2 * n, 64)
+            while True:
+                rows = self._fts(db, [word_of[t] for t in cold], tags, depth)
+                admit([r for _, r in rows])
+                if len(rows) < depth:
+                    break
+                if theta() >= rows[-1][0] + beyond or depth >= 4096:
+                    bounds.append(rows[-1][0] + beyond)
+                    break
+                depth *= 4
+        def settle(group, margin):
+            """The classes of memories holding hot terms of `group` and nothing rarer."""
+            for t in group:  # holding one of them: its impact list, best first
+                floor, ref, _ = hot[t]
+                drift = max(1.0, avgdl / ref)  # impacts grow when the average memory grows
+                cursor = db.execute("SELECT node, impact FROM hot_postings WHERE term = ? "
+                                    "ORDER BY impact DESC", (t,))
+                while rows := cursor.fetchmany(64):
+                    admit([r for r, _ in rows])
+                    if idf[t] * rows[-1][1] * drift + margin < theta():
+                        break
+                if idf[t] * floor * drift + margin > theta():
+                    # The list cannot settle the class (tags thin it out): FTS5 can.
+                    self.paths["single-term query"] += 1
+                    admit([r for _, r in self._fts(db, [word_of[t]], tags, n, margin=margin)])
+            for i, t in enumerate(group):  # holding two or more: FTS5 AND queries
+                rest = group[i + 1:]
+                if not rest or sum(idf[u] for u in group[i:]) * (K1 + 1) + margin <= theta():
+                    break
+                admit([r for _, r in self._fts(db, [word_of[u] for u in rest], tags, n,
+                                               head=word_of[t], margin=margin)])
+
+        settle(strong, slack)
+        if faint and (len(best) < n or theta() <= slack):  # room for faint words alone
+            settle(faint, 0.0)
+        if bounds and theta() < max(bounds) * (1 - 1e-12):
+            log.debug("ranking bounds not met for %r; using the plain query", words)
+            self.paths["fallback " + ("cold" if cold else "?")] += 1
+            self.paths["fallback"] += 1
+            return self._fts(db, [word_of[t] for t in terms], tags, n)
+        self.paths["classes"] += 1
+        return [(-s, r) for s, r in best]
+
+    def _rerank(self, db, words, tags, first, limit):
+        """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
+
+        Scores use RERANK_K1/B, which judge a long memory less harshly by its length. Then
+        each of the best lends FOLLOWERS of its score to the next memories stored after it
+        that carry the same tags and match the query too: in a conversation, the memory
+        after a matching question is often its answer. Returns [(score, rowid)], best first.
+        """
+        if not first:
+            return []
+        count, tokens = self._averages(db)
+        avgdl = tokens / count
+        terms = list(dict.fromkeys(stem(w) for w in words))
+        df = dict(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(terms)})", terms))
+        idf = {t: _idf(df.get(t, 0), count) for t in terms}
+
+        def score(rowids):
+            return {r: sum(idf[t] * _impact(tf, dl, avgdl, RERANK_K1, RERANK_B)
+                           for t, tf in zip(terms, tfs) if tf)
+                    for r, (tfs, dl) in self._features(db, rowids, terms).items()}
+
+        scores = score([r for _, r in first])
+        lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
+        tag_sets = {r: set(json.loads(t or "[]")) for r, t in db.execute(
+            f"SELECT rowid, tags FROM nodes WHERE rowid IN ({_marks(lenders)})", lenders)}
+        lent = collections.Counter()
+        for lender in lenders:
+            following = db.execute("SELECT rowid, tags FROM nodes WHERE rowid > ? "
+                                   "ORDER BY rowid LIMIT ?", (lender, len(FOLLOWERS))).fetchall()
+            for share, (rowid, tagged) in zip(FOLLOWERS, following):
+                if set(json.loads(tagged or "[]")) == tag_sets.get(lender):
+                    lent[rowid] += share * scores[lender]
+        scores.update(score([r for r in lent if r not in scores]))
+        for rowid, extra in lent.items():
+            if scores.get(rowid):  # only a memory that matches the query itself gains
+                scores[rowid] += extra
+        return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
+                               key=lambda sr: (-sr[0], sr[1]))
 
     def _touch(self, rowids):
         """Count the memories at `rowids` as accessed; return them, updated, in that order."""
@@ -726,19 +1222,6 @@ class Store:
 
 def _json(value):
     return json.dumps(value, ensure_ascii=False)
-
-
-def _statements(script):
-    """Split a schema script into statements (a trigger body holds `;` until its END)."""
-    statements, current = [], ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
-            continue
-        current += line
-        if sqlite3.complete_statement(current):
-            statements.append(current.strip())
-            current = ""
-    return statements
 
 
 def open_directory(directory):

@@ -4,11 +4,13 @@
     python3 test.py StoreTest  # one class, as unittest takes it
 """
 
+import collections
 import http.client
 import io
 import json
 import logging
 import os
+import random
 import signal
 import socket
 import sqlite3
@@ -26,6 +28,65 @@ import store
 from store import InvalidInput, NotFound, Store, StoreError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+SPEC_SCHEMA = """
+CREATE TABLE nodes (
+    id TEXT PRIMARY KEY, content TEXT NOT NULL, tags TEXT DEFAULT '[]', links TEXT DEFAULT '[]',
+    source TEXT DEFAULT '', created_at TEXT NOT NULL, last_accessed TEXT NOT NULL,
+    access_count INTEGER DEFAULT 0
+);
+CREATE VIRTUAL TABLE nodes_fts USING fts5(content, content=nodes, content_rowid=rowid, tokenize='porter');
+CREATE TRIGGER nodes_ai AFTER INSERT ON nodes BEGIN
+    INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
+END;
+CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
+    INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
+END;
+CREATE TRIGGER nodes_au AFTER UPDATE ON nodes BEGIN
+    INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
+    INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
+END;
+"""
+
+
+def index_problems(path, hot_list=store.HOT_LIST):
+    """Ways the ranking tables disagree with the memories; [] when they agree."""
+    db = sqlite3.connect(path)
+    try:
+        problems = []
+        df = collections.Counter()
+        tags = set()
+        for rowid, content, tagged in db.execute("SELECT rowid, content, tags FROM nodes"):
+            df.update(store._term_counts(content).keys())
+            tags.update((t, rowid) for t in json.loads(tagged))
+        stored = dict(db.execute("SELECT term, df FROM terms"))
+        if stored != dict(df):
+            wrong = sorted(set(stored.items()) ^ set(df.items()))[:5]
+            problems.append(f"terms disagree with the memories: {wrong}")
+        db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, nodes_fts, row)")
+        indexed = dict(db.execute("SELECT term, doc FROM temp.vocab"))
+        if indexed != dict(df):
+            problems.append("terms disagree with FTS5's vocabulary")
+        if set(db.execute("SELECT tag, node FROM node_tags")) != tags:
+            problems.append("node_tags disagrees with nodes.tags")
+        for term, floor, avgdl, size in db.execute("SELECT * FROM hot_terms"):
+            members = {r for (r,) in db.execute("SELECT node FROM hot_postings WHERE term = ?",
+                                                (term,))}
+            if len(members) != size:
+                problems.append(f"hot list of {term!r} has {len(members)} rows, says {size}")
+            for rowid, content in db.execute("SELECT rowid, content FROM nodes"):
+                tf = store._term_counts(content).get(term, [0])[0]
+                if not tf:
+                    continue
+                dl = store._varint(db.execute("SELECT sz FROM nodes_fts_docsize WHERE id = ?",
+                                              (rowid,)).fetchone()[0])[0]
+                if (store._impact(tf, dl, avgdl) > floor) != (rowid in members):
+                    problems.append(f"hot list of {term!r} is wrong about memory {rowid}")
+                    break
+        return problems
+    finally:
+        db.close()
 
 
 def fts_agrees(path):
@@ -111,13 +172,35 @@ class StoreTest(TempDirTest):
         with open(self.path, "rb") as f:
             self.assertEqual(f.read(), before)
 
-    def test_unversioned_spec_database_is_adopted(self):
-        self.store.add("made before versions were recorded")
+    def make_spec_database(self, version):
+        """A database made from SPEC.md's SQL alone, with a few memories, at `version`."""
         self.store.close()
-        self.raw("PRAGMA user_version = 0")
-        reopened = self.open_store()
-        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
-        self.assertEqual(len(reopened.search("recorded")), 1)
+        for name in os.listdir(self.dir):
+            os.remove(os.path.join(self.dir, name))
+        db = sqlite3.connect(self.path)
+        db.executescript(SPEC_SCHEMA)
+        a, b = str(uuid.uuid4()), str(uuid.uuid4())
+        db.executemany("INSERT INTO nodes (id, content, tags, links, created_at, last_accessed) "
+                       "VALUES (?, ?, ?, ?, '2025-01-01T00:00:00Z', '2025-01-01T00:00:00Z')",
+                       [(a, "the boiler service is due in March", '["house"]', json.dumps([b])),
+                        (b, "the plumber is called Ana", '["house", "people"]', json.dumps([a]))])
+        db.execute(f"PRAGMA user_version = {version}")
+        db.commit()
+        db.close()
+        return a, b
+
+    def test_older_database_is_upgraded_in_place(self):
+        for version in (1, 0):  # 0: made before versions were recorded
+            with self.subTest(version=version):
+                a, b = self.make_spec_database(version)
+                upgraded = self.open_store()
+                self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+                self.assertEqual(upgraded.get(a)["links"], [b])
+                self.assertEqual([n["id"] for n in upgraded.search("when is the boiler due?")], [a])
+                self.assertEqual([n["id"] for n in upgraded.search(tags=["people"])], [b])
+                self.assertEqual(index_problems(self.path), [])
+                trigger = self.raw("SELECT sql FROM sqlite_master WHERE name = 'nodes_au'")[0][0]
+                self.assertIn("UPDATE OF content", trigger)
 
     def test_foreign_database_is_refused(self):
         self.store.close()
@@ -505,6 +588,79 @@ class StoreTest(TempDirTest):
         self.assertEqual(set(self.store.get(hub["id"])["links"]), set(made))
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
+
+
+class RankingTest(TempDirTest):
+    """Stage one against FTS5's own bm25 ranking, with hot terms forced by tiny thresholds."""
+
+    VOCABULARY = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima "
+                  "mike november oscar papa quebec romeo sierra tango uniform victor whiskey "
+                  "xray yankee zulu amber basil cedar dune ember fjord grove harbor island "
+                  "jasper kelp lagoon meadow nectar orchid pebble quartz river spruce thistle "
+                  "umber violet willow yarrow zephyr").split()
+
+    def setUp(self):
+        super().setUp()
+        self.store = Store(self.path, hot_min_df=6, hot_list=8)
+        self.addCleanup(self.store.close)
+        self.rnd = random.Random(1234)
+        weights = [1 / (k + 1) ** 1.1 for k in range(len(self.VOCABULARY))]
+        self.words = lambda k: self.rnd.choices(self.VOCABULARY, weights, k=k)
+        self.ids = [self.store.add(" ".join(self.words(self.rnd.randint(2, 14))),
+                                   self.rnd.sample(["red", "green", "blue"], self.rnd.randint(0, 2)))
+                    ["id"] for _ in range(400)]
+
+    def reference(self, words, tags, n):
+        """FTS5's own answer: [(score, rowid)] for the words OR-ed, within tags."""
+        joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
+                        for i in range(len(tags)))
+        return self.raw(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
+                        f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
+                        *tags, store.fts_query(words), n)
+
+    def assertSameTop(self, words, tags, n=10):
+        got = self.store.top(words, tags, n)
+        want = self.reference(words, tags, n)
+        self.assertEqual([round(s, 9) for s, _ in got], [round(s, 9) for s, _ in want])
+        # Same memories, except where scores tie exactly at the cut.
+        cut = round(want[-1][0], 9) if want else None
+        self.assertEqual({r for s, r in got if round(s, 9) != cut},
+                         {r for s, r in want if round(s, 9) != cut})
+
+    def test_hot_terms_exist_and_the_index_agrees(self):
+        hot = self.raw("SELECT count(*) FROM hot_terms")[0][0]
+        self.assertGreater(hot, 10)
+        self.assertEqual(index_problems(self.path, 8), [])
+
+    def test_stage_one_equals_fts5_bm25(self):
+        for i in range(300):
+            words = list(dict.fromkeys(self.words(self.rnd.randint(1, 5))))
+            tags = self.rnd.choice([[], [], ["red"], ["green", "blue"]])
+            with self.subTest(i=i, words=words, tags=tags):
+                self.assertSameTop(words, tags, self.rnd.choice([1, 5, 10, 30]))
+        paths = self.store.paths
+        self.assertGreater(paths["classes"], 200, paths)  # the fast path answered, mostly
+
+    def test_stage_one_stays_exact_through_edits(self):
+        for round_ in range(4):
+            for _ in range(60):
+                action = self.rnd.random()
+                node_id = self.rnd.choice(self.ids)
+                if action < 0.3:
+                    self.ids.append(self.store.add(" ".join(self.words(self.rnd.randint(1, 20))))["id"])
+                elif action < 0.6:
+                    self.store.update(node_id, content=" ".join(self.words(self.rnd.randint(1, 20))))
+                elif action < 0.8:
+                    self.store.update(node_id, tags=self.rnd.sample(["red", "green", "blue"], 1))
+                else:
+                    self.store.delete(node_id)
+                    self.ids.remove(node_id)
+            with self.subTest(round=round_):
+                self.assertEqual(index_problems(self.path, 8), [])
+            for i in range(40):
+                words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
+                with self.subTest(round=round_, words=words):
+                    self.assertSameTop(words, self.rnd.choice([[], ["red"]]))
 
 
 # ----------------------------------------------------------------------------- stdio
