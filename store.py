@@ -207,6 +207,8 @@ def _fold(token):
 
 def tokenize(text):
     """The folded tokens of `text`, in order, split the way unicode61 splits them."""
+    if text.isascii():
+        return _TOKEN.findall(text.lower())
     return [_fold(tok) for tok in _TOKEN.findall(text)]
 
 
@@ -325,22 +327,33 @@ def _porter(w):
     return w
 
 
-_stems = {}
+class _Stems(dict):
+    """token -> term, computed on first sight. Looking up through it runs at C speed."""
 
-
-def stem(token):
-    """The term FTS5's porter tokenizer indexes for one folded token."""
-    term = _stems.get(token)
-    if term is None:
+    def __missing__(self, token):
         raw = token.encode("utf-8")
         if 3 <= len(raw) <= 64:
             # The C stemmer works on bytes; latin-1 maps each byte to one character.
             term = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace")
         else:
             term = token
-        if len(_stems) < 200_000:
-            _stems[token] = term
-    return term
+        if len(self) >= 200_000:  # bounded: unique tokens (numbers, codes) never stop coming
+            self.clear()
+        self[token] = term
+        return term
+
+
+_stems = _Stems()
+
+
+def stem(token):
+    """The term FTS5's porter tokenizer indexes for one folded token."""
+    return _stems[token]
+
+
+def term_counts(text):
+    """How often each term occurs in `text`: a Counter of porter stems."""
+    return collections.Counter(map(_stems.__getitem__, tokenize(text)))
 
 
 def query_terms(text):
@@ -408,7 +421,7 @@ def _term_counts(text):
     """{term: [occurrences, one word of the text that stems to it]} for a memory's text."""
     counts = {}
     for word in tokenize(text):
-        term = stem(word)
+        term = _stems[word]
         entry = counts.get(term)
         if entry is None:
             counts[term] = [1, word]
@@ -498,6 +511,34 @@ def _int(value, name, low, high):
     return value
 
 
+def _timestamp(value, name):
+    _text(value, name)
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"{name} must be an ISO 8601 time, got {_shorten(value)}") from None
+    return value
+
+
+def _record(record, number):
+    """A memory to load, checked and completed: a tuple in _COLUMNS order."""
+    if not isinstance(record, dict):
+        raise InvalidInput(f"record {number}: a memory must be a JSON object")
+    try:
+        if "id" not in record or "content" not in record:
+            raise InvalidInput("a memory needs an id and content")
+        created = _timestamp(record.get("created_at") or _now(), "created_at")
+        count = record.get("access_count", 0)
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise InvalidInput("access_count must be a whole number of at least 0")
+        return (_node_id(record["id"], "id"), _text(record["content"], "content", allow_empty=False),
+                _tags(record.get("tags", [])), _link_ids(record.get("links", [])),
+                _text(record.get("source", ""), "source"), created,
+                _timestamp(record.get("last_accessed") or created, "last_accessed"), count)
+    except InvalidInput as exc:
+        raise InvalidInput(f"record {number}: {exc}") from None
+
+
 _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
 
 
@@ -526,6 +567,12 @@ def _marks(items):
 # ----------------------------------------------------------------------------- store
 
 
+class _Query:
+    """What one search knows of its words: terms, statistics, memories read so far."""
+
+    __slots__ = ("count", "avgdl", "terms", "word_of", "idf", "features")
+
+
 class Store:
     """The memories in one SQLite database file.
 
@@ -539,7 +586,7 @@ class Store:
         self.timeout = timeout
         self.hot_min_df = hot_min_df
         self.hot_list = hot_list
-        self.paths = collections.Counter()  # how stage one answered: plain, classes, fallback
+        self.paths = collections.Counter()  # how stage one answered, for the benchmark
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open = set()
@@ -716,11 +763,12 @@ class Store:
         return out
 
     def _hot(self, db, terms):
-        """{term: [floor, avgdl, size]} for the hot ones among `terms`."""
+        """{term: [floor, avgdl, size, largest impact]} for the hot ones among `terms`."""
         out = {}
         for chunk in _chunks(list(terms)):
-            out.update((t, [floor, avgdl, size]) for t, floor, avgdl, size in db.execute(
-                f"SELECT term, floor, avgdl, size FROM hot_terms WHERE term IN ({_marks(chunk)})",
+            out.update((row[0], list(row[1:])) for row in db.execute(
+                f"SELECT term, floor, avgdl, size, (SELECT max(impact) FROM hot_postings p "
+                f"WHERE p.term = h.term) FROM hot_terms h WHERE term IN ({_marks(chunk)})",
                 chunk))
         return out
 
@@ -742,7 +790,7 @@ class Store:
             members, grown = [], collections.Counter()
             for rowid, counts in counted:
                 for term in counts.keys() & hot.keys():
-                    floor, avgdl, _ = hot[term]
+                    floor, avgdl = hot[term][:2]
                     impact = _impact(counts[term][0], lengths[rowid], avgdl)
                     if impact > floor:
                         members.append((term, impact, rowid))
@@ -780,7 +828,7 @@ class Store:
             db.execute("DELETE FROM hot_postings WHERE node = ?", (rowid,))
         hot = self._hot(db, shrunk)
         for term, n in shrunk.items():
-            floor, _, size = hot[term]
+            floor, _, size, _ = hot[term]
             db.execute("UPDATE hot_terms SET size = size - ? WHERE term = ?", (n, term))
             if floor > 0 and size - n < self.hot_list // 4:
                 self._build(db, term, words.get(term, term))
@@ -797,7 +845,7 @@ class Store:
         lengths = self._lengths(db, rowids)
         impacts = []
         for rowid, content in self._contents(db, rowids):
-            tf = _term_counts(content).get(term, (0,))[0]
+            tf = term_counts(content)[term]
             if tf:
                 impacts.append((_impact(tf, lengths[rowid], avgdl), rowid))
         impacts.sort(reverse=True)
@@ -863,6 +911,53 @@ class Store:
                 self._relink(db, target, add=node_id)
         return {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
+
+    def load(self, records):
+        """Insert whole memories, ids and timestamps as given, in one transaction.
+
+        For imports and benchmarks. A record whose id is already here is skipped; links to
+        ids found neither here nor among the records are dropped with a warning; every link
+        gets its back-link. A bad record refuses the whole load, naming its number.
+        Returns {"loaded": n, "skipped": n}.
+        """
+        loaded = skipped = 0
+        linked = []  # (id, links): checked once every record is in
+        with self._errors("load the memories"), self._write() as db:
+            batch = []
+            for number, record in enumerate(records, 1):
+                batch.append(_record(record, number))
+                if len(batch) == 2000:
+                    loaded, skipped = self._load_batch(db, batch, linked, loaded, skipped)
+                    batch = []
+            loaded, skipped = self._load_batch(db, batch, linked, loaded, skipped)
+            for node_id, links in linked:
+                kept = self._existing(db, [i for i in links if i != node_id])
+                if kept != links:
+                    db.execute("UPDATE nodes SET links = ? WHERE id = ?", (_json(kept), node_id))
+                for target in kept:
+                    self._relink(db, target, add=node_id)
+        return {"loaded": loaded, "skipped": skipped}
+
+    def _load_batch(self, db, batch, linked, loaded, skipped):
+        present = set()
+        for chunk in _chunks([r[0] for r in batch]):
+            present.update(i for (i,) in db.execute(
+                f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+        added = []
+        for record in batch:
+            if record[0] in present:
+                skipped += 1
+                continue
+            present.add(record[0])
+            rowid = db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
+                               "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                               (record[0], record[1], _json(record[2]), _json(record[3]),
+                                *record[4:])).lastrowid
+            added.append((rowid, record[1]))
+            if record[3]:
+                linked.append((record[0], record[3]))
+        self._index_added(db, added)
+        return loaded + len(added), skipped
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory; links keep their back-links in step."""
@@ -974,13 +1069,30 @@ class Store:
         them (see _rerank).
         """
         with self._read() as db:
-            first = self._top(db, words, tags, max(limit, RERANK_DEPTH))
-            return self._rerank(db, words, tags, first, limit)
+            query = self._query(db, words)
+            first = self._top(db, query, tags, max(limit, RERANK_DEPTH))
+            return self._rerank(db, query, tags, first, limit)
 
     def top(self, words, tags=(), limit=10):
         """Stage one alone: [(bm25 score, rowid)], as FTS5's bm25() would rank them."""
         with self._errors("search the memories"), self._read() as db:
-            return self._top(db, words, tags, limit)
+            return self._top(db, self._query(db, words), tags, limit)
+
+    def _query(self, db, words):
+        """What a search needs to know of its words, worked out once for both stages."""
+        query = _Query()
+        query.count, tokens = self._averages(db)
+        query.avgdl = tokens / query.count if query.count else 1.0
+        terms = [stem(w) for w in words]
+        query.word_of = dict(zip(terms, words))
+        df = {}
+        for chunk in _chunks(terms):
+            df.update(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(chunk)})",
+                                 chunk))
+        query.terms = [t for t in dict.fromkeys(terms) if df.get(t)]
+        query.idf = {t: _idf(df[t], query.count) for t in query.terms}
+        query.features = {}
+        return query
 
     def _tagged(self, tags, limit):
         """The newest memories carrying every tag: the rarest tag drives, the others filter."""
@@ -995,16 +1107,17 @@ class Store:
                " ORDER BY a.node DESC LIMIT ?")
         return [r for (r,) in db.execute(sql, (first, *others, limit))]
 
-    def _fts(self, db, words, tags, limit, head=None, margin=0.0):
+    def _fts(self, db, words, tags, limit, within=None, margin=0.0):
         """[(score, rowid)] of FTS5's best `limit` for the words OR-ed, within tags.
 
-        With `head`, the expression is head AND (the words OR-ed). With a margin, results
+        With `within`, only memories holding one of those words too count, and they score
+        for both. With a margin, results
         scoring within `margin` of the last one come too (up to TIE_EXTRA more), so that
         words left out of the expression can still decide between them.
         """
         expression = fts_query(words)
-        if head is not None:
-            expression = f"{fts_query([head])} AND ({expression})"
+        if within:
+            expression = f"({fts_query(within)}) AND ({expression})"
         joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
                         for i in range(len(tags)))
         extra = TIE_EXTRA if margin else 0
@@ -1016,63 +1129,62 @@ class Store:
             rows = rows[:limit] + [row for row in rows[limit:] if row[0] >= cut]
         return rows
 
-    def _features(self, db, rowids, terms, tags=()):
-        """{rowid: (term counts in `terms` order, length)} for the memories carrying `tags`."""
-        wanted = set(terms)
-        lengths = self._lengths(db, rowids)
-        out = {}
-        for chunk in _chunks(rowids):
-            for rowid, content, tagged in db.execute(
-                    f"SELECT rowid, content, tags FROM nodes WHERE rowid IN ({_marks(chunk)})",
-                    chunk):
-                if tags and not set(tags) <= set(json.loads(tagged or "[]")):
-                    continue
-                counts = collections.Counter(t for t in map(stem, tokenize(content))
-                                             if t in wanted)
-                out[rowid] = ([counts[t] for t in terms], lengths.get(rowid, 0))
-        return out
+    def _features(self, db, query, rowids, tags=()):
+        """{rowid: (counts of the query's terms, length, tags)} for memories carrying `tags`.
 
-    def _top(self, db, words, tags, n):
+        Kept in `query`, so that neither stage reads a memory twice.
+        """
+        known = query.features
+        missing = [r for r in rowids if r not in known]
+        for chunk in _chunks(missing):
+            for rowid, content, tagged, size in db.execute(
+                    f"SELECT n.rowid, n.content, n.tags, d.sz FROM nodes n LEFT JOIN "
+                    f"nodes_fts_docsize d ON d.id = n.rowid WHERE n.rowid IN ({_marks(chunk)})",
+                    chunk):
+                counts = term_counts(content)
+                known[rowid] = ([counts[t] for t in query.terms], _varint(size)[0] if size else 0,
+                                frozenset(json.loads(tagged or "[]")))
+        wanted = set(tags)
+        return {r: known[r] for r in rowids if r in known and wanted <= known[r][2]}
+
+    def _top(self, db, query, tags, n):
         """Stage one: the `n` best memories by FTS5's bm25() of the words OR-ed, exactly.
+
+        One exception to bm25: a word that half the memories or more hold ("faint"; bm25
+        weighs it 1e-6) only breaks ties, so when the query has other words, a memory
+        holding nothing but faint words is no match.
 
         Scoring every memory that holds a common word would read much of the index, so the
         memories are taken class by class, by which query terms they hold: those holding a
-        rare ("cold") term through FTS5; those holding one hot term and nothing rarer from
-        its impact list; those holding two or more hot terms through FTS5 AND queries. Each
-        class's search stops once a bound shows that the rest of it cannot reach the n-th
-        score found so far, and if a bound is not met in the end, the plain query answers.
-        Returns [(score, rowid)], higher is better, ties to the older memory.
+        rare ("cold") term through FTS5; those holding one common ("hot") term and nothing
+        rarer from its impact list; those holding two or more hot terms through FTS5 AND
+        queries. A class's search stops as soon as a bound shows the rest of it cannot reach
+        the n-th score found so far. Returns [(score, rowid)], best first, ties to the
+        older memory.
         """
-        count, tokens = self._averages(db)
-        words = [w for w in words if stem(w)]
-        if not count or not words:
-            return []
-        terms = [stem(w) for w in words]
-        word_of = dict(zip(terms, words))
-        df = {}
-        for chunk in _chunks(terms):
-            df.update(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(chunk)})",
-                                 chunk))
-        terms = [t for t in terms if df.get(t)]
+        terms, word_of, idf, avgdl = query.terms, query.word_of, query.idf, query.avgdl
         if not terms:
             return []
+        faint = [t for t in terms if idf[t] == TINY_IDF]
+        # What the faint words of a query can add to a memory at most; when the query has
+        # other words, a memory scoring no more than that holds faint words alone.
+        slack = (K1 + 1) * TINY_IDF * len(faint) if len(faint) < len(terms) else 0.0
+
+        def matches(results):
+            return [(s, r) for s, r in results if s > slack * (1 + 1e-9)][:n]
+
         hot = self._hot(db, terms)
         if not hot:
             self.paths["plain"] += 1
-            return self._fts(db, [word_of[t] for t in terms], tags, n)
-        avgdl = tokens / count
-        idf = {t: _idf(df[t], count) for t in terms}
+            return matches(self._fts(db, [word_of[t] for t in terms], tags, n))
         cold = [t for t in terms if t not in hot]
         strong = sorted((t for t in hot if idf[t] > TINY_IDF), key=lambda t: -idf[t])
         faint = [t for t in hot if idf[t] == TINY_IDF]
-        # Words in half the memories or more weigh TINY_IDF each: they only break ties
-        # unless nothing else was asked.
-        slack = (K1 + 1) * TINY_IDF * len(faint) if strong or cold else 0.0
         best, scored = [], {}
 
         def admit(rowids):
             rowids = [r for r in rowids if r not in scored]
-            for rowid, (tfs, dl) in self._features(db, rowids, terms, tags).items():
+            for rowid, (tfs, dl, _) in self._features(db, query, rowids, tags).items():
                 scored[rowid] = sum(idf[t] * _impact(tf, dl, avgdl)
                                     for t, tf in zip(terms, tfs) if tf)
             for rowid in rowids:
@@ -1082,53 +1194,48 @@ class Store:
         def theta():
             return -best[-1][0] if len(best) >= n else 0.0
 
-        bounds = []
-        if cold:  # memories holding a cold term: by their cold part, deeper until bounded
-            beyond = sum(idf[t] * (K1 + 1) for t in hot) + slack
-            depth = max(2 * n, 64)
-            while True:
-                rows = self._fts(db, [word_of[t] for t in cold], tags, depth)
-                admit([r for _, r in rows])
-                if len(rows) < depth:
-                    break
-                if theta() >= rows[-1][0] + beyond or depth >= 4096:
-                    bounds.append(rows[-1][0] + beyond)
-                    break
-                depth *= 4
+        # The most a hot term adds to any memory: idf times the head of its impact list.
+        drift = {t: max(1.0, avgdl / hot[t][1]) for t in hot}  # impacts grow with avgdl
+        peak = {t: idf[t] * drift[t] * max(hot[t][3] or 0.0, hot[t][0]) for t in hot}
+        if cold:  # memories holding a cold term, first by their cold part alone
+            cold_words = [word_of[t] for t in cold]
+            depth = max(n, 32)
+            rows = self._fts(db, cold_words, tags, depth, margin=slack)
+            admit([r for _, r in rows])
+            if strong and len(rows) >= depth and \
+                    theta() < rows[depth - 1][0] + sum(peak[t] for t in strong) + slack:
+                # Those holding a strong hot term too could still rise: FTS5 scores them whole.
+                admit([r for _, r in self._fts(db, [word_of[t] for t in strong], tags, n,
+                                               within=cold_words, margin=slack)])
+
         def settle(group, margin):
             """The classes of memories holding hot terms of `group` and nothing rarer."""
             for t in group:  # holding one of them: its impact list, best first
-                floor, ref, _ = hot[t]
-                drift = max(1.0, avgdl / ref)  # impacts grow when the average memory grows
+                floor = hot[t][0]
                 cursor = db.execute("SELECT node, impact FROM hot_postings WHERE term = ? "
                                     "ORDER BY impact DESC", (t,))
-                while rows := cursor.fetchmany(64):
+                while rows := cursor.fetchmany(max(n, 16)):
                     admit([r for r, _ in rows])
-                    if idf[t] * rows[-1][1] * drift + margin < theta():
+                    if idf[t] * rows[-1][1] * drift[t] + margin < theta():
                         break
-                if idf[t] * floor * drift + margin > theta():
+                if idf[t] * floor * drift[t] + margin > theta():
                     # The list cannot settle the class (tags thin it out): FTS5 can.
                     self.paths["single-term query"] += 1
                     admit([r for _, r in self._fts(db, [word_of[t]], tags, n, margin=margin)])
             for i, t in enumerate(group):  # holding two or more: FTS5 AND queries
                 rest = group[i + 1:]
-                if not rest or sum(idf[u] for u in group[i:]) * (K1 + 1) + margin <= theta():
+                if not rest or sum(peak[u] for u in group[i:]) + margin <= theta():
                     break
                 admit([r for _, r in self._fts(db, [word_of[u] for u in rest], tags, n,
-                                               head=word_of[t], margin=margin)])
+                                               within=[word_of[t]], margin=margin)])
 
         settle(strong, slack)
-        if faint and (len(best) < n or theta() <= slack):  # room for faint words alone
+        if not slack:  # a query of faint words alone: they are all there is to rank by
             settle(faint, 0.0)
-        if bounds and theta() < max(bounds) * (1 - 1e-12):
-            log.debug("ranking bounds not met for %r; using the plain query", words)
-            self.paths["fallback " + ("cold" if cold else "?")] += 1
-            self.paths["fallback"] += 1
-            return self._fts(db, [word_of[t] for t in terms], tags, n)
         self.paths["classes"] += 1
-        return [(-s, r) for s, r in best]
+        return matches([(-s, r) for s, r in best])
 
-    def _rerank(self, db, words, tags, first, limit):
+    def _rerank(self, db, query, tags, first, limit):
         """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
 
         Scores use RERANK_K1/B, which judge a long memory less harshly by its length. Then
@@ -1138,32 +1245,43 @@ class Store:
         """
         if not first:
             return []
-        count, tokens = self._averages(db)
-        avgdl = tokens / count
-        terms = list(dict.fromkeys(stem(w) for w in words))
-        df = dict(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(terms)})", terms))
-        idf = {t: _idf(df.get(t, 0), count) for t in terms}
+        terms, idf, avgdl = query.terms, query.idf, query.avgdl
 
         def score(rowids):
+            features = self._features(db, query, rowids)
             return {r: sum(idf[t] * _impact(tf, dl, avgdl, RERANK_K1, RERANK_B)
                            for t, tf in zip(terms, tfs) if tf)
-                    for r, (tfs, dl) in self._features(db, rowids, terms).items()}
+                    for r, (tfs, dl, _) in features.items()}, features
 
-        scores = score([r for _, r in first])
+        scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
-        tag_sets = {r: set(json.loads(t or "[]")) for r, t in db.execute(
-            f"SELECT rowid, tags FROM nodes WHERE rowid IN ({_marks(lenders)})", lenders)}
+        window = sorted({r + k for r in lenders for k in range(1, 2 * len(FOLLOWERS) + 1)})
+        stored = dict(db.execute(f"SELECT rowid, tags FROM nodes WHERE rowid IN ({_marks(window)})",
+                                 window))
         lent = collections.Counter()
         for lender in lenders:
-            following = db.execute("SELECT rowid, tags FROM nodes WHERE rowid > ? "
-                                   "ORDER BY rowid LIMIT ?", (lender, len(FOLLOWERS))).fetchall()
-            for share, (rowid, tagged) in zip(FOLLOWERS, following):
-                if set(json.loads(tagged or "[]")) == tag_sets.get(lender):
+            following = [r for r in range(lender + 1, lender + 2 * len(FOLLOWERS) + 1)
+                         if r in stored][:len(FOLLOWERS)]
+            if len(following) < len(FOLLOWERS):  # a gap: memories forgotten in between
+                rows = db.execute("SELECT rowid, tags FROM nodes WHERE rowid > ? ORDER BY rowid "
+                                  "LIMIT ?", (lender, len(FOLLOWERS))).fetchall()
+                stored.update(rows)
+                following = [r for r, _ in rows]
+            for share, rowid in zip(FOLLOWERS, following):
+                if frozenset(json.loads(stored[rowid] or "[]")) == features[lender][2]:
                     lent[rowid] += share * scores[lender]
-        scores.update(score([r for r in lent if r not in scores]))
+        extra_scores, extra_features = score([r for r in lent if r not in scores])
+        features.update(extra_features)
+        scores.update(extra_scores)
+        # Only a memory that matches the query itself gains: one holding a word that is not
+        # faint, unless the query has nothing else.
+        weighty = [i for i, t in enumerate(terms) if idf[t] > TINY_IDF] or range(len(terms))
+        matched = {r for _, r in first}
         for rowid, extra in lent.items():
-            if scores.get(rowid):  # only a memory that matches the query itself gains
+            if rowid in features and any(features[rowid][0][i] for i in weighty):
                 scores[rowid] += extra
+            elif rowid not in matched:
+                scores.pop(rowid, None)
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
                                key=lambda sr: (-sr[0], sr[1]))
 

@@ -6,11 +6,13 @@
 
 import collections
 import http.client
+import itertools
 import io
 import json
 import logging
 import os
 import random
+import shutil
 import signal
 import socket
 import sqlite3
@@ -335,10 +337,25 @@ class StoreTest(TempDirTest):
     def test_a_rare_word_outranks_a_common_one(self):
         for i in range(8):
             self.store.add(f"Meeting notes number {i} about the budget")
+        for i in range(10):
+            self.store.add(f"Shopping list {i}: bread and milk")
         rare = self.store.add("Meeting with the zeppelin club")
         found = self.store.search("meeting zeppelin")
         self.assertEqual(found[0]["id"], rare["id"])
         self.assertEqual(len(found), 9)
+
+    def test_words_most_memories_hold_only_break_ties(self):
+        # "note" is in every memory: bm25 weighs it 1e-6, so alone it brings nothing in...
+        plain = [self.store.add(f"note {i}: the kettle is on") for i in range(2)]
+        for i in range(3):
+            self.store.add(f"note {i}: the door is shut")
+        bird = self.store.add("note: a heron on the pond")
+        found = self.store.search("note about a heron")
+        self.assertEqual([n["id"] for n in found], [bird["id"]])
+        # ...unless the query has no other word.
+        self.assertEqual(len(self.store.search("notes")), 6)
+        self.assertEqual({n["id"] for n in self.store.search("note kettle")},
+                         {n["id"] for n in plain})
 
     def test_a_question_finds_memories_sharing_its_meaningful_words(self):
         colour = self.store.add("User's favourite colour is blue")
@@ -611,12 +628,20 @@ class RankingTest(TempDirTest):
                     ["id"] for _ in range(400)]
 
     def reference(self, words, tags, n):
-        """FTS5's own answer: [(score, rowid)] for the words OR-ed, within tags."""
+        """FTS5's own answer: [(score, rowid)] for the words OR-ed, within tags, less the
+        memories that hold only words half the memories or more hold (faint words)."""
         joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
                         for i in range(len(tags)))
-        return self.raw(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
-                        f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
-                        *tags, store.fts_query(words), n)
+        rows = self.raw(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
+                        f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid",
+                        *tags, store.fts_query(words))
+        total = self.raw("SELECT count(*) FROM nodes")[0][0]
+        faint = [w for w in words if 2 * self.raw(
+            "SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?", store.fts_query([w]))[0][0]
+            >= total]
+        if len(faint) < len(words):
+            rows = [(s, r) for s, r in rows if s > 2.2e-6 * len(faint) * (1 + 1e-9)]
+        return rows[:n]
 
     def assertSameTop(self, words, tags, n=10):
         got = self.store.top(words, tags, n)
@@ -1409,10 +1434,319 @@ class RemoteTest(TempDirTest):
         self.assertTrue(fts_agrees(self.path))
 
 
+# ----------------------------------------------------------------------------- benchmark
+#
+# python3 test.py bench [--sizes 10000,100000,1000000] [--quick]: a synthetic corpus that
+# behaves like text (Zipf-distributed words), bulk-loaded through Store, then every tool
+# timed end to end through server.py over stdio, as a client sees it.
+
+# (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
+TARGETS = {
+    10_000: {"cold start": (None, 100), "remember": (1, 3), "recall query": (2, 5),
+             "recall tags only": (None, 5), "connections depth 2": (None, 5), "rss": 40},
+    100_000: {"cold start": (None, 100), "remember": (1, 3), "recall query": (5, 20),
+              "recall tags only": (None, 10), "connections depth 2": (None, 5), "rss": 60},
+    1_000_000: {"cold start": (None, 150), "remember": (1.5, 5), "recall query": (20, 100),
+                "recall tags only": (None, 50), "connections depth 2": (None, 10), "rss": 150},
+}
+QUESTIONS = ["what's my {0}?", "When did I {0} the {1}?", "where is the {0}-{1}??",
+             "Do I like {0} or {1}?", 'who said "{0} {1}"?', "{0}, {1} & {2}: what happened?",
+             "how many {0}s did we {1}?", "Is the {0}'s {1} {2}?"]
+
+
+class Corpus:
+    """Deterministic memories and queries: Zipf (s=1.1) words over a 50,000-word vocabulary."""
+
+    def __init__(self, seed=20261122, vocabulary=50_000):
+        rnd = random.Random(seed)
+        syllables = ["ka", "lo", "mi", "ren", "tus", "vo", "zel", "pra", "dun", "shi", "gor",
+                     "bel", "tam", "quo", "fin", "jex", "nar", "ul", "ost", "wi", "bre", "cy"]
+        words = {}
+        while len(words) < vocabulary:
+            words.setdefault("".join(rnd.choices(syllables, k=rnd.randint(2, 4))), None)
+        self.words = list(words)
+        self.cum = list(itertools.accumulate(1 / k ** 1.1 for k in range(1, vocabulary + 1)))
+        self.tags = [f"topic-{i:02d}" for i in range(50)]
+
+    def text(self, rnd, low, high):
+        return " ".join(rnd.choices(self.words, cum_weights=self.cum, k=rnd.randint(low, high)))
+
+    def memories(self, n, seed=1):
+        """n records, each linking to up to three earlier ones."""
+        rnd = random.Random(seed)
+        ids = []
+        for i in range(n):
+            node_id = str(uuid.UUID(int=rnd.getrandbits(128), version=4))
+            links = list({rnd.choice(ids) for _ in range(rnd.randint(0, 3))}) if ids else []
+            ids.append(node_id)
+            yield {"id": node_id, "content": self.text(rnd, 8, 60),
+                   "tags": rnd.sample(self.tags, rnd.randint(1, 3)), "links": links,
+                   "source": f"bench-{i // 100}", "created_at": "2026-01-01T00:00:00.000Z"}
+
+    def query(self, rnd):
+        if rnd.random() < 0.25:
+            return rnd.choice(QUESTIONS).format(*rnd.choices(self.words, cum_weights=self.cum, k=3))
+        return self.text(rnd, 1, 6)
+
+
+LOADER = """
+import json, sys
+import store
+s = store.Store(sys.argv[1])
+lines = [json.loads(line) for line in sys.stdin]
+if hasattr(s, "load"):
+    s.load(lines)
+else:  # a checkout from before Store.load: insert, then mirror the links
+    db = s._db()
+    db.execute("BEGIN")
+    for r in lines:
+        db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed)"
+                   " VALUES (?, ?, ?, ?, ?, ?, ?)", (r["id"], r["content"], json.dumps(r["tags"]),
+                   json.dumps(r["links"]), r["source"], r["created_at"], r["created_at"]))
+        for target in r["links"]:
+            db.execute("UPDATE nodes SET links = json_insert(links, '$[#]', ?) WHERE id = ?",
+                       (r["id"], target))
+    db.execute("COMMIT")
+s.close()
+"""
+
+
+def build_corpus(corpus, size, path, project):
+    """Bulk-load `size` memories into a new database at `path`; their ids."""
+    ids, batch = [], []
+    started = time.perf_counter()
+    if os.path.abspath(project) == HERE:
+        s = Store(path)
+        for record in corpus.memories(size):
+            ids.append(record["id"])
+            batch.append(record)
+            if len(batch) == 20_000:
+                s.load(batch)
+                batch = []
+        s.load(batch)
+        s.close()
+    else:
+        proc = subprocess.Popen([sys.executable, "-c", LOADER, path], cwd=project,
+                                stdin=subprocess.PIPE, text=True)
+        for record in corpus.memories(size):
+            ids.append(record["id"])
+            proc.stdin.write(json.dumps(record) + "\n")
+        proc.stdin.close()
+        if proc.wait() != 0:
+            raise SystemExit("loading the corpus failed")
+    return ids, time.perf_counter() - started
+
+
+class StdioClient:
+    """server.py as a subprocess, one request at a time, each round trip timed."""
+
+    def __init__(self, project, data_dir):
+        env = dict(os.environ, FLOOD_MEMORY_DIR=data_dir)
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=project, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.next_id = 0
+
+    def request(self, method, params=None):
+        self.next_id += 1
+        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}}
+        started = time.perf_counter()
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+        reply = json.loads(self.proc.stdout.readline())
+        elapsed = (time.perf_counter() - started) * 1000
+        if "error" in reply or reply["result"].get("isError"):
+            raise SystemExit(f"{method} {params} failed: {reply}")
+        return reply["result"], elapsed
+
+    def call(self, name, arguments):
+        result, elapsed = self.request("tools/call", {"name": name, "arguments": arguments})
+        return json.loads(result["content"][0]["text"]), elapsed
+
+    def memory_mb(self):
+        """(current, peak) resident set size in MB, from /proc where there is one."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f)
+            return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+        except OSError:
+            return (float("nan"), float("nan"))
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def percentile(values, q):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def cold_starts(project, data_dir, runs):
+    times = []
+    for _ in range(runs):
+        client = StdioClient(project, data_dir)
+        client.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
+                                      "clientInfo": {"name": "bench", "version": "1"}})
+        client.request("tools/list")
+        times.append((time.perf_counter() - client.started) * 1000)
+        client.close()
+    return times
+
+
+def agreement(path, queries):
+    """How often stage one's top 10 is exactly FTS5's bm25 top 10, and how it got there."""
+    s = Store(path)
+    db = sqlite3.connect(path)
+    same = tied = 0
+    try:
+        for query in queries:
+            words = store.query_terms(query)
+            fast = s.top(words, [], 10)
+            exact = db.execute("SELECT -bm25(nodes_fts), rowid FROM nodes_fts WHERE nodes_fts "
+                               "MATCH ? ORDER BY bm25(nodes_fts) LIMIT 10",
+                               (store.fts_query(words),)).fetchall()
+            if {r for _, r in fast} == {r for _, r in exact}:
+                same += 1
+            elif [round(x, 9) for x, _ in fast] == [round(x, 9) for x, _ in exact]:
+                tied += 1  # different memories, identical scores: FTS5's order among ties
+        return same, tied, dict(s.paths)
+    finally:
+        db.close()
+        s.close()
+
+
+def bench_size(corpus, size, calls, args):
+    keep = args.keep
+    work = tempfile.mkdtemp(prefix="flood-bench-")
+    try:
+        data_dir = os.path.join(work, "data")
+        os.mkdir(data_dir)
+        path = os.path.join(data_dir, store.DB_NAME)
+        cached = keep and os.path.join(keep, f"corpus-{size}-{os.path.basename(args.project)}.db")
+        if cached and os.path.exists(cached):
+            shutil.copyfile(cached, path)
+            ids = [r["id"] for r in corpus.memories(size)]
+            load_s = None
+        else:
+            ids, load_s = build_corpus(corpus, size, path, args.project)
+            if cached:
+                os.makedirs(keep, exist_ok=True)
+                shutil.copyfile(path, cached)
+        rnd = random.Random(size)
+        rows = {}
+        rows["cold start"] = cold_starts(args.project, data_dir, 3 if args.quick else 7)
+        client = StdioClient(args.project, data_dir)
+        client.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
+                                      "clientInfo": {"name": "bench", "version": "1"}})
+
+        def run(label, name, make):
+            rows[label] = [client.call(name, make())[1] for _ in range(calls)]
+
+        run("remember", "remember", lambda: {
+            "content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
+            "links": rnd.sample(ids, 2)})
+        queries = [corpus.query(rnd) for _ in range(calls)]
+        it = iter(queries)
+        run("recall query", "recall", lambda: {"query": next(it), "limit": 10})
+        run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
+        run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
+                                                     "tags": [rnd.choice(corpus.tags)]})
+        run("connections depth 1", "connections", lambda: {"node_id": rnd.choice(ids), "depth": 1})
+        run("connections depth 2", "connections", lambda: {"node_id": rnd.choice(ids), "depth": 2})
+        run("update", "update", lambda: {"node_id": rnd.choice(ids),
+                                         "content": corpus.text(rnd, 8, 60)})
+        doomed = rnd.sample(ids, calls)
+        it2 = iter(doomed)
+        run("forget", "forget", lambda: {"node_id": next(it2)})
+        rss, peak = client.memory_mb()
+        client.close()
+        size_mb = sum(os.path.getsize(os.path.join(data_dir, f)) for f in os.listdir(data_dir)) / 2**20
+        checked = queries[:args.agreement]
+        same, tied, paths = agreement(path, checked) if args.project == HERE else (0, 0, {})
+        return {"size": size, "rows": rows, "rss": rss, "peak": peak, "db_mb": size_mb,
+                "load_s": load_s, "agreement": (same, tied, len(checked)), "paths": paths}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(result):
+    size, rows = result["size"], result["rows"]
+    targets = TARGETS.get(size, {})
+    missed = []
+    load = f", bulk load {result['load_s']:.0f} s" if result["load_s"] else ""
+    print(f"\n{size:,} memories: database {result['db_mb']:.1f} MB, server RSS "
+          f"{result['rss']:.1f} MB (peak {result['peak']:.1f} MB){load}")
+    print(f"  {'operation':24} {'p50 ms':>8} {'p95 ms':>8}   target p50 / p95")
+    for label, times in rows.items():
+        p50, p95 = percentile(times, 0.5), percentile(times, 0.95)
+        goal = targets.get(label)
+        verdict = ""
+        if goal:
+            ok = (goal[0] is None or p50 < goal[0]) and p95 < goal[1]
+            verdict = f"   {goal[0] or '-'} / {goal[1]}  {'ok' if ok else 'MISSED'}"
+            if not ok:
+                missed.append(f"{label} {p50:.1f}/{p95:.1f} ms")
+        print(f"  {label:24} {p50:8.2f} {p95:8.2f}{verdict}")
+    if "rss" in targets:
+        ok = result["peak"] < targets["rss"]
+        print(f"  {'server peak RSS':24} {result['peak']:8.1f} MB          < {targets['rss']} MB  "
+              f"{'ok' if ok else 'MISSED'}")
+        if not ok:
+            missed.append(f"RSS {result['peak']:.0f} MB")
+    same, tied, n = result["agreement"]
+    if n:
+        print(f"  stage one vs exact bm25 top 10: {same}/{n} identical sets, {tied} more with "
+              f"identical scores (ties ordered differently); paths {result['paths']}")
+        if same + tied < 0.95 * n:
+            missed.append(f"agreement {(same + tied) / n:.0%}")
+    return missed
+
+
+def bench(argv):
+    import argparse
+    parser = argparse.ArgumentParser(prog="python3 test.py bench",
+                                     description="Time every tool through server.py over stdio.")
+    parser.add_argument("--sizes", default="10000,100000,1000000",
+                        help="corpus sizes, comma-separated (default: %(default)s)")
+    parser.add_argument("--quick", action="store_true", help="10,000 memories, 100 calls each")
+    parser.add_argument("--calls", type=int, default=300, help="calls per operation")
+    parser.add_argument("--agreement", type=int, default=200,
+                        help="queries checked against the exact bm25 ranking")
+    parser.add_argument("--project", default=HERE,
+                        help="another checkout whose server.py to measure (before/after)")
+    parser.add_argument("--keep", metavar="DIR",
+                        help="keep built corpora in DIR and reuse them on later runs")
+    args = parser.parse_args(argv)
+    args.project = os.path.abspath(args.project)
+    sizes = [10_000] if args.quick else [int(s.replace("_", "")) for s in args.sizes.split(",")]
+    calls = 100 if args.quick else args.calls
+    if args.quick:
+        args.agreement = min(args.agreement, 100)
+    corpus = Corpus()
+    print(f"flood-memory bench: sizes {', '.join(f'{s:,}' for s in sizes)}, {calls} calls per "
+          f"operation, server {args.project}/server.py over stdio, Python "
+          f"{sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}")
+    summary = []
+    for size in sizes:
+        result = bench_size(corpus, size, calls, args)
+        missed = report(result)
+        rows = result["rows"]
+        summary.append(f"{size:,}: recall {percentile(rows['recall query'], .5):.1f}/"
+                       f"{percentile(rows['recall query'], .95):.1f} ms, remember "
+                       f"{percentile(rows['remember'], .5):.1f}/{percentile(rows['remember'], .95):.1f}"
+                       f" ms, " + (f"missed: {'; '.join(missed)}" if missed else "all targets met"))
+    print("\nbench: " + " | ".join(summary))
+    return 0
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
+    if argv[1:2] == ["bench"]:
+        return bench(argv[2:])
     unittest.main(argv=argv, verbosity=1)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
