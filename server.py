@@ -13,7 +13,7 @@ import os
 import signal
 import sys
 
-from store import DEFAULT_DIR, MAX_DEPTH, MAX_LIMIT, StoreError, open_directory
+from store import DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, StoreError, open_directory
 
 log = logging.getLogger("flood-memory")
 
@@ -127,7 +127,8 @@ TOOLS = {
         "inputSchema": {
             "type": "object",
             "properties": {
-                "content": {"type": "string", "minLength": 1, "description": "The memory to store"},
+                "content": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT,
+                            "description": "The memory to store"},
                 "tags": {"type": "array", "items": {"type": "string"}, "default": [],
                          "description": "Labels to file it under"},
                 "links": {"type": "array", "items": {"type": "string"}, "default": [],
@@ -232,7 +233,7 @@ TOOLS = {
             "type": "object",
             "properties": {
                 "node_id": {"type": "string", "description": "ID of the node to update"},
-                "content": {"type": "string", "minLength": 1,
+                "content": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT,
                             "description": "New content (replaces existing)"},
                 "tags": {"type": "array", "items": {"type": "string"},
                          "description": "New tags (replaces existing)"},

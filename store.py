@@ -10,12 +10,14 @@ access tracking.
 import collections
 import contextlib
 import heapq
+import io
 import json
 import logging
 import math
 import os
 import re
 import sqlite3
+import sys
 import threading
 import unicodedata
 import uuid
@@ -153,6 +155,7 @@ _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_
 MAX_LIMIT = 100         # recall results per call
 MAX_DEPTH = 100         # hops a traversal may be asked for
 MAX_NODES = 1000        # nodes one traversal returns, nearest first
+MAX_CONTENT = 100_000   # characters in one memory
 MAX_TAGS = 100          # tags on one memory
 MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 1000        # ids in one links argument
@@ -466,6 +469,14 @@ def _text(value, name, *, allow_empty=True):
     return value
 
 
+def _content(value):
+    value = _text(value, "content", allow_empty=False)
+    if len(value) > MAX_CONTENT:
+        raise InvalidInput(f"content may have at most {MAX_CONTENT:,} characters, got "
+                           f"{len(value):,}; split it into several linked memories")
+    return value
+
+
 def _tags(values):
     """Tags stripped of surrounding space, duplicates dropped, order kept."""
     if not isinstance(values, (list, tuple)):
@@ -531,7 +542,7 @@ def _record(record, number):
         count = record.get("access_count", 0)
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise InvalidInput("access_count must be a whole number of at least 0")
-        return (_node_id(record["id"], "id"), _text(record["content"], "content", allow_empty=False),
+        return (_node_id(record["id"], "id"), _content(record["content"]),
                 _tags(record.get("tags", [])), _link_ids(record.get("links", [])),
                 _text(record.get("source", ""), "source"), created,
                 _timestamp(record.get("last_accessed") or created, "last_accessed"), count)
@@ -895,7 +906,7 @@ class Store:
 
     def add(self, content, tags=(), links=(), source=""):
         """Store a new memory and link it both ways to the existing ids in `links`."""
-        content = _text(content, "content", allow_empty=False)
+        content = _content(content)
         tags = _tags(tags)
         links = _link_ids(links)
         source = _text(source, "source")
@@ -965,7 +976,7 @@ class Store:
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
         if content is not None:
-            content = _text(content, "content", allow_empty=False)
+            content = _content(content)
         if tags is not None:
             tags = _tags(tags)
         if links is not None:
@@ -1008,6 +1019,49 @@ class Store:
             self._index_removed(db, [(rowid, node["content"])])
             db.execute("DELETE FROM nodes WHERE rowid = ?", (rowid,))
         return {"id": node_id, "deleted": True}
+
+    # -- whole database
+
+    def records(self):
+        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot."""
+        with self._errors("read the memories"), self._read() as db:
+            cursor = db.execute(f"SELECT {_COLUMNS} FROM nodes ORDER BY rowid")
+            while rows := cursor.fetchmany(1000):
+                yield from map(_node, rows)
+
+    def backup(self, target):
+        """Copy the database, as one consistent snapshot, to the file `target`; return how
+        many memories the copy holds.
+
+        Writers go on meanwhile (WAL readers do not block them). The copy is made next to
+        `target` and renamed over it only once complete and checked.
+        """
+        target = os.path.abspath(os.path.expanduser(os.fspath(target)))
+        if os.path.exists(target) and os.path.exists(self.path) and \
+                os.path.samefile(target, self.path):
+            raise InvalidInput("the backup file must not be the database itself")
+        directory = os.path.dirname(target)
+        partial = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.part")
+        try:
+            with self._errors(f"back up the memories to {target}"):
+                copy = sqlite3.connect(partial, isolation_level=None)
+                try:
+                    self._db().backup(copy)
+                    problem = copy.execute("PRAGMA quick_check").fetchone()[0]
+                    if problem != "ok":
+                        raise StoreError(f"the copy of {self.path} failed its check: {problem}")
+                    copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+                    count = copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
+                finally:
+                    copy.close()
+            os.replace(partial, target)
+        except OSError as exc:
+            raise StoreError(f"cannot write the backup {target}: {exc.strerror}") from exc
+        finally:
+            for leftover in (partial, partial + "-journal", partial + "-wal", partial + "-shm"):
+                with contextlib.suppress(OSError):
+                    os.remove(leftover)
+        return count
 
     def _row(self, db, node_id):
         row = db.execute(f"SELECT {_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
@@ -1377,3 +1431,106 @@ def _check_file(path):
     if header[92:96] == header[24:28] and page_size and pages and size < pages * page_size:
         raise StoreError(f"{path} is damaged: it should hold {pages * page_size} bytes but "
                          f"holds {size} (truncated); restore it from a backup")
+
+
+# ----------------------------------------------------------------------------- command line
+
+USAGE = """usage: python3 store.py export [FILE] | import FILE | backup FILE
+
+  export [FILE]  write every memory as one JSON object per line, oldest first, keys in a
+                 fixed order (to standard output without FILE)
+  import FILE    load memories from such a file (- reads standard input); memories whose
+                 id is already stored are skipped, so importing twice changes nothing
+  backup FILE    copy the live database to FILE, consistently, while servers keep writing
+
+The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory)."""
+
+
+def export(store, out):
+    """Write every memory to the text stream `out`, one JSON line each; return how many."""
+    n = 0
+    for n, record in enumerate(store.records(), 1):
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    return n
+
+
+def read_records(lines):
+    """Memories from JSON lines (bytes), blank lines skipped; a bad line is InvalidInput."""
+    number = 0
+    for line_number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        number += 1
+        try:
+            yield json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InvalidInput(f"record {number} (line {line_number}) is not UTF-8 text") from None
+        except (ValueError, RecursionError) as exc:
+            raise InvalidInput(f"record {number} (line {line_number}) is not JSON: "
+                               f"{exc}") from None
+
+
+def _export_to(store, target):
+    """Export to a file, written beside it and renamed into place once complete."""
+    partial = f"{target}.{os.getpid()}.part"
+    try:
+        with open(partial, "w", encoding="utf-8", newline="\n") as out:
+            n = export(store, out)
+        os.replace(partial, target)
+        return n
+    except OSError as exc:
+        raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(partial)
+
+
+def main(argv=None):
+    args = sys.argv[1:] if argv is None else argv
+    command, rest = (args[0], args[1:]) if args else (None, [])
+    if command not in ("export", "import", "backup") or len(rest) > 1 or \
+            (command != "export" and len(rest) != 1):
+        print(USAGE, file=sys.stderr)
+        return 0 if command in ("-h", "--help") else 2
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="flood-memory: %(levelname)s: %(message)s")
+    directory = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    try:
+        if command != "import" and not os.path.exists(
+                os.path.join(os.path.expanduser(directory), DB_NAME)):
+            raise StoreError(f"there is no memory database in {directory} to {command}")
+        source = None
+        if command == "import":  # the file first, so that a wrong name creates nothing
+            source = sys.stdin.buffer if rest[0] == "-" else open(rest[0], "rb")
+        with contextlib.ExitStack() as stack, open_directory(directory) as store:
+            if source is not None:
+                stack.enter_context(source)
+            if command == "export" and not rest:
+                out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+                n = export(store, out)
+                out.flush()
+                print(f"flood-memory: exported {n} memories", file=sys.stderr)
+            elif command == "export":
+                n = _export_to(store, rest[0])
+                print(f"flood-memory: exported {n} memories to {rest[0]}", file=sys.stderr)
+            elif command == "backup":
+                n = store.backup(rest[0])
+                print(f"flood-memory: backed up {n} memories to {rest[0]}", file=sys.stderr)
+            else:
+                done = store.load(read_records(source))
+                print(f"flood-memory: imported {done['loaded']} memories, skipped "
+                      f"{done['skipped']} already stored", file=sys.stderr)
+    except BrokenPipeError:
+        return 1  # whoever read the export stopped reading
+    except OSError as exc:
+        print(f"flood-memory: {command}: cannot read {exc.filename}: {exc.strerror}",
+              file=sys.stderr)
+        return 1
+    except StoreError as exc:
+        print(f"flood-memory: {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
