@@ -413,6 +413,76 @@ class StoreTest(TempDirTest):
                 self.assertEqual(store.query_terms(text), terms)
                 self.assertEqual(store.fts_query(terms), expression)
 
+    # -- ranking, stage two (see Store.rank)
+
+    FILLER = ["The weather was mild and grey all week long", "We talked about the new kitchen tiles",
+              "Lunch was soup and bread at the corner cafe", "The train to the coast left at nine",
+              "Grandma called to ask about the garden"]
+
+    def fill(self, times=2):
+        for text in self.FILLER * times:
+            self.store.add(text)
+
+    def test_a_long_memory_is_judged_less_harshly_by_its_length(self):
+        self.fill()
+        short = self.store.add("Orchid on the sill", ["home"])  # tags differ: no lending
+        long_ = self.store.add("Melanie spent the whole weekend repotting her orchid collection, "
+                               "trimming roots, mixing bark and moss, and moving every orchid pot "
+                               "closer to the bright east window in the hall", ["hobby"])
+        rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
+        # FTS5's bm25 (k1 1.2, b 0.75) puts the short one first; stage two, with its flatter
+        # length normalisation, lets the memory that says "orchid" twice win.
+        self.assertEqual([r for _, r in self.store.top(["orchid"], [], 2)],
+                         [rowid[short["id"]], rowid[long_["id"]]])
+        self.assertEqual([n["id"] for n in self.store.search("orchid")], [long_["id"], short["id"]])
+
+    def conversation(self, answer_tags=("chat 1",), answer="Yes, she went to the group on Friday"):
+        self.fill()
+        rival = self.store.add("The group chat was noisy", ["chat 1"])
+        question = self.store.add("Did Caroline go to the LGBTQ support group?", ["chat 1"])
+        reply = self.store.add(answer, list(answer_tags))
+        self.store.add("The kitchen tiles arrived on Monday", ["chat 1"])
+        return rival["id"], question["id"], reply["id"]
+
+    def test_the_answer_after_a_matching_question_is_lifted(self):
+        rival, question, reply = self.conversation()
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[:2], [question, reply])
+        self.assertGreater(found.index(rival), found.index(reply))
+
+    def test_no_lift_across_different_tags(self):
+        rival, question, reply = self.conversation(answer_tags=("chat 2",))
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[0], question)
+        self.assertLess(found.index(rival), found.index(reply))
+
+    def test_a_follower_that_matches_no_query_word_is_not_returned(self):
+        _, question, reply = self.conversation(answer="Yes, on Friday with her mum")
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[0], question)
+        self.assertNotIn(reply, found)
+
+    def test_the_tag_filter_ranks_within_the_tagged_memories(self):
+        self.fill()
+        best = self.store.add("Orchid orchid orchid, the orchid show", ["flowers"])
+        tagged = [self.store.add(f"A note on orchid care {i}", ["orchids"])["id"] for i in range(3)]
+        rare = self.store.add("The orchid fungus question, with fungus photos", ["orchids"])
+        found = [n["id"] for n in self.store.search("orchid fungus", ["orchids"], limit=3)]
+        self.assertEqual(len(found), 3)
+        self.assertEqual(found[0], rare["id"])
+        self.assertNotIn(best["id"], found)
+        self.assertTrue(set(found[1:]) <= set(tagged))
+
+    def test_word_forms_of_one_stem_count_once(self):
+        self.fill()
+        self.store.add("She paints every day and sells paintings")
+        self.store.add("A painted fence")
+        once = self.store.rank(store.query_terms("paint"), [], 10)
+        self.assertEqual(len(once), 2)
+        for query in ("paint paints painting painted", "Painting? PAINT!"):
+            with self.subTest(query=query):
+                self.assertEqual(self.store.rank(store.query_terms(query), [], 10), once)
+
     def test_tags_only_returns_newest_tagged_first(self):
         first = self.store.add("one", ["work"])
         self.store.add("two", ["home"])
@@ -2341,7 +2411,7 @@ def bench_size(corpus, size, calls, args):
         checked = queries[:args.agreement]
         same, literal, paths = agreement(path, checked) if args.project == HERE else (0, 0, {})
         return {"size": size, "rows": rows, "rss": rss, "peak": peak, "db_mb": size_mb,
-                "load_s": load_s, "agreement": (same, literal, len(checked)), "paths": paths}
+                "load_s": load_s, "agreement": (same, literal, len(checked) if paths else 0), "paths": paths}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
