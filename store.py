@@ -9,6 +9,7 @@ access tracking.
 
 import collections
 import contextlib
+import functools
 import heapq
 import io
 import json
@@ -397,6 +398,14 @@ HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
 HOT_LIST = 1000                 # length of a hot term's impact list
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties there
+COUNTS_CACHE = 4096             # memories whose term counts ranking keeps at hand
+
+
+@functools.lru_cache(maxsize=COUNTS_CACHE)
+def _cached_counts(text):
+    """term_counts for ranking, remembered by the text itself (so never stale): the memories
+    that head common words' lists come up query after query. Callers must not change it."""
+    return term_counts(text)
 
 
 def _idf(df, n):
@@ -564,6 +573,12 @@ def _node(row):
         "last_accessed": row[6],
         "access_count": row[7] or 0,
     }
+
+
+@functools.lru_cache(maxsize=1024)
+def _tag_set(tags_json):
+    """The tags of a `tags` column value, as a frozenset."""
+    return frozenset(json.loads(tags_json))
 
 
 def _chunks(items, size=500):
@@ -1188,18 +1203,20 @@ class Store:
 
         Kept in `query`, so that neither stage reads a memory twice.
         """
-        known = query.features
+        known, terms = query.features, query.terms
         missing = [r for r in rowids if r not in known]
         for chunk in _chunks(missing):
             for rowid, content, tagged, size in db.execute(
                     f"SELECT n.rowid, n.content, n.tags, d.sz FROM nodes n LEFT JOIN "
                     f"nodes_fts_docsize d ON d.id = n.rowid WHERE n.rowid IN ({_marks(chunk)})",
                     chunk):
-                counts = term_counts(content)
-                known[rowid] = ([counts[t] for t in query.terms], _varint(size)[0] if size else 0,
-                                frozenset(json.loads(tagged or "[]")))
+                counts = _cached_counts(content)
+                known[rowid] = ([counts[t] for t in terms], _varint(size)[0] if size else 0,
+                                tagged or "[]")
+        if not tags:
+            return {r: known[r] for r in rowids if r in known}
         wanted = set(tags)
-        return {r: known[r] for r in rowids if r in known and wanted <= known[r][2]}
+        return {r: known[r] for r in rowids if r in known and wanted <= _tag_set(known[r][2])}
 
     def _top(self, db, query, tags, n):
         """Stage one: the `n` best memories by FTS5's bm25() of the words OR-ed, exactly.
@@ -1322,7 +1339,7 @@ class Store:
                 stored.update(rows)
                 following = [r for r, _ in rows]
             for share, rowid in zip(FOLLOWERS, following):
-                if frozenset(json.loads(stored[rowid] or "[]")) == features[lender][2]:
+                if _tag_set(stored[rowid] or "[]") == _tag_set(features[lender][2]):
                     lent[rowid] += share * scores[lender]
         extra_scores, extra_features = score([r for r in lent if r not in scores])
         features.update(extra_features)
