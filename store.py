@@ -398,14 +398,7 @@ HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
 HOT_LIST = 1000                 # length of a hot term's impact list
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties there
-COUNTS_CACHE = 4096             # memories whose term counts ranking keeps at hand
-
-
-@functools.lru_cache(maxsize=COUNTS_CACHE)
-def _cached_counts(text):
-    """term_counts for ranking, remembered by the text itself (so never stale): the memories
-    that head common words' lists come up query after query. Callers must not change it."""
-    return term_counts(text)
+TAG_SCAN_COST = 10              # scoring a memory in Python costs this many FTS5 matches
 
 
 def _idf(df, n):
@@ -596,7 +589,7 @@ def _marks(items):
 class _Query:
     """What one search knows of its words: terms, statistics, memories read so far."""
 
-    __slots__ = ("count", "avgdl", "terms", "word_of", "idf", "features")
+    __slots__ = ("count", "avgdl", "terms", "word_of", "df", "idf", "features", "prefixes")
 
 
 class Store:
@@ -1159,7 +1152,11 @@ class Store:
             df.update(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(chunk)})",
                                  chunk))
         query.terms = [t for t in dict.fromkeys(terms) if df.get(t)]
+        query.df = df
         query.idf = {t: _idf(df[t], query.count) for t in query.terms}
+        # Porter rewrites at most the last few letters of a word, so only words starting
+        # like a term can stem to it: the others need no stemming.
+        query.prefixes = tuple(t[:max(1, len(t) - 3)] for t in query.terms)
         query.features = {}
         return query
 
@@ -1210,7 +1207,8 @@ class Store:
                     f"SELECT n.rowid, n.content, n.tags, d.sz FROM nodes n LEFT JOIN "
                     f"nodes_fts_docsize d ON d.id = n.rowid WHERE n.rowid IN ({_marks(chunk)})",
                     chunk):
-                counts = _cached_counts(content)
+                counts = collections.Counter(map(_stems.__getitem__, [
+                    w for w in tokenize(content) if w.startswith(query.prefixes)]))
                 known[rowid] = ([counts[t] for t in terms], _varint(size)[0] if size else 0,
                                 tagged or "[]")
         if not tags:
@@ -1279,30 +1277,81 @@ class Store:
                 admit([r for _, r in self._fts(db, [word_of[t] for t in strong], tags, n,
                                                within=cold_words, margin=slack)])
 
+        joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = p.node AND t{i}.tag = ?"
+                        for i in range(len(tags)))
+
+        def postings(t, limit=-1):
+            """The impact list of `t`, best first, less memories without the tags."""
+            return db.execute(f"SELECT p.node, p.impact FROM hot_postings p{joins} WHERE "
+                              f"p.term = ? ORDER BY p.impact DESC LIMIT ?", (*tags, t, limit))
+
+        tagged = []  # how many memories carry the tags, once asked
+
+        def cheaper_to_scan(matches):
+            """With tags: whether scoring every tagged memory costs less than FTS5 scoring
+            `matches` memories (it costs some ten times more per memory)."""
+            if not tags:
+                return False
+            if not tagged:
+                tagged.append(min(db.execute("SELECT count(*) FROM node_tags WHERE tag = ?",
+                                             (tag,)).fetchone()[0] for tag in tags))
+            return tagged[0] * TAG_SCAN_COST < matches
+
+        def scan():
+            """Score every memory carrying the tags: then nothing is left to settle."""
+            self.paths["tag scan"] += 1
+            others = "".join(f" JOIN node_tags t{i} ON t{i}.node = a.node AND t{i}.tag = ?"
+                             for i in range(len(tags) - 1))
+            cursor = db.execute(f"SELECT a.node FROM node_tags a{others} WHERE a.tag = ?",
+                                (*tags[1:], tags[0]))
+            while rows := cursor.fetchmany(500):
+                admit([r for (r,) in rows])
+            return matches([(-s, r) for s, r in best])
+
+        def skim(group):
+            """Memories heading the impact lists of `group`, each scored in full; True if
+            they are `n` at least. Not exhaustive: memories ranked lower in every list but
+            holding several of the words may score higher. For words this common (bm25 gives
+            each 1e-6) that is not worth scoring most of the index for."""
+            for t in group:
+                admit([r for r, _ in postings(t, max(n, 50) if not tags else self.hot_list)])
+            return len(best) >= n
+
         def settle(group, margin):
-            """The classes of memories holding hot terms of `group` and nothing rarer."""
+            """The classes of memories holding hot terms of `group` and nothing rarer.
+            False if that took scoring every tagged memory (so all is settled)."""
             for t in group:  # holding one of them: its impact list, best first
                 floor = hot[t][0]
-                cursor = db.execute("SELECT node, impact FROM hot_postings WHERE term = ? "
-                                    "ORDER BY impact DESC", (t,))
+                cursor = postings(t)
                 while rows := cursor.fetchmany(max(n, 16)):
                     admit([r for r, _ in rows])
                     if idf[t] * rows[-1][1] * drift[t] + margin < theta():
                         break
                 if idf[t] * floor * drift[t] + margin > theta():
-                    # The list cannot settle the class (tags thin it out): FTS5 can.
+                    # The list cannot settle the class (tags thin it out): FTS5 can, or
+                    # when the tagged memories are few, scoring them all.
+                    if cheaper_to_scan(query.df[t]):
+                        return False
                     self.paths["single-term query"] += 1
                     admit([r for _, r in self._fts(db, [word_of[t]], tags, n, margin=margin)])
             for i, t in enumerate(group):  # holding two or more: FTS5 AND queries
                 rest = group[i + 1:]
                 if not rest or sum(peak[u] for u in group[i:]) + margin <= theta():
                     break
+                if cheaper_to_scan(query.df[t]):
+                    return False
                 admit([r for _, r in self._fts(db, [word_of[u] for u in rest], tags, n,
                                                within=[word_of[t]], margin=margin)])
+            return True
 
-        settle(strong, slack)
+        if not settle(strong, slack):
+            return scan()
         if not slack:  # a query of faint words alone: they are all there is to rank by
-            settle(faint, 0.0)
+            if len(faint) > 1 and skim(faint):
+                self.paths["faint words"] += 1
+                return matches([(-s, r) for s, r in best])
+            if not settle(faint, 0.0):
+                return scan()
         self.paths["classes"] += 1
         return matches([(-s, r) for s, r in best])
 
