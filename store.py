@@ -161,6 +161,8 @@ MAX_TAGS = 100          # tags on one memory
 MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 1000        # ids in one links argument
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
+CHECKPOINT_EVERY = 64   # write transactions between background checkpoints...
+CHECKPOINT_PAUSE = 1.0  # ...or seconds of quiet after a write
 
 DEFAULT_DIR = "~/flood/memory"
 DB_NAME = "memory.db"
@@ -609,6 +611,10 @@ class Store:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open = set()
+        self._writes = 0             # write transactions since the last checkpoint
+        self._checkpointer = None    # the background thread that runs checkpoints
+        self._wake = threading.Event()
+        self._closing = False
         _check_file(self.path)
         try:
             self._prepare(self._db())
@@ -627,6 +633,8 @@ class Store:
                 db.execute("PRAGMA foreign_keys=ON")
                 # In WAL mode NORMAL keeps every committed transaction across a killed process.
                 db.execute("PRAGMA synchronous=NORMAL")
+                # Checkpoints run in the background (see _checkpoints), not in a commit.
+                db.execute("PRAGMA wal_autocheckpoint=0")
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"cannot open the memory database {self.path}: {exc}") from exc
             except sqlite3.DatabaseError as exc:
@@ -649,10 +657,47 @@ class Store:
     def close(self):
         """Close every connection this store opened."""
         with self._lock:
+            self._closing = True
+            checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            self._wake.set()
+            checkpointer.join()
+        with self._lock:
             connections, self._open = self._open, set()
         for db in connections:
-            db.close()
+            db.close()  # the last connection to the file checkpoints it and removes the log
         self._local = threading.local()
+
+    def _wrote(self):
+        """Count a committed write; wake the checkpointer every CHECKPOINT_EVERY of them."""
+        with self._lock:
+            self._writes += 1
+            if self._checkpointer is None and not self._closing:
+                self._checkpointer = threading.Thread(target=self._checkpoints, daemon=True,
+                                                      name="flood-memory checkpoints")
+                self._checkpointer.start()
+            due = self._writes >= CHECKPOINT_EVERY
+        if due:
+            self._wake.set()
+
+    def _checkpoints(self):
+        """Copy the write-ahead log into the database file every CHECKPOINT_EVERY writes and
+        after a quiet second, in this thread, so that no request waits for it (PASSIVE: it
+        never blocks readers or writers, and copies what they allow)."""
+        try:
+            while not self._closing:
+                self._wake.wait(CHECKPOINT_PAUSE)
+                self._wake.clear()
+                with self._lock:
+                    pending, self._writes = self._writes, 0
+                if pending and not self._closing:
+                    try:
+                        self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    except (sqlite3.Error, StoreError) as exc:
+                        # The next write wakes it again; a closing store ends it.
+                        log.debug("checkpoint skipped: %s", exc)
+        finally:
+            self.close_thread()
 
     def __enter__(self):
         return self
@@ -677,6 +722,7 @@ class Store:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
             raise
+        self._wrote()
 
     @contextlib.contextmanager
     def _read(self):

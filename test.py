@@ -696,6 +696,22 @@ class StoreTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
 
+    def test_checkpoints_run_in_the_background_not_in_a_commit(self):
+        # A commit that checkpoints waits for the copy into the database file and its fsync:
+        # that is the slow write every few hundred. Here no commit does it, a thread does.
+        self.assertEqual(self.store._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0], 0)
+        empty = os.path.getsize(self.path)
+        written = store.CHECKPOINT_EVERY + 10
+        for i in range(written):
+            self.store.add(f"memory number {i} about gardens and tides")
+        deadline = time.monotonic() + 10
+        while os.path.getsize(self.path) <= empty and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertGreater(os.path.getsize(self.path), empty, "nothing was checkpointed")
+        self.store.close()
+        self.assertFalse(os.path.exists(self.path + "-wal"), "closing left the log behind")
+        self.assertEqual(len(self.open_store().search("gardens", limit=100)), written)
+
 
 class RankingTest(TempDirTest):
     """Stage one against FTS5's own bm25 ranking, with hot terms forced by tiny thresholds."""
@@ -1483,7 +1499,8 @@ class RemoteTest(TempDirTest):
         data = os.path.join(self.dir, "remote")
         self.assertFalse(os.path.exists(os.path.join(data, store.DB_NAME + "-wal")),
                          "the database was not closed")
-        self.assertEqual(len(Store(os.path.join(data, store.DB_NAME)).search("kept")), 1)
+        with Store(os.path.join(data, store.DB_NAME)) as reopened:
+            self.assertEqual(len(reopened.search("kept")), 1)
 
     def test_no_token_warns_and_listens_on_loopback(self):
         port = free_port()
@@ -1905,7 +1922,8 @@ class BackupTest(TempDirTest):
             writer.close()
         self.assertEqual(counts, sorted(counts))
         self.assertGreater(counts[-1], counts[0])  # the server kept writing meanwhile
-        self.assertEqual(Store(copy).count(), counts[-1])
+        with Store(copy) as copied:
+            self.assertEqual(copied.count(), counts[-1])
         self.assertFalse([f for f in os.listdir(self.dir) if f.endswith(".part")])
         done = self.run_store("backup", self.path)
         self.assertEqual(done.returncode, 1)
