@@ -393,7 +393,7 @@ def fts_query(terms):
 K1, B = 1.2, 0.75               # FTS5's bm25() constants
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores
-FOLLOWERS = (0.5, 0.2)          # share of a match's score lent to the next two memories
+FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories
 LENDERS = 10                    # stage-two matches that lend
 HOT_MIN_DF = 2000               # a term is hot once this many memories hold it...
 HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
