@@ -163,6 +163,8 @@ MAX_LINKS = 1000        # ids in one links argument
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 CHECKPOINT_EVERY = 64   # write transactions between background checkpoints...
 CHECKPOINT_PAUSE = 1.0  # ...or seconds of quiet after a write
+WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
+WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
 
 DEFAULT_DIR = "~/flood/memory"
 DB_NAME = "memory.db"
@@ -633,8 +635,12 @@ class Store:
                 db.execute("PRAGMA foreign_keys=ON")
                 # In WAL mode NORMAL keeps every committed transaction across a killed process.
                 db.execute("PRAGMA synchronous=NORMAL")
-                # Checkpoints run in the background (see _checkpoints), not in a commit.
-                db.execute("PRAGMA wal_autocheckpoint=0")
+                # Checkpoints run in the background (see _checkpoints), not in a commit,
+                # unless writes come so fast that the log outgrows WAL_PAGES: a background
+                # checkpoint racing a stream of writes never finishes, and only a finished
+                # one lets the log start over.
+                db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_PAGES)}")
+                db.execute(f"PRAGMA journal_size_limit={int(WAL_BYTES)}")
             except sqlite3.OperationalError as exc:
                 raise StoreError(f"cannot open the memory database {self.path}: {exc}") from exc
             except sqlite3.DatabaseError as exc:
@@ -655,15 +661,16 @@ class Store:
             db.close()
 
     def close(self):
-        """Close every connection this store opened."""
+        """Close every connection this store opened. Using the store again reopens it."""
         with self._lock:
             self._closing = True
-            checkpointer, self._checkpointer = self._checkpointer, None
+            checkpointer = self._checkpointer
         if checkpointer is not None:
             self._wake.set()
             checkpointer.join()
         with self._lock:
             connections, self._open = self._open, set()
+            self._closing = False
         for db in connections:
             db.close()  # the last connection to the file checkpoints it and removes the log
         self._local = threading.local()
@@ -683,14 +690,18 @@ class Store:
     def _checkpoints(self):
         """Copy the write-ahead log into the database file every CHECKPOINT_EVERY writes and
         after a quiet second, in this thread, so that no request waits for it (PASSIVE: it
-        never blocks readers or writers, and copies what they allow)."""
+        never blocks readers or writers, and copies what they allow). The thread ends after
+        a quiet spell with nothing to copy; the next write starts another."""
         try:
-            while not self._closing:
+            while True:
                 self._wake.wait(CHECKPOINT_PAUSE)
                 self._wake.clear()
                 with self._lock:
                     pending, self._writes = self._writes, 0
-                if pending and not self._closing:
+                    if self._closing or not pending:
+                        self._checkpointer = None
+                        return
+                if pending:
                     try:
                         self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                     except (sqlite3.Error, StoreError) as exc:
@@ -745,6 +756,8 @@ class Store:
                 raise StoreError(f"could not {doing}: the database stayed locked by another "
                                  f"process for more than {self.timeout:g} s") from exc
             raise StoreError(f"could not {doing}: {exc}") from exc
+        except sqlite3.ProgrammingError as exc:  # its connection was closed under it
+            raise StoreError(f"could not {doing}: the memory store is shutting down") from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"could not {doing}: the database is damaged ({exc}); restore "
                              f"it from a backup") from exc

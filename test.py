@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 import unittest
+import unittest.mock
 import uuid
 
 import server
@@ -699,7 +700,8 @@ class StoreTest(TempDirTest):
     def test_checkpoints_run_in_the_background_not_in_a_commit(self):
         # A commit that checkpoints waits for the copy into the database file and its fsync:
         # that is the slow write every few hundred. Here no commit does it, a thread does.
-        self.assertEqual(self.store._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0], 0)
+        self.assertEqual(self.store._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0],
+                         store.WAL_PAGES)
         empty = os.path.getsize(self.path)
         written = store.CHECKPOINT_EVERY + 10
         for i in range(written):
@@ -711,6 +713,34 @@ class StoreTest(TempDirTest):
         self.store.close()
         self.assertFalse(os.path.exists(self.path + "-wal"), "closing left the log behind")
         self.assertEqual(len(self.open_store().search("gardens", limit=100)), written)
+
+    def test_the_log_stays_bounded_under_back_to_back_writes(self):
+        # A background checkpoint racing a stream of writes never finishes, so the log could
+        # never start over; past WAL_PAGES a commit checkpoints itself and the log is cut back.
+        with unittest.mock.patch.multiple(store, WAL_PAGES=64, WAL_BYTES=512 * 1024):
+            s = Store(os.path.join(self.dir, "stream.db"))
+        self.addCleanup(s.close)
+        sizes = []
+        for i in range(1500):
+            s.add(f"streamed memory {i} " + "with some words in it " * 10)
+            if i % 100 == 99:
+                sizes.append(os.path.getsize(s.path + "-wal"))
+        self.assertLess(max(sizes), 2 * 1024 * 1024, sizes)
+        self.assertEqual(s.count(), 1500)
+
+    def test_an_unclosed_store_lets_its_checkpoint_thread_go(self):
+        s = Store(self.path)
+        s.add("a write starts the thread")
+        self.assertTrue(any(t.name == "flood-memory checkpoints" for t in threading.enumerate()))
+        deadline = time.monotonic() + 10
+        while any(t.name == "flood-memory checkpoints" for t in threading.enumerate()) and \
+                time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertFalse(any(t.name == "flood-memory checkpoints" for t in threading.enumerate()))
+        s.close()
+        s.add("usable again after close")
+        self.assertEqual(s.count(), 2)
+        s.close()
 
 
 class RankingTest(TempDirTest):
