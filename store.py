@@ -578,6 +578,19 @@ def _tag_set(tags_json):
     return frozenset(json.loads(tags_json))
 
 
+def _carrying(tags, column):
+    """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
+    one of `tags` remain. One join per tag up to three; past that, the rest are counted in
+    one grouped join, since many joins exhaust SQLite's planner (and FTS5's MATCH with it)."""
+    joined, rest = tags[:3], tags[3:]
+    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag = ?"
+                  for i in range(len(joined)))
+    if rest:
+        sql += (f" JOIN (SELECT node FROM node_tags WHERE tag IN ({_marks(rest)}) GROUP BY node "
+                f"HAVING count(*) = {len(rest)}) t_rest ON t_rest.node = {column}")
+    return sql, [*joined, *rest]
+
+
 def _chunks(items, size=500):
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -909,17 +922,19 @@ class Store:
             floor, _, size, _ = hot[term]
             db.execute("UPDATE hot_terms SET size = size - ? WHERE term = ?", (n, term))
             if floor > 0 and size - n < self.hot_list // 4:
-                self._build(db, term, words.get(term, term))
+                # Called before the memories change, so the rebuild must pass them over.
+                self._build(db, term, words.get(term, term), {rowid for rowid, _ in docs})
 
-    def _build(self, db, term, word):
-        """Make the impact list of `term` (which `word` stems to) from the index."""
+    def _build(self, db, term, word, leaving=frozenset()):
+        """Make the impact list of `term` (which `word` stems to) from the index, less the
+        memories at `leaving` (about to be deleted or given new content)."""
         count, tokens = self._averages(db)
         if not count:
             return
         avgdl = tokens / count
         rowids = [r for (r,) in db.execute(
             "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts) "
-            "LIMIT ?", (fts_query([word]), self.hot_list + 1))]
+            "LIMIT ?", (fts_query([word]), self.hot_list + 1 + len(leaving))) if r not in leaving]
         lengths = self._lengths(db, rowids)
         impacts = []
         for rowid, content in self._contents(db, rowids):
@@ -1243,12 +1258,11 @@ class Store:
         expression = fts_query(words)
         if within:
             expression = f"({fts_query(within)}) AND ({expression})"
-        joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
-                        for i in range(len(tags)))
+        joins, carrying = _carrying(tags, "nodes_fts.rowid")
         extra = TIE_EXTRA if margin else 0
         rows = db.execute(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
                           f"WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid "
-                          f"LIMIT ?", (*tags, expression, limit + extra)).fetchall()
+                          f"LIMIT ?", (*carrying, expression, limit + extra)).fetchall()
         if len(rows) > limit:
             cut = rows[limit - 1][0] - margin
             rows = rows[:limit] + [row for row in rows[limit:] if row[0] >= cut]
@@ -1336,13 +1350,12 @@ class Store:
                 admit([r for _, r in self._fts(db, [word_of[t] for t in strong], tags, n,
                                                within=cold_words, margin=slack)])
 
-        joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = p.node AND t{i}.tag = ?"
-                        for i in range(len(tags)))
+        joins, carrying = _carrying(tags, "p.node")
 
         def postings(t, limit=-1):
             """The impact list of `t`, best first, less memories without the tags."""
             return db.execute(f"SELECT p.node, p.impact FROM hot_postings p{joins} WHERE "
-                              f"p.term = ? ORDER BY p.impact DESC LIMIT ?", (*tags, t, limit))
+                              f"p.term = ? ORDER BY p.impact DESC LIMIT ?", (*carrying, t, limit))
 
         tagged = []  # how many memories carry the tags, once asked
 
@@ -1359,10 +1372,9 @@ class Store:
         def scan():
             """Score every memory carrying the tags: then nothing is left to settle."""
             self.paths["tag scan"] += 1
-            others = "".join(f" JOIN node_tags t{i} ON t{i}.node = a.node AND t{i}.tag = ?"
-                             for i in range(len(tags) - 1))
+            others, carrying = _carrying(tags[1:], "a.node")
             cursor = db.execute(f"SELECT a.node FROM node_tags a{others} WHERE a.tag = ?",
-                                (*tags[1:], tags[0]))
+                                (*carrying, tags[0]))
             while rows := cursor.fetchmany(500):
                 admit([r for (r,) in rows])
             return matches([(-s, r) for s, r in best])

@@ -79,6 +79,11 @@ def index_problems(path, hot_list=store.HOT_LIST):
                                                 (term,))}
             if len(members) != size:
                 problems.append(f"hot list of {term!r} has {len(members)} rows, says {size}")
+            contents = dict(db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
+                                       f"({','.join('?' * len(members))})", list(members)))
+            strays = [r for r in members if term not in store._term_counts(contents.get(r, ""))]
+            if strays:
+                problems.append(f"hot list of {term!r} holds memories without it: {strays[:5]}")
             for rowid, content in db.execute("SELECT rowid, content FROM nodes"):
                 tf = store._term_counts(content).get(term, [0])[0]
                 if not tf:
@@ -800,6 +805,29 @@ class RankingTest(TempDirTest):
         self.assertGreater(paths["classes"], 200, paths)  # the fast path answered, mostly
         self.assertGreater(self.skimmed, 0)  # the skim for common words alone is checked too
         self.assertGreater(paths["tag scan"], 0)  # so is scoring every memory of a rare tag
+
+    def test_a_shrinking_hot_list_is_rebuilt_without_the_memories_leaving(self):
+        # Deleting or rewriting the memories of a hot term shrinks its list until it is
+        # rebuilt; the rebuild runs before they change and must not list them again.
+        holders = [n for n in self.ids if "alpha" in self.store.get(n)["content"].split()]
+        for node_id in holders[:len(holders) // 2]:
+            self.store.update(node_id, content="zulu only now")
+        for node_id in holders[len(holders) // 2:]:
+            self.store.delete(node_id)
+            self.ids.remove(node_id)
+            self.assertEqual(index_problems(self.path, 8), [])
+        self.assertEqual(self.store.search("alpha"), [])
+
+    def test_many_tags_filter_a_query(self):
+        labels = [f"label{i}" for i in range(store.MAX_TAGS)]
+        wide = {self.store.add("alpha quartzite " + " ".join(self.words(5)), labels)["id"]
+                for _ in range(3)}
+        narrow = self.store.add("alpha quartzite bravo", labels[:50])["id"]
+        for n in (1, 3, 4, 16, 50, 51, 64, store.MAX_TAGS):
+            for query in ("alpha", "quartzite", "quartzite alpha"):
+                with self.subTest(tags=n, query=query):
+                    got = {node["id"] for node in self.store.search(query, labels[:n], 100)}
+                    self.assertEqual(got, wide | ({narrow} if n <= 50 else set()))
 
     def test_stage_one_stays_exact_through_edits(self):
         for round_ in range(4):
