@@ -20,7 +20,6 @@ import re
 import sqlite3
 import sys
 import threading
-import unicodedata
 import uuid
 from datetime import datetime, timezone
 
@@ -108,7 +107,9 @@ CREATE INDEX hot_postings_node ON hot_postings (node);
 # Versions of SCHEMA, kept in PRAGMA user_version:
 # 1: nodes, nodes_fts and its three triggers, as SPEC.md gives them.
 # 2: nodes_au fires on content only; node_tags; terms, hot_terms and hot_postings for ranking.
-SCHEMA_VERSION = 2
+# 3: no new tables: terms re-counted where memories hold non-ASCII text, whose words version 2
+#    folded differently from unicode61 (Hangul split into letters, Greek accents dropped).
+SCHEMA_VERSION = 3
 
 
 
@@ -142,10 +143,13 @@ MIGRATIONS = {
         *_creating(SCHEMA, "nodes_au", "node_tags", "terms", "hot_"),
         "INSERT OR IGNORE INTO node_tags (tag, node) SELECT j.value, n.rowid "
         "FROM nodes n, json_each(n.tags) j WHERE json_valid(n.tags) AND j.type = 'text'"],
+    2: [],
 }
 
-# Versions from which the ranking tables must be rebuilt from the memories themselves.
+# Versions from which the ranking tables must be rebuilt from the memories themselves: always
+# below the first, below the second only if some memory holds non-ASCII text.
 _REINDEX_BELOW = 2
+_REINDEX_NON_ASCII_BELOW = 3
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
@@ -191,6 +195,7 @@ class InvalidInput(StoreError):
 # 3 to 64 bytes only). The query side uses it to drop stopwords and duplicate stems.
 
 _TOKEN = re.compile(r"[^\W_]+")
+_TOKEN_RUN = re.compile(r"[^ ]+")
 
 # Common English function words: they carry no meaning of their own in a question.
 STOPWORDS = frozenset("""
@@ -205,19 +210,43 @@ yourselves s t d ll m re ve
 """.split())
 
 
-def _fold(token):
-    """Lower-case a token and strip Latin diacritics, as unicode61 (remove_diacritics=1) does."""
-    if token.isascii():
-        return token.lower()
-    decomposed = unicodedata.normalize("NFD", token.lower())
-    return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
+class _Folds(dict):
+    """Code point -> what unicode61 makes of that character inside a word: its folded form
+    ('' when it is a diacritic it drops), or a space when it separates words.
+
+    unicode61 folds one character at a time, by tables of the Unicode version SQLite was
+    built with, so the only faithful source is SQLite itself: each non-ASCII character is
+    looked up once, by tokenizing it between two letters, and kept.
+    """
+
+    def __init__(self):
+        super().__init__((i, chr(i).lower() if chr(i).isalnum() else " ") for i in range(128))
+        self._lock = threading.Lock()
+        self._db = None
+
+    def __missing__(self, code):
+        with self._lock:
+            if self._db is None:
+                self._db = sqlite3.connect(":memory:", check_same_thread=False)
+                self._db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='unicode61')")
+                self._db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+            self._db.execute("DELETE FROM t")
+            self._db.execute("INSERT INTO t (rowid, x) VALUES (1, ?)", (f"a{chr(code)}b",))
+            terms = [t for (t,) in self._db.execute("SELECT term FROM v ORDER BY offset")]
+        value = terms[0][1:-1] if len(terms) == 1 else " "
+        if len(self) < 100_000:  # bounded: a hostile text may hold every code point there is
+            self[code] = value
+        return value
+
+
+_folds = _Folds()
 
 
 def tokenize(text):
-    """The folded tokens of `text`, in order, split the way unicode61 splits them."""
+    """The folded tokens of `text`, in order, split and folded as unicode61 does."""
     if text.isascii():
         return _TOKEN.findall(text.lower())
-    return [_fold(tok) for tok in _TOKEN.findall(text)]
+    return _TOKEN_RUN.findall(text.translate(_folds))
 
 
 def _is_vowel(ch, y_is_vowel):
@@ -816,7 +845,9 @@ class Store:
                 raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
                                  f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
                                  f"); refusing to touch it")
-        reindex = version < _REINDEX_BELOW
+        reindex = version < _REINDEX_BELOW or version < _REINDEX_NON_ASCII_BELOW and db.execute(
+            "SELECT 1 FROM nodes WHERE length(CAST(content AS BLOB)) <> length(content) "
+            "LIMIT 1").fetchone()
         while version < SCHEMA_VERSION:
             for statement in MIGRATIONS[version]:
                 db.execute(statement)

@@ -230,6 +230,22 @@ class StoreTest(TempDirTest):
                 trigger = self.raw("SELECT sql FROM sqlite_master WHERE name = 'nodes_au'")[0][0]
                 self.assertIn("UPDATE OF content", trigger)
 
+    def test_version_2_is_recounted_where_text_is_not_ascii(self):
+        korean = self.store.add("서울에서 친구를 만났다")["id"]
+        self.store.add("plain ascii words")
+        self.store.close()
+        # Version 2 split Hangul syllables into letters when counting terms.
+        db = sqlite3.connect(self.path)
+        db.execute("DELETE FROM terms WHERE term = '서울에서'")
+        db.execute("INSERT INTO terms (term, df) VALUES ('ᄉ', 1)")
+        db.execute("PRAGMA user_version = 2")
+        db.commit()
+        db.close()
+        upgraded = self.open_store()
+        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+        self.assertEqual(index_problems(self.path), [])
+        self.assertEqual([n["id"] for n in upgraded.search("서울에서")], [korean])
+
     def test_foreign_database_is_refused(self):
         self.store.close()
         os.remove(self.path)
@@ -654,6 +670,32 @@ class StoreTest(TempDirTest):
         self.assertEqual(self.store.get(node["id"]), node)
 
     # -- words
+
+    def test_words_are_split_and_folded_as_unicode61_does(self):
+        # Every character of the scripts in everyday use, and a sample of the rest: each
+        # between two letters, so that both its folding and whether it splits words count.
+        codes = [*range(0x80, 0x3400), *range(0xAC00, 0xD7A4, 7), *range(0x4E00, 0xA000, 13),
+                 *range(0xF900, 0x10000), *range(0x1F300, 0x1F700, 5), 0x10400, 0x10428]
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter')")
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+        db.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)",
+                       [(c, f"a{chr(c)}b Σίσυφος") for c in codes if not 0xD800 <= c < 0xE000])
+        indexed = collections.defaultdict(list)
+        for term, doc in db.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
+            indexed[doc].append(term)
+        db.close()
+        wrong = [(hex(c), text) for c, text in ((c, f"a{chr(c)}b Σίσυφος") for c in indexed)
+                 if [store.stem(t) for t in store.tokenize(text)] != indexed[c]]
+        self.assertEqual(wrong[:10], [])
+        for text, words in (("서울에서 만났다", ["서울에서", "만났다"]), ("Ἀθῆναι ΣΊΣΥΦΟΣ", None),
+                            ("Ёлка и ёж", ["ёлка", "и", "ёж"]), ("naïve CAFÉ", ["naive", "cafe"])):
+            with self.subTest(text=text):
+                if words:
+                    self.assertEqual(store.tokenize(text), words)
+                node = self.store.add(text)
+                self.assertIn(node["id"], [n["id"] for n in self.store.search(text.split()[0])])
+        self.assertEqual(index_problems(self.path), [])
 
     def test_stemmer_agrees_with_fts5(self):
         words = ("running runs ran happily happiness generalization conditional relational "
