@@ -20,6 +20,7 @@ import re
 import sqlite3
 import sys
 import threading
+import time
 import uuid
 from datetime import datetime, timezone
 
@@ -661,7 +662,11 @@ class Store:
         self._closing = False
         _check_file(self.path)
         try:
-            self._prepare(self._db())
+            try:
+                db = self._db()
+            except StoreError as exc:
+                raise StoreError(f"{self.path}: {exc}") from exc
+            self._prepare(db)
         except BaseException:
             self.close()
             raise
@@ -684,9 +689,10 @@ class Store:
                 db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_PAGES)}")
                 db.execute(f"PRAGMA journal_size_limit={int(WAL_BYTES)}")
             except sqlite3.OperationalError as exc:
-                raise StoreError(f"cannot open the memory database {self.path}: {exc}") from exc
+                # No path in these: past start-up, they reach the client.
+                raise StoreError(f"cannot open the memory database: {exc}") from exc
             except sqlite3.DatabaseError as exc:
-                raise StoreError(f"{self.path} is damaged ({exc}); restore it from a "
+                raise StoreError(f"the memory database is damaged ({exc}); restore it from a "
                                  f"backup") from exc
             self._local.db = db
             with self._lock:
@@ -823,11 +829,24 @@ class Store:
                 raise StoreError(
                     f"{self.path} has schema version {version}, newer than the {SCHEMA_VERSION} "
                     f"this Flood Memory understands; upgrade Flood Memory to open it")
-            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                # WAL so that readers never block the writer; the mode persists in the file.
-                db.execute("PRAGMA journal_mode=WAL")
+            self._use_wal(db)
             with self._write():
                 self._migrate(db)
+
+    def _use_wal(self, db):
+        """WAL, so that readers never block the writer; the mode persists in the file.
+
+        Switching takes a moment of sole use and does not wait for it as other statements
+        do: when another process is opening the same new file, try again until `timeout`.
+        """
+        deadline = time.monotonic() + self.timeout
+        while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _migrate(self, db):
         version = db.execute("PRAGMA user_version").fetchone()[0]

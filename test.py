@@ -1792,6 +1792,21 @@ class ConcurrencyTest(TempDirTest):
         self.assertNotIn(b"Traceback", log_text)
         self.assertNotIn(b"locked", log_text)
 
+    def test_processes_opening_a_new_database_at_once_all_get_in(self):
+        # Switching a new file to WAL does not wait for the lock as other statements do.
+        opener = ("import sys, time, store\n"
+                  "time.sleep(max(0, float(sys.argv[2]) - time.time()))\n"
+                  "with store.Store(sys.argv[1]) as s:\n"
+                  "    s.add('opened at once')\n")
+        for round_ in range(3):
+            path = os.path.join(self.dir, f"new-{round_}.db")
+            start = time.time() + 0.5
+            procs = [subprocess.Popen([sys.executable, "-c", opener, path, str(start)], cwd=HERE,
+                                      stderr=subprocess.PIPE) for _ in range(6)]
+            errors = [p.communicate(timeout=60)[1] for p in procs]
+            self.assertEqual([p.returncode for p in procs], [0] * 6, errors)
+            self.assertEqual(len(nodes_table(path)), 6)
+
     def test_a_stuck_writer_gives_a_clear_error_not_a_hang(self):
         s = Store(self.path, timeout=0.3)
         self.addCleanup(s.close)
