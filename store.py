@@ -164,7 +164,7 @@ MAX_NODES = 1000        # nodes one traversal returns, nearest first
 MAX_CONTENT = 100_000   # characters in one memory
 MAX_TAGS = 100          # tags on one memory
 MAX_TAG_LENGTH = 200    # characters in one tag
-MAX_LINKS = 1000        # ids in one links argument
+MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 CHECKPOINT_EVERY = 64   # write transactions between background checkpoints...
 CHECKPOINT_PAUSE = 1.0  # ...or seconds of quiet after a write
@@ -532,12 +532,12 @@ def _tags(values):
     return tags
 
 
-def _link_ids(values):
+def _link_ids(values, limit=MAX_LINKS):
     """Canonical ids from a links argument, duplicates dropped; non-ids skipped with a warning."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"links must be an array of memory ids, got {type(values).__name__}")
-    if len(values) > MAX_LINKS:
-        raise InvalidInput(f"links may hold at most {MAX_LINKS} ids, got {len(values)}")
+    if limit is not None and len(values) > limit:
+        raise InvalidInput(f"links may hold at most {limit:,} ids, got {len(values):,}")
     ids = []
     for value in values:
         try:
@@ -579,7 +579,7 @@ def _record(record, number):
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             raise InvalidInput("access_count must be a whole number of at least 0")
         return (_node_id(record["id"], "id"), _content(record["content"]),
-                _tags(record.get("tags", [])), _link_ids(record.get("links", [])),
+                _tags(record.get("tags", [])), _link_ids(record.get("links", []), None),
                 _text(record.get("source", ""), "source"), created,
                 _timestamp(record.get("last_accessed") or created, "last_accessed"), count)
     except InvalidInput as exc:
@@ -1073,12 +1073,15 @@ class Store:
                     loaded, skipped = self._load_batch(db, batch, linked, loaded, skipped)
                     batch = []
             loaded, skipped = self._load_batch(db, batch, linked, loaded, skipped)
+            back = collections.defaultdict(list)  # target -> ids to add, each target once
             for node_id, links in linked:
                 kept = self._existing(db, [i for i in links if i != node_id])
                 if kept != links:
                     db.execute("UPDATE nodes SET links = ? WHERE id = ?", (_json(kept), node_id))
                 for target in kept:
-                    self._relink(db, target, add=node_id)
+                    back[target].append(node_id)
+            for target, ids in back.items():
+                self._relink(db, target, add=ids)
         return {"loaded": loaded, "skipped": skipped}
 
     def _load_batch(self, db, batch, linked, loaded, skipped):
@@ -1212,13 +1215,18 @@ class Store:
         return [i for i in ids if i in found]
 
     def _relink(self, db, target, *, add=None, remove=None):
-        """Add or remove one id in the links of `target`."""
+        """Add an id (or a list of them) to the links of `target`, or remove one."""
         row = db.execute("SELECT links FROM nodes WHERE id = ?", (target,)).fetchone()
         if row is None:
             return
         links = json.loads(row[0] or "[]")
-        if add is not None and add not in links:
-            links.append(add)
+        if add is not None:
+            present = set(links)
+            new = [i for i in dict.fromkeys([add] if isinstance(add, str) else add)
+                   if i not in present]
+            if not new:
+                return
+            links += new
         elif remove is not None and remove in links:
             links = [i for i in links if i != remove]
         else:
@@ -1530,14 +1538,30 @@ class Store:
         """Count the memories at `rowids` as accessed; return them, updated, in that order."""
         if not rowids:
             return []
-        now = _now()
-        with self._write() as db:
-            db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = access_count + 1 "
-                       f"WHERE rowid IN ({_marks(rowids)})", (now, *rowids))
+        self._count_access("rowid", rowids, _now())
+        with self._read() as db:
             rows = {r[0]: _node(r[1:]) for r in db.execute(
                 f"SELECT rowid, {_COLUMNS} FROM nodes WHERE rowid IN ({_marks(rowids)})",
                 rowids)}
         return [rows[i] for i in rowids if i in rows]  # a memory forgotten meanwhile is gone
+
+    def _count_access(self, column, keys, now):
+        """Count an access of the memories whose `column` is in `keys`. False when another
+        process held the write lock past the timeout (a long import, say): then the memories
+        are still returned, only not counted, since finding them matters more."""
+        try:
+            with self._write() as db:
+                for chunk in _chunks(keys):
+                    db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
+                               f"access_count + 1 WHERE {column} IN ({_marks(chunk)})",
+                               (now, *chunk))
+            return True
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            log.warning("accesses not counted: the database stayed locked by another process "
+                        "for more than %g s", self.timeout)
+            return False
 
     def neighbors(self, node_id, depth=1, max_nodes=MAX_NODES):
         """The memory and those within `depth` links of it, each with its `distance`.
@@ -1548,8 +1572,7 @@ class Store:
         node_id = _node_id(node_id)
         depth = _int(depth, "depth", 0, MAX_DEPTH)
         max_nodes = _int(max_nodes, "max_nodes", 1, MAX_NODES)
-        now = _now()
-        with self._errors("traverse the links"), self._write() as db:
+        with self._errors("traverse the links"), self._read() as db:
             start = self._row(db, node_id)
             start["distance"] = 0
             found, frontier = {node_id: start}, [start]
@@ -1569,13 +1592,13 @@ class Store:
                             frontier.append(node)
                 if not frontier:
                     break
-            ids = list(found)
-            for chunk in _chunks(ids):
-                db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = access_count + 1 "
-                           f"WHERE id IN ({_marks(chunk)})", (now, *chunk))
-        for node in found.values():
-            node["last_accessed"] = now
-            node["access_count"] += 1
+        now = _now()
+        with self._errors("traverse the links"):
+            counted = self._count_access("id", list(found), now)
+        if counted:
+            for node in found.values():
+                node["last_accessed"] = now
+                node["access_count"] += 1
         return list(found.values())
 
 
@@ -1659,6 +1682,9 @@ def read_records(lines):
 
 def _export_to(store, target):
     """Export to a file, written beside it and renamed into place once complete."""
+    for own in (store.path, store.path + "-wal", store.path + "-shm"):
+        if os.path.exists(target) and os.path.exists(own) and os.path.samefile(target, own):
+            raise InvalidInput(f"{target} is the memory database itself; export to another file")
     partial = f"{target}.{os.getpid()}.part"
     try:
         with open(partial, "w", encoding="utf-8", newline="\n") as out:
@@ -1704,7 +1730,8 @@ def main(argv=None):
                 n = store.backup(rest[0])
                 print(f"flood-memory: backed up {n} memories to {rest[0]}", file=sys.stderr)
             else:
-                done = store.load(read_records(source))
+                # All of it read and parsed first: the write lock is held only for the load.
+                done = store.load(list(read_records(source)))
                 print(f"flood-memory: imported {done['loaded']} memories, skipped "
                       f"{done['skipped']} already stored", file=sys.stderr)
     except BrokenPipeError:
