@@ -851,8 +851,8 @@ class Store:
     def _migrate(self, db):
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
-            tables = {row[0] for row in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")}
             if not tables:
                 for statement in _statements(SCHEMA):
                     db.execute(statement)
@@ -867,13 +867,38 @@ class Store:
         reindex = version < _REINDEX_BELOW or version < _REINDEX_NON_ASCII_BELOW and db.execute(
             "SELECT 1 FROM nodes WHERE length(CAST(content AS BLOB)) <> length(content) "
             "LIMIT 1").fetchone()
+        repair = version < 2
         while version < SCHEMA_VERSION:
             for statement in MIGRATIONS[version]:
                 db.execute(statement)
             version += 1
+        if repair:
+            self._repair_links(db)
         if reindex:
             self._reindex(db)
         db.execute(f"PRAGMA user_version = {int(version)}")
+
+    def _repair_links(self, db):
+        """Make every link two-way and drop links to missing memories and to themselves:
+        a database written by other tools before versions were recorded may lack them."""
+        links = {}
+        for node_id, text in db.execute("SELECT id, links FROM nodes"):
+            try:
+                value = json.loads(text or "[]")
+            except ValueError:
+                value = []
+            links[node_id] = [i for i in value if isinstance(i, str)] if \
+                isinstance(value, list) else []
+        repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
+                    for i, ts in links.items()}
+        for node_id, targets in list(repaired.items()):
+            for target in targets:
+                if node_id not in repaired[target]:
+                    repaired[target].append(node_id)
+        changed = [(_json(ts), i) for i, ts in repaired.items() if ts != links[i]]
+        if changed:
+            log.info("repairing the links of %d memories", len(changed))
+            db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
 
     def _reindex(self, db):
         """Rebuild the ranking tables from the memories themselves."""

@@ -230,6 +230,23 @@ class StoreTest(TempDirTest):
                 trigger = self.raw("SELECT sql FROM sqlite_master WHERE name = 'nodes_au'")[0][0]
                 self.assertIn("UPDATE OF content", trigger)
 
+    def test_a_version_1_database_gets_its_links_repaired(self):
+        a, b = self.make_spec_database(1)
+        db = sqlite3.connect(self.path)
+        c = str(uuid.uuid4())
+        db.execute("INSERT INTO nodes (id, content, links, created_at, last_accessed) VALUES "
+                   "(?, 'one-way to a, to itself, to nowhere', ?, '2025-01-01', '2025-01-01')",
+                   (c, json.dumps([a, c, str(uuid.uuid4()), a])))
+        db.execute("ANALYZE")  # SQLite's own statistics tables do not make it foreign
+        db.commit()
+        db.close()
+        upgraded = self.open_store()
+        self.assertEqual(upgraded.get(c)["links"], [a])
+        self.assertEqual(sorted(upgraded.get(a)["links"]), sorted([b, c]))
+        self.assertTrue(links_are_mutual(self.path))
+        upgraded.delete(c)
+        self.assertEqual(upgraded.get(a)["links"], [b])
+
     def test_version_2_is_recounted_where_text_is_not_ascii(self):
         korean = self.store.add("서울에서 친구를 만났다")["id"]
         self.store.add("plain ascii words")
