@@ -13,7 +13,8 @@ import os
 import signal
 import sys
 
-from store import DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, StoreError, open_directory
+from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_NODES, StoreError,
+                   open_directory)
 
 log = logging.getLogger("flood-memory")
 
@@ -180,7 +181,8 @@ TOOLS = {
         "description": (
             "Follow links from a memory: returns the memory itself (distance 0) and every "
             "memory within `depth` links of it, each once, at its shortest distance, nearest "
-            "first. Use it to gather the context around a memory that recall found."),
+            f"first, at most {MAX_NODES:,} in all. Use it to gather the context around a "
+            "memory that recall found."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -511,6 +513,11 @@ def main(argv=None):
         serve_stdio(store)
     except KeyboardInterrupt:
         pass
+    except BrokenPipeError:
+        # The client stopped reading: the session is over. Point stdout at /dev/null so that
+        # Python's own flush at exit does not complain about the pipe once more.
+        log.info("the client closed its end of stdout; stopping")
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         store.close()
     return 0

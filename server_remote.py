@@ -144,14 +144,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def _drain(self):
         """Read and drop a body small enough to read; False if it should not be read."""
-        length = self.headers.get("Content-Length")
+        length = self._length()
         if length is None:
-            return self.headers.get("Transfer-Encoding") is None
-        try:
-            length = int(length)
-        except ValueError:
             return False
-        if length < 0 or length > self.server.max_body:
+        if length > self.server.max_body:
             return False
         while length > 0:
             chunk = self.rfile.read(min(length, 65536))
@@ -159,6 +155,14 @@ class Handler(BaseHTTPRequestHandler):
                 return False
             length -= len(chunk)
         return True
+
+    def _length(self):
+        """The body's length: 0 when none is given, None when it is not plain and single."""
+        lengths = self.headers.get_all("Content-Length") or []
+        if self.headers.get("Transfer-Encoding") is not None or len(set(lengths)) > 1:
+            return None
+        length = lengths[0].strip() if lengths else "0"
+        return int(length) if length.isascii() and length.isdigit() else None
 
     def on_mcp_path(self):
         if urlsplit(self.path).path == MCP_PATH:
@@ -267,17 +271,17 @@ class Handler(BaseHTTPRequestHandler):
 
     def read_body(self):
         """The request body, or None after refusing the request."""
-        length = self.headers.get("Content-Length")
-        if length is None:
+        if "Content-Length" not in self.headers:  # chunked bodies are not taken either
             self.refuse(HTTPStatus.LENGTH_REQUIRED, "the request needs a Content-Length header",
                         drain=False)
             return None
-        try:
-            length = int(length)
-            if length < 0:
-                raise ValueError
-        except ValueError:
-            self.refuse(HTTPStatus.BAD_REQUEST, "Content-Length is not a number", drain=False)
+        length = self._length()
+        if length is None:
+            # Where the body ends would be ambiguous, and a proxy in front might see another
+            # request in it (request smuggling): refuse, and close the connection.
+            self.refuse(HTTPStatus.BAD_REQUEST, "the request must give its length as one "
+                                                "Content-Length header, a whole number of "
+                                                "bytes, and no Transfer-Encoding", drain=False)
             return None
         if length > self.server.max_body:
             self.refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
@@ -298,6 +302,7 @@ class RemoteServer(ThreadingHTTPServer):
     """The HTTP server: one thread per connection, all sharing one Store."""
 
     daemon_threads = True
+    request_queue_size = 128  # the default of 5 resets connections under a burst of clients
 
     def __init__(self, address, store, *, token=None, allowed_origins=(),
                  max_body=DEFAULT_MAX_BODY, request_timeout=REQUEST_TIMEOUT):

@@ -84,6 +84,8 @@ def main(argv=None):
     from store import DEFAULT_DIR, StoreError, open_directory
 
     data_dir = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    if not data_dir.startswith("~"):
+        data_dir = os.path.abspath(data_dir)  # clients start the server from elsewhere
     try:
         open_directory(data_dir).close()
     except StoreError as exc:

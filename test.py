@@ -1241,6 +1241,22 @@ class StdioTest(TempDirTest):
         self.assertNotIn(b"Traceback", proc.stderr)
         self.assertTrue(os.path.exists(os.path.join(self.dir, "proc", store.DB_NAME)))
 
+    def test_a_client_that_stops_reading_ends_the_server_quietly(self):
+        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir)
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env,
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        proc.stdout.close()
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(json.dumps(request("tools/list")).encode() + b"\n")
+            proc.stdin.write(json.dumps(request("ping", id=2)).encode() + b"\n")
+            proc.stdin.close()
+        self.assertEqual(proc.wait(30), 0)
+        err = proc.stderr.read()
+        proc.stderr.close()
+        self.assertNotIn(b"Traceback", err)
+        self.assertIn(b"the client closed its end of stdout", err)
+
     def test_server_refuses_a_damaged_database_with_one_line(self):
         data = os.path.join(self.dir, "bad")
         os.mkdir(data)
@@ -1493,6 +1509,47 @@ class RemoteTest(TempDirTest):
         sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                      b"Authorization: Bearer " + TOKEN.encode() + b"\r\n\r\n")
         self.assertTrue(sock.recv(4096).startswith(b"HTTP/1.1 411"))
+
+    def test_ambiguous_body_lengths_are_refused(self):
+        # Two lengths, or a length and chunking: a proxy in front could read the body's end
+        # elsewhere and find a second request in it. Refused, and the connection closed.
+        auth = b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+        ping = json.dumps(request("ping")).encode()
+        for label, headers in (
+                ("two lengths", b"Content-Length: %d\r\nContent-Length: 7\r\n" % len(ping)),
+                ("length and chunked", b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n"
+                 % len(ping)),
+                ("signed length", b"Content-Length: +%d\r\n" % len(ping)),
+                ("negative length", b"Content-Length: -5\r\n")):
+            with self.subTest(label):
+                sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+                self.addCleanup(sock.close)
+                sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n" + auth + headers +
+                             b"\r\n" + ping + ping)
+                reply = b""
+                while chunk := sock.recv(65536):
+                    reply += chunk
+                self.assertTrue(reply.startswith(b"HTTP/1.1 400"), reply[:100])
+                self.assertIn(b"one Content-Length header", reply)
+                self.assertEqual(reply.count(b"HTTP/1.1"), 1)  # nothing smuggled through
+
+    def test_a_burst_of_connections_is_queued_not_reset(self):
+        results, lock = collections.Counter(), threading.Lock()
+
+        def client():
+            try:
+                status = self.post(request("ping"))[0]
+            except OSError as exc:
+                status = type(exc).__name__
+            with lock:
+                results[status] += 1
+
+        threads = [threading.Thread(target=client) for _ in range(60)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        self.assertEqual(results, {200: 60})
 
     def test_oversized_body_is_413_without_reading_it(self):
         self.start(token=TOKEN, max_body=1000)
