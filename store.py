@@ -1515,7 +1515,9 @@ class Store:
         Scores use RERANK_K1/B, which judge a long memory less harshly by its length. Then
         each of the best lends FOLLOWERS of its score to the next memories stored after it
         that carry the same tags and match the query too: in a conversation, the memory
-        after a matching question is often its answer. Returns [(score, rowid)], best first.
+        after a matching question is often its answer. Lent weight lifts a memory up to the
+        score of its lender at most: a follower never overtakes the memory it follows.
+        Returns [(score, rowid)], best first.
         """
         if not first:
             return []
@@ -1533,6 +1535,7 @@ class Store:
         stored = dict(db.execute(f"SELECT rowid, tags FROM nodes WHERE rowid IN ({_marks(window)})",
                                  window))
         lent = collections.Counter()
+        cap = {}
         for lender in lenders:
             following = [r for r in range(lender + 1, lender + 2 * len(FOLLOWERS) + 1)
                          if r in stored][:len(FOLLOWERS)]
@@ -1544,6 +1547,7 @@ class Store:
             for share, rowid in zip(FOLLOWERS, following):
                 if _tag_set(stored[rowid] or "[]") == _tag_set(features[lender][2]):
                     lent[rowid] += share * scores[lender]
+                    cap[rowid] = max(cap.get(rowid, 0.0), scores[lender])
         extra_scores, extra_features = score([r for r in lent if r not in scores])
         features.update(extra_features)
         scores.update(extra_scores)
@@ -1553,7 +1557,7 @@ class Store:
         matched = {r for _, r in first}
         for rowid, extra in lent.items():
             if rowid in features and any(features[rowid][0][i] for i in weighty):
-                scores[rowid] += extra
+                scores[rowid] = max(scores[rowid], min(scores[rowid] + extra, cap[rowid]))
             elif rowid not in matched:
                 scores.pop(rowid, None)
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),

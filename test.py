@@ -490,6 +490,18 @@ class StoreTest(TempDirTest):
         self.assertEqual(found[:2], [question, reply])
         self.assertGreater(found.index(rival), found.index(reply))
 
+    def test_a_follower_never_overtakes_the_memory_that_lent_to_it(self):
+        # The next memories share the context, not the subject: lent weight lifts a follower
+        # up to its lender at most, never past the memory the question is about.
+        self.fill()
+        place = self.store.add("My favourite restaurant is Osteria Francescana; we went there "
+                               "for our anniversary")["id"]
+        self.store.add("My wife's birthday is on the 3rd of May")
+        work = self.store.add("I work as a backend engineer at Northwind, mostly Go and "
+                              "PostgreSQL")["id"]
+        found = [n["id"] for n in self.store.search("Where did we go for our anniversary?")]
+        self.assertEqual(found[:2], [place, work])
+
     def test_no_lift_across_different_tags(self):
         rival, question, reply = self.conversation(answer_tags=("chat 2",))
         found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
