@@ -190,16 +190,18 @@ class Handler(BaseHTTPRequestHandler):
         if body is None:
             return
         payload, reply = mcp.decode(body)
-        if reply is None:
-            if not self.server.begin_request():
-                self.close_connection = True
-                self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
-                return
-            try:
-                session = mcp.Session(version or HEADERLESS_VERSION)
-                reply = mcp.handle_payload(payload, self.server.store, session)
-            finally:
-                self.server.end_request()
+        if reply is not None:  # not JSON: nothing to answer but the parse error itself
+            self.send(HTTPStatus.BAD_REQUEST, mcp.encode(reply))
+            return
+        if not self.server.begin_request():
+            self.close_connection = True
+            self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
+            return
+        try:
+            session = mcp.Session(version or HEADERLESS_VERSION)
+            reply = mcp.handle_payload(payload, self.server.store, session)
+        finally:
+            self.server.end_request()
         if reply is None:
             self.send(HTTPStatus.ACCEPTED)
             return
