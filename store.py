@@ -1567,30 +1567,32 @@ class Store:
         """Count the memories at `rowids` as accessed; return them, updated, in that order."""
         if not rowids:
             return []
-        self._count_access("rowid", rowids, _now())
-        with self._read() as db:
-            rows = {r[0]: _node(r[1:]) for r in db.execute(
-                f"SELECT rowid, {_COLUMNS} FROM nodes WHERE rowid IN ({_marks(rowids)})",
-                rowids)}
+        select = f"SELECT rowid, {_COLUMNS} FROM nodes WHERE rowid IN ({_marks(rowids)})"
+        rows = self._count_access("rowid", rowids, _now(), select)
+        if rows is None:
+            with self._read() as db:
+                rows = db.execute(select, rowids).fetchall()
+        rows = {r[0]: _node(r[1:]) for r in rows}
         return [rows[i] for i in rowids if i in rows]  # a memory forgotten meanwhile is gone
 
-    def _count_access(self, column, keys, now):
-        """Count an access of the memories whose `column` is in `keys`. False when another
-        process held the write lock past the timeout (a long import, say): then the memories
-        are still returned, only not counted, since finding them matters more."""
+    def _count_access(self, column, keys, now, select=None):
+        """Count an access of the memories whose `column` is in `keys`, then run `select`
+        (with `keys`) in the same transaction and return its rows ([] without one). None
+        when another process held the write lock past the timeout (a long import, say):
+        the caller returns the memories all the same, only not counted."""
         try:
             with self._write() as db:
                 for chunk in _chunks(keys):
                     db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
                                f"access_count + 1 WHERE {column} IN ({_marks(chunk)})",
                                (now, *chunk))
-            return True
+                return db.execute(select, keys).fetchall() if select else []
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise
             log.warning("accesses not counted: the database stayed locked by another process "
                         "for more than %g s", self.timeout)
-            return False
+            return None
 
     def neighbors(self, node_id, depth=1, max_nodes=MAX_NODES):
         """The memory and those within `depth` links of it, each with its `distance`.
@@ -1623,7 +1625,7 @@ class Store:
                     break
         now = _now()
         with self._errors("traverse the links"):
-            counted = self._count_access("id", list(found), now)
+            counted = self._count_access("id", list(found), now) is not None
         if counted:
             for node in found.values():
                 node["last_accessed"] = now
