@@ -2779,7 +2779,13 @@ def main(argv=None):
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["bench"]:
         return bench(argv[2:])
-    unittest.main(argv=argv, verbosity=1)
+    result = unittest.main(argv=argv, verbosity=1, exit=False).result
+    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+    passed = result.testsRun - failed - len(result.skipped)
+    # The plain closing line that CI reads in any language.
+    print(f"{passed} passed, {failed} failed" +
+          (f", {len(result.skipped)} skipped" if result.skipped else ""))
+    return 0 if result.wasSuccessful() and result.testsRun else 1
 
 
 if __name__ == "__main__":
