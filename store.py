@@ -17,8 +17,10 @@ import logging
 import math
 import os
 import re
+import shutil
 import sqlite3
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -610,14 +612,14 @@ def _tag_set(tags_json):
 
 def _carrying(tags, column):
     """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
-    one of `tags` remain. One join per tag up to three; past that, the rest are counted in
-    one grouped join, since many joins exhaust SQLite's planner (and FTS5's MATCH with it)."""
+    one of `tags` remain. One join per tag up to three; the rest are looked up one memory at
+    a time in the last join's condition, since many joins exhaust SQLite's planner (and
+    FTS5's MATCH with it)."""
     joined, rest = tags[:3], tags[3:]
     sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag = ?"
                   for i in range(len(joined)))
-    if rest:
-        sql += (f" JOIN (SELECT node FROM node_tags WHERE tag IN ({_marks(rest)}) GROUP BY node "
-                f"HAVING count(*) = {len(rest)}) t_rest ON t_rest.node = {column}")
+    sql += "".join(f" AND EXISTS (SELECT 1 FROM node_tags x{i} WHERE x{i}.tag = ? AND "
+                   f"x{i}.node = {column})" for i in range(len(rest)))
     return sql, [*joined, *rest]
 
 
@@ -804,7 +806,9 @@ class Store:
                 raise StoreError(f"could not {doing}: the database stayed locked by another "
                                  f"process for more than {self.timeout:g} s") from exc
             raise StoreError(f"could not {doing}: {exc}") from exc
-        except sqlite3.ProgrammingError as exc:  # its connection was closed under it
+        except sqlite3.ProgrammingError as exc:
+            if "closed" not in str(exc):
+                raise  # a bug, for the transport to log
             raise StoreError(f"could not {doing}: the memory store is shutting down") from exc
         except sqlite3.DatabaseError as exc:
             raise StoreError(f"could not {doing}: the database is damaged ({exc}); restore "
@@ -843,6 +847,7 @@ class Store:
         while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             try:
                 db.execute("PRAGMA journal_mode=WAL")
+                return  # WAL, or a mode this file cannot leave (":memory:")
             except sqlite3.OperationalError as exc:
                 if "locked" not in str(exc) or time.monotonic() > deadline:
                     raise
@@ -1516,7 +1521,8 @@ class Store:
         each of the best lends FOLLOWERS of its score to the next memories stored after it
         that carry the same tags and match the query too: in a conversation, the memory
         after a matching question is often its answer. Lent weight lifts a memory up to the
-        score of its lender at most: a follower never overtakes the memory it follows.
+        score of its strongest lender at most: a follower never overtakes the memory it
+        follows (it may pass a weaker lender, as the stronger one vouches for it).
         Returns [(score, rowid)], best first.
         """
         if not first:
@@ -1745,7 +1751,14 @@ def main(argv=None):
             raise StoreError(f"there is no memory database in {directory} to {command}")
         source = None
         if command == "import":  # the file first, so that a wrong name creates nothing
-            source = sys.stdin.buffer if rest[0] == "-" else open(rest[0], "rb")
+            if rest[0] == "-":
+                # Spooled to disk before the load takes the write lock: a pipe may take its
+                # time, and servers must not wait for it.
+                source = tempfile.TemporaryFile()
+                shutil.copyfileobj(sys.stdin.buffer, source)
+                source.seek(0)
+            else:
+                source = open(rest[0], "rb")
         with contextlib.ExitStack() as stack, open_directory(directory) as store:
             if source is not None:
                 stack.enter_context(source)
@@ -1761,8 +1774,7 @@ def main(argv=None):
                 n = store.backup(rest[0])
                 print(f"flood-memory: backed up {n} memories to {rest[0]}", file=sys.stderr)
             else:
-                # All of it read and parsed first: the write lock is held only for the load.
-                done = store.load(list(read_records(source)))
+                done = store.load(read_records(source))
                 print(f"flood-memory: imported {done['loaded']} memories, skipped "
                       f"{done['skipped']} already stored", file=sys.stderr)
     except BrokenPipeError:

@@ -1532,7 +1532,8 @@ class RemoteTest(TempDirTest):
                 ("length and chunked", b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n"
                  % len(ping)),
                 ("signed length", b"Content-Length: +%d\r\n" % len(ping)),
-                ("negative length", b"Content-Length: -5\r\n")):
+                ("negative length", b"Content-Length: -5\r\n"),
+                ("a length of 5,000 digits", b"Content-Length: " + b"9" * 5000 + b"\r\n")):
             with self.subTest(label):
                 sock = socket.create_connection(("127.0.0.1", self.port), timeout=5)
                 self.addCleanup(sock.close)
