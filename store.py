@@ -751,12 +751,11 @@ class Store:
                     if self._closing or not pending:
                         self._checkpointer = None
                         return
-                if pending:
-                    try:
-                        self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    except (sqlite3.Error, StoreError) as exc:
-                        # The next write wakes it again; a closing store ends it.
-                        log.debug("checkpoint skipped: %s", exc)
+                try:
+                    self._db().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                except (sqlite3.Error, StoreError) as exc:
+                    # The next write wakes it again; a closing store ends it.
+                    log.debug("checkpoint skipped: %s", exc)
         finally:
             self.close_thread()
 
@@ -872,7 +871,7 @@ class Store:
         reindex = version < _REINDEX_BELOW or version < _REINDEX_NON_ASCII_BELOW and db.execute(
             "SELECT 1 FROM nodes WHERE length(CAST(content AS BLOB)) <> length(content) "
             "LIMIT 1").fetchone()
-        repair = version < 2
+        repair = version < 2  # SPEC.md's schema, written by tools that may not mirror links
         while version < SCHEMA_VERSION:
             for statement in MIGRATIONS[version]:
                 db.execute(statement)
