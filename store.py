@@ -198,7 +198,6 @@ class InvalidInput(StoreError):
 # 3 to 64 bytes only). The query side uses it to drop stopwords and duplicate stems.
 
 _TOKEN = re.compile(r"[^\W_]+")
-_TOKEN_RUN = re.compile(r"[^ ]+")
 
 # Common English function words: they carry no meaning of their own in a question.
 STOPWORDS = frozenset("""
@@ -249,7 +248,7 @@ def tokenize(text):
     """The folded tokens of `text`, in order, split and folded as unicode61 does."""
     if text.isascii():
         return _TOKEN.findall(text.lower())
-    return _TOKEN_RUN.findall(text.translate(_folds))
+    return text.translate(_folds).split()
 
 
 def _is_vowel(ch, y_is_vowel):
@@ -429,7 +428,7 @@ RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories
 LENDERS = 10                    # stage-two matches that lend
-HOT_MIN_DF = 500               # a term is hot once this many memories hold it...
+HOT_MIN_DF = 500                # a term is hot once this many memories hold it...
 HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
 HOT_LIST = 1000                 # length of a hot term's impact list
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
@@ -1080,7 +1079,7 @@ class Store:
                 (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
             self._index_added(db, [(rowid, content)])
             for target in links:
-                self._relink(db, target, add=node_id)
+                self._relink(db, target, add=[node_id])
         return {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
 
@@ -1160,7 +1159,7 @@ class Store:
                         self._relink(db, target, remove=node_id)
                 for target in links:
                     if target not in before:
-                        self._relink(db, target, add=node_id)
+                        self._relink(db, target, add=[node_id])
                 changes["links"] = _json(links)
             if changes:
                 rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
@@ -1193,6 +1192,12 @@ class Store:
             while rows := cursor.fetchmany(1000):
                 yield from map(_node, rows)
 
+    def owns(self, path):
+        """Whether `path` is this database file or one of its companions (log, index)."""
+        return os.path.exists(path) and any(
+            os.path.exists(own) and os.path.samefile(path, own)
+            for own in (self.path, self.path + "-wal", self.path + "-shm"))
+
     def backup(self, target):
         """Copy the database, as one consistent snapshot, to the file `target`; return how
         many memories the copy holds.
@@ -1201,8 +1206,7 @@ class Store:
         `target` and renamed over it only once complete and checked.
         """
         target = os.path.abspath(os.path.expanduser(os.fspath(target)))
-        if os.path.exists(target) and os.path.exists(self.path) and \
-                os.path.samefile(target, self.path):
+        if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
         directory = os.path.dirname(target)
         partial = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.part")
@@ -1244,15 +1248,14 @@ class Store:
         return [i for i in ids if i in found]
 
     def _relink(self, db, target, *, add=None, remove=None):
-        """Add an id (or a list of them) to the links of `target`, or remove one."""
+        """Add ids (a list) to the links of `target`, or remove one id."""
         row = db.execute("SELECT links FROM nodes WHERE id = ?", (target,)).fetchone()
         if row is None:
             return
         links = json.loads(row[0] or "[]")
         if add is not None:
             present = set(links)
-            new = [i for i in dict.fromkeys([add] if isinstance(add, str) else add)
-                   if i not in present]
+            new = [i for i in dict.fromkeys(add) if i not in present]
             if not new:
                 return
             links += new
@@ -1718,9 +1721,8 @@ def read_records(lines):
 
 def _export_to(store, target):
     """Export to a file, written beside it and renamed into place once complete."""
-    for own in (store.path, store.path + "-wal", store.path + "-shm"):
-        if os.path.exists(target) and os.path.exists(own) and os.path.samefile(target, own):
-            raise InvalidInput(f"{target} is the memory database itself; export to another file")
+    if store.owns(target):
+        raise InvalidInput(f"{target} is the memory database itself; export to another file")
     partial = f"{target}.{os.getpid()}.part"
     try:
         with open(partial, "w", encoding="utf-8", newline="\n") as out:

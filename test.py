@@ -1269,6 +1269,22 @@ class StdioTest(TempDirTest):
         self.assertNotIn(b"Traceback", err)
         self.assertIn(b"the client closed its end of stdout", err)
 
+    def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
+        # A relative FLOOD_MEMORY_DIR is printed absolute: clients start the server elsewhere.
+        env = dict(os.environ, FLOOD_MEMORY_DIR="relative-data")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
+                              cwd=self.dir, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        data = os.path.join(os.path.realpath(self.dir), "relative-data")
+        self.assertTrue(os.path.exists(os.path.join(data, store.DB_NAME)))
+        after = done.stdout.split("claude_desktop_config.json", 1)[1]
+        config, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
+        entry = config["mcpServers"]["flood-memory"]
+        self.assertEqual(entry["args"], [os.path.join(HERE, "server.py")])
+        self.assertEqual(os.path.realpath(entry["env"]["FLOOD_MEMORY_DIR"]), data)
+        self.assertIn("claude mcp add", done.stdout)
+        self.assertIn("Authorization: Bearer ", done.stdout)
+
     def test_server_refuses_a_damaged_database_with_one_line(self):
         data = os.path.join(self.dir, "bad")
         os.mkdir(data)
