@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 
-from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_NODES, StoreError,
-                   open_directory)
+from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, StoreError,
+                   TRAVERSAL_CAP, open_directory)
 
 log = logging.getLogger("flood-memory")
 
@@ -35,8 +35,11 @@ INTERNAL_ERROR = -32603
 INSTRUCTIONS = (
     "Flood Memory is your long-term memory of this user and their work. Call recall before "
     "answering anything that may depend on earlier conversations, and remember durable facts, "
-    "preferences and decisions as short self-contained statements. Link related memories, and "
-    "when a fact changes, update the memory that holds it instead of storing a duplicate."
+    "preferences and decisions as short self-contained statements. Recall matches words, not "
+    "meanings: put synonyms and related words into one query, and if nothing fits, retry with "
+    "other words or list by tags before concluding that nothing is remembered. Link related "
+    "memories, and when a fact changes, update the memory that holds it instead of storing a "
+    "duplicate. When a reply leaves something out, its note says how to get the rest."
 )
 
 
@@ -82,6 +85,18 @@ _NODE_SCHEMA = {
         "created_at": {"type": "string", "description": "ISO 8601, UTC"},
         "last_accessed": {"type": "string", "description": "ISO 8601, UTC"},
         "access_count": {"type": "integer", "minimum": 0},
+        "omitted": {
+            "type": "object",
+            "description": "Present when the reply shows only part of the memory: how much "
+                           "was left out (see the reply's note for how to get it)",
+            "properties": {
+                "content_chars": {"type": "integer", "minimum": 1,
+                                  "description": "Characters of content not shown"},
+                "links": {"type": "integer", "minimum": 1, "description": "Links not shown"},
+                "skipped_links": {"type": "integer", "minimum": 1,
+                                  "description": "Skipped links not listed"},
+            },
+        },
     },
     "required": ["id", "content", "tags", "links", "source", "created_at", "last_accessed",
                  "access_count"],
@@ -95,17 +110,167 @@ _TRAVERSED_SCHEMA = {
     "required": [*_NODE_SCHEMA["required"], "distance"],
 }
 
+_NOTE = {"type": "string",
+         "description": "Present when something was left out of the reply or skipped: what, "
+                        "and the call that gets it"}
+_NEXT_OFFSET = {"type": "integer", "minimum": 1,
+                "description": "Present when more is left: the offset that gets the next page"}
+
+_WRITTEN_SCHEMA = {
+    **_NODE_SCHEMA,
+    "properties": {
+        **_NODE_SCHEMA["properties"],
+        "skipped_links": {
+            "type": "array",
+            "description": "Present when some of the links given were not made",
+            "items": {"type": "object",
+                      "properties": {"id": {"type": "string"}, "reason": {"type": "string"}},
+                      "required": ["id", "reason"]}},
+        "note": _NOTE,
+    },
+}
+
+
+# ----------------------------------------------------------------------------- replies
+#
+# A reply is read by a model whose context is its budget. Each memory in a reply shows at
+# most SHOWN_CONTENT characters of its content and SHOWN_LINKS of its links, with an
+# "omitted" field counting the rest; a list of memories stops before the reply passes
+# REPLY_BUDGET characters. Whatever is left out is said in a "note", with the call that gets
+# it, so nothing is cut silently.
+
+REPLY_BUDGET = 40_000   # characters of a tool result's text (~10k tokens)
+SHOWN_CONTENT = 2_000   # characters of content a memory shows in a reply...
+SHOWN_LINKS = 20        # ...and links
+NOTE_ROOM = 2_000       # characters kept free for the wrapper and the note
+
+
+def shown(node, content=SHOWN_CONTENT):
+    """A memory as a reply shows it: content and links cut to size, and what was cut
+    counted in "omitted". The node's own fields all stay."""
+    out = dict(node)
+    omitted = {}
+    if len(node["content"]) > content:
+        out["content"] = node["content"][:content]
+        omitted["content_chars"] = len(node["content"]) - content
+    if len(node["links"]) > SHOWN_LINKS:
+        out["links"] = node["links"][:SHOWN_LINKS]
+        omitted["links"] = len(node["links"]) - SHOWN_LINKS
+    if omitted:
+        out["omitted"] = omitted
+    return out
+
+
+class Budget:
+    """Decides how many of a list of memories fit in one reply (the store's `fit` hook)."""
+
+    def __init__(self, chars=REPLY_BUDGET, content=SHOWN_CONTENT):
+        self.chars = chars
+        self.content = content
+        self.offered = 0  # memories the store found for the reply, before fitting
+
+    def fit(self, nodes):
+        self.offered = len(nodes)
+        used = NOTE_ROOM
+        for n, node in enumerate(nodes):
+            used += len(_dumps(shown(node, self.content))) + 1
+            if n and used > self.chars:
+                return n
+        return len(nodes)
+
+    def show(self, nodes):
+        return [shown(node, self.content) for node in nodes]
+
+
+def _cut_notes(nodes, depth=None):
+    """Sentences saying what `shown` cut from these memories, and how to get it. In a walk to
+    `depth`, the links cut from a memory nearer than that are walked anyway: no sentence."""
+    notes = []
+    cut = [n for n in nodes if "content_chars" in n.get("omitted", {})]
+    how = "call connections with its node_id and depth 0 for all of it"
+    if len(cut) == 1:
+        notes.append(f"Memory {cut[0]['id']} shows the first {SHOWN_CONTENT:,} characters of "
+                     f"its content ({cut[0]['omitted']['content_chars']:,} more): {how}.")
+    elif cut:
+        notes.append(f"{len(cut)} memories show the first {SHOWN_CONTENT:,} characters of "
+                     f"their content (\"omitted\" counts the rest): for one of them, {how}.")
+    cut = [n for n in nodes if "links" in n.get("omitted", {}) and
+           (depth is None or n["distance"] >= depth)]
+    how = "call connections with its node_id to walk them, a page at a time"
+    if len(cut) == 1:
+        total = len(cut[0]["links"]) + cut[0]["omitted"]["links"]
+        notes.append(f"Memory {cut[0]['id']} shows {SHOWN_LINKS} of its {total:,} links: {how}.")
+    elif cut:
+        notes.append(f"{len(cut)} memories show {SHOWN_LINKS} of their links (\"omitted\" "
+                     f"counts the rest): for one of them, {how}.")
+    return notes
+
+
+def _noted(value, notes):
+    if notes:
+        value["note"] = " ".join(notes)
+    return value
+
+
+def _skipped_note(node):
+    skipped = node.get("skipped_links")
+    if not skipped:
+        return []
+    listed = ", ".join(f"{s['id']} ({s['reason']})" for s in skipped[:5])
+    more = f" and {len(skipped) - 5:,} more" if len(skipped) > 5 else ""
+    return [f"{len(skipped):,} of the links given {'was' if len(skipped) == 1 else 'were'} "
+            f"skipped: {listed}{more}."]
+
+
+def _single(node, notes=()):
+    """A reply holding one memory (remember, update)."""
+    out = shown(node)
+    skipped = out.get("skipped_links")
+    if skipped and len(skipped) > SHOWN_LINKS:
+        out["skipped_links"] = skipped[:SHOWN_LINKS]
+        out.setdefault("omitted", {})["skipped_links"] = len(skipped) - SHOWN_LINKS
+    return _noted(out, [*notes, *_skipped_note(node), *_cut_notes([out])])
+
 
 def _remember(store, args):
-    return store.add(args["content"], args["tags"], args["links"], args["source"])
+    return _single(store.add(args["content"], args["tags"], args["links"], args["source"]))
 
 
 def _recall(store, args):
-    return {"results": store.search(args["query"], args["tags"], args["limit"])}
+    budget = Budget()
+    found = store.search(args["query"], args["tags"], args["limit"], offset=args["offset"],
+                         fit=budget.fit)
+    results = budget.show(found)
+    notes = _cut_notes(results)
+    value = {"results": results}
+    if budget.offered > len(found):
+        value["next_offset"] = args["offset"] + len(found)
+        left = budget.offered - len(found)
+        notes.insert(0, f"{left:,} more result{'s' if left > 1 else ''} did not fit in this "
+                        f"reply: call recall again with the same arguments and "
+                        f"offset={value['next_offset']}.")
+    return _noted(value, notes)
 
 
 def _connections(store, args):
-    return {"nodes": store.neighbors(args["node_id"], args["depth"])}
+    whole = args["depth"] == 0  # one memory asked for by id: all of its content
+    budget = Budget(MAX_CONTENT + REPLY_BUDGET, MAX_CONTENT) if whole else Budget()
+    walked = store.neighbors(args["node_id"], args["depth"], offset=args["offset"],
+                             fit=budget.fit)
+    nodes = budget.show(walked["nodes"])
+    value = {"nodes": nodes, "total": walked["total"]}
+    notes = _cut_notes(nodes, args["depth"])
+    end = args["offset"] + len(nodes)
+    total = f"{walked['total']:,}" if walked["exact"] else f"more than {TRAVERSAL_CAP:,}"
+    if nodes and end < walked["total"]:
+        value["next_offset"] = end
+        notes.insert(0, f"This reply holds memories {args['offset'] + 1:,}-{end:,} of the "
+                        f"{total} within depth {args['depth']}, nearest first: call "
+                        f"connections again with offset={end} for the next ones.")
+    elif not walked["exact"] and end >= walked["total"]:
+        notes.insert(0, f"The walk stops after the nearest {TRAVERSAL_CAP:,} memories: for "
+                        f"the ones further out, start from one of the last ones found.")
+    return _noted(value, notes)
 
 
 def _forget(store, args):
@@ -113,7 +278,8 @@ def _forget(store, args):
 
 
 def _update(store, args):
-    return store.update(args["node_id"], args.get("content"), args.get("tags"), args.get("links"))
+    return _single(store.update(args["node_id"], args.get("content"), args.get("tags"),
+                                args.get("links")))
 
 
 TOOLS = {
@@ -123,8 +289,9 @@ TOOLS = {
             "Store a durable fact, preference, decision or event so that later conversations "
             "can recall it. Write the content as one self-contained statement (who, what, "
             "when). Tags are short labels such as a person or project that recall can filter "
-            "by. Links are ids of related memories; every link is made in both directions. "
-            "Returns the new memory with its id."),
+            "by. Links are ids of related memories; every link is made in both directions, "
+            "and any that cannot be made are listed in skipped_links. Returns the new memory "
+            "with its id."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -140,7 +307,7 @@ TOOLS = {
             "required": ["content"],
             "additionalProperties": False,
         },
-        "outputSchema": _NODE_SCHEMA,
+        "outputSchema": _WRITTEN_SCHEMA,
         "annotations": {"readOnlyHint": False, "destructiveHint": False,
                         "idempotentHint": False, "openWorldHint": False},
         "handler": _remember,
@@ -151,25 +318,35 @@ TOOLS = {
         "description": (
             "Search memory by words, tags, or both. Use it before answering anything that may "
             "depend on earlier conversations: the user's preferences, people, projects, past "
-            "decisions. The query is plain language; memories sharing its meaningful words "
-            "rank first, rarer words counting more, and word forms match ('painting' finds "
-            "'paint'). Tags filter: a memory must carry every tag given. Tags without a query "
-            "list the newest tagged memories. Each memory returned counts as accessed."),
+            "decisions. Recall matches words and their forms ('painting' finds 'paint'), not "
+            "meanings: put synonyms and related words into one query ('holiday vacation trip "
+            "travel'); the words are OR-ed, so memories matching more of them, and rarer "
+            "ones, rank first. If nothing fits, retry with other words or list by tags before "
+            "concluding that nothing is remembered. Tags filter: a memory must carry every "
+            "tag given; tags without a query list the newest tagged memories. Each memory "
+            "returned counts as accessed."),
         "inputSchema": {
             "type": "object",
             "properties": {
-                "query": {"type": "string", "default": "", "description": "Text to search for"},
+                "query": {"type": "string", "default": "",
+                          "description": "Words to search for: the question's own words, "
+                                         "plus synonyms and related words"},
                 "tags": {"type": "array", "items": {"type": "string"}, "default": [],
                          "description": "Filter by tags: only memories carrying all of them"},
                 "limit": {"type": "integer", "default": 10, "minimum": 1, "maximum": MAX_LIMIT,
                           "description": "Most memories to return"},
+                "offset": {"type": "integer", "default": 0, "minimum": 0,
+                           "maximum": MAX_OFFSET,
+                           "description": "Results to skip: the next_offset of a reply "
+                                          "that did not hold them all"},
             },
             "additionalProperties": False,
         },
         "outputSchema": {
             "type": "object",
             "properties": {"results": {"type": "array", "items": _NODE_SCHEMA,
-                                       "description": "Best match first"}},
+                                       "description": "Best match first"},
+                           "next_offset": _NEXT_OFFSET, "note": _NOTE},
             "required": ["results"],
         },
         "annotations": {"readOnlyHint": True, "openWorldHint": False},
@@ -179,24 +356,32 @@ TOOLS = {
     "connections": {
         "title": "Connections",
         "description": (
-            "Follow links from a memory: returns the memory itself (distance 0) and every "
-            "memory within `depth` links of it, each once, at its shortest distance, nearest "
-            f"first, at most {MAX_NODES:,} in all. Use it to gather the context around a "
-            "memory that recall found."),
+            "Follow links from a memory: returns the memory itself (distance 0) and the "
+            "memories within `depth` links of it, each once, at its shortest distance, "
+            "nearest first. Use it to gather the context around a memory that recall found. "
+            "A large neighbourhood comes a page at a time (the reply says how to get the "
+            "next); depth 0 returns the one memory with all of its content."),
         "inputSchema": {
             "type": "object",
             "properties": {
                 "node_id": {"type": "string", "description": "Starting node ID"},
                 "depth": {"type": "integer", "default": 1, "minimum": 0, "maximum": MAX_DEPTH,
                           "description": "How many hops to traverse"},
+                "offset": {"type": "integer", "default": 0, "minimum": 0,
+                           "maximum": TRAVERSAL_CAP,
+                           "description": "Memories to skip: the next_offset of a reply "
+                                          "that did not hold them all"},
             },
             "required": ["node_id"],
             "additionalProperties": False,
         },
         "outputSchema": {
             "type": "object",
-            "properties": {"nodes": {"type": "array", "items": _TRAVERSED_SCHEMA}},
-            "required": ["nodes"],
+            "properties": {"nodes": {"type": "array", "items": _TRAVERSED_SCHEMA},
+                           "total": {"type": "integer", "minimum": 1,
+                                     "description": "Memories within depth, this one included"},
+                           "next_offset": _NEXT_OFFSET, "note": _NOTE},
+            "required": ["nodes", "total"],
         },
         "annotations": {"readOnlyHint": True, "openWorldHint": False},
         "handler": _connections,
@@ -245,7 +430,7 @@ TOOLS = {
             "required": ["node_id"],
             "additionalProperties": False,
         },
-        "outputSchema": _NODE_SCHEMA,
+        "outputSchema": _WRITTEN_SCHEMA,
         "annotations": {"readOnlyHint": False, "destructiveHint": True,
                         "idempotentHint": True, "openWorldHint": False},
         "handler": _update,
@@ -317,8 +502,14 @@ def call_tool(name, args, store, session):
     if session.speaks(STRUCTURED_SINCE):
         return {"content": [{"type": "text", "text": _dumps(value)}],
                 "structuredContent": value, "isError": False}
-    plain = value[tool["unwrap"]] if tool["unwrap"] else value
-    return {"content": [{"type": "text", "text": _dumps(plain)}], "isError": False}
+    if not tool["unwrap"]:
+        return {"content": [{"type": "text", "text": _dumps(value)}], "isError": False}
+    # Revisions before structured output get the bare list, as they always have; what was
+    # left out of it is said in a second text block.
+    content = [{"type": "text", "text": _dumps(value[tool["unwrap"]])}]
+    if "note" in value:
+        content.append({"type": "text", "text": value["note"]})
+    return {"content": content, "isError": False}
 
 
 def tool_list(session):

@@ -96,6 +96,9 @@ class Handler(BaseHTTPRequestHandler):
 
     protocol_version = "HTTP/1.1"
     server_version = "flood-memory/" + mcp.SERVER_INFO["version"]
+    # Headers and body go out in two writes: with Nagle's algorithm on, the second waited
+    # for the client's delayed ACK, some 40 ms on every kept-alive request.
+    disable_nagle_algorithm = True
 
     def version_string(self):
         return self.server_version
@@ -261,8 +264,10 @@ class Handler(BaseHTTPRequestHandler):
         if token is None:
             return True
         scheme, _, given = self.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                              token.encode()):
+        # http.server decodes header bytes as Latin-1: encoding back gives the bytes sent,
+        # to compare with the token's UTF-8 bytes (a non-ASCII token then matches).
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+                given.strip().encode("latin-1", "replace"), token.encode("utf-8")):
             return True
         if scheme:
             challenge = 'Bearer realm="flood-memory", error="invalid_token"'
@@ -357,9 +362,33 @@ class RemoteServer(ThreadingHTTPServer):
 # ----------------------------------------------------------------------------- main
 
 
+MIN_TOKEN = 32             # characters a bearer token must have
+MAKE_TOKEN = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def _token(environ):
+    """The bearer token from the environment: None when unset, or ValueError when it is set
+    but cannot protect anything (empty, padded with spaces that never match, guessable)."""
+    token = environ.get("FLOOD_MEMORY_AUTH_TOKEN")
+    if token is None:
+        return None
+    if not token:
+        raise ValueError("FLOOD_MEMORY_AUTH_TOKEN is set but empty (an unset variable in a "
+                         "service file or env file does that); set a token, or unset the "
+                         "variable to run without authentication on 127.0.0.1")
+    if token != token.strip():
+        raise ValueError("FLOOD_MEMORY_AUTH_TOKEN starts or ends with whitespace, which no "
+                         "client sends; remove it")
+    if len(token) < MIN_TOKEN:
+        raise ValueError(f"FLOOD_MEMORY_AUTH_TOKEN has {len(token)} characters; a token needs "
+                         f"at least {MIN_TOKEN}, random, so that it cannot be guessed. Make "
+                         f"one with: {MAKE_TOKEN}")
+    return token
+
+
 def _settings(environ):
     """Typed settings from the environment, or ValueError saying which one is wrong."""
-    token = environ.get("FLOOD_MEMORY_AUTH_TOKEN") or None
+    token = _token(environ)
     host = environ.get("FLOOD_MEMORY_HOST") or ("0.0.0.0" if token else "127.0.0.1")
     port_text = environ.get("FLOOD_MEMORY_PORT") or str(DEFAULT_PORT)
     try:
@@ -406,9 +435,13 @@ def main(argv=None):
         print(f"flood-memory: cannot listen on {host}:{port}: "
               f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 1
-    if settings["token"] is None:
+    if settings["token"] is None and httpd.loopback_only:
         log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set: authentication is disabled, so "
-                    "anyone who can reach %s:%d can read and change the memories", host, port)
+                    "every program on this machine can read and change the memories")
+    elif settings["token"] is None:
+        log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set and %s is not a loopback address: "
+                    "ANYONE who can reach %s:%d can read and change every memory. Set a "
+                    "token, or listen on 127.0.0.1", host, host, port)
     log.info("listening on http://%s:%d%s", host, httpd.server_address[1], MCP_PATH)
 
     def stop(signum, frame):

@@ -162,7 +162,9 @@ _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_
 
 MAX_LIMIT = 100         # recall results per call
 MAX_DEPTH = 100         # hops a traversal may be asked for
-MAX_NODES = 1000        # nodes one traversal returns, nearest first
+MAX_NODES = 1000        # memories one connections call returns, nearest first
+MAX_OFFSET = 1000       # recall results a call may skip, to page past earlier ones
+TRAVERSAL_CAP = 10_000  # memories a traversal walks and counts; pages reach this far
 MAX_CONTENT = 100_000   # characters in one memory
 MAX_TAGS = 100          # tags on one memory
 MAX_TAG_LENGTH = 200    # characters in one tag
@@ -175,6 +177,8 @@ WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this 
 
 DEFAULT_DIR = "~/flood/memory"
 DB_NAME = "memory.db"
+PRIVATE_DIR = 0o700     # a data directory this code makes
+PRIVATE_FILE = 0o600    # the database, its -wal and -shm, backups and exports
 
 # ----------------------------------------------------------------------------- errors
 
@@ -533,22 +537,37 @@ def _tags(values):
     return tags
 
 
-def _link_ids(values, limit=MAX_LINKS):
-    """Canonical ids from a links argument, duplicates dropped; non-ids skipped with a warning."""
+NOT_AN_ID = "not a memory id"
+NO_SUCH_MEMORY = "no memory has this id"
+ITSELF = "a memory cannot link to itself"
+
+
+def _link_ids(values, limit=MAX_LINKS, skipped=None):
+    """Canonical ids from a links argument, duplicates dropped. Values that are not ids are
+    left out and, when `skipped` is a list, added to it as {"id": value, "reason": ...}."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"links must be an array of memory ids, got {type(values).__name__}")
     if limit is not None and len(values) > limit:
         raise InvalidInput(f"links may hold at most {limit:,} ids, got {len(values):,}")
-    ids = []
+    ids = {}
     for value in values:
         try:
-            node_id = _node_id(value, "link")
-        except InvalidInput as exc:
-            log.warning("skipping link: %s", exc)
-            continue
-        if node_id not in ids:
-            ids.append(node_id)
-    return ids
+            ids[_node_id(value, "link")] = None
+        except InvalidInput:
+            if skipped is not None:
+                skipped.append({"id": value if isinstance(value, str) else repr(value),
+                                "reason": NOT_AN_ID})
+    return list(ids)
+
+
+def _log_skipped(doing, skipped):
+    """One warning line for all the links a call skipped, however many."""
+    if skipped:
+        shown = ", ".join(_shorten(s["id"], 40) for s in skipped[:3])
+        more = f" and {len(skipped) - 3:,} more" if len(skipped) > 3 else ""
+        log.warning("%s: skipped %d link%s (%s): %s%s", doing, len(skipped),
+                    "" if len(skipped) == 1 else "s", skipped[0]["reason"] if
+                    len({s["reason"] for s in skipped}) == 1 else "several reasons", shown, more)
 
 
 def _int(value, name, low, high):
@@ -662,6 +681,10 @@ class Store:
         self._wake = threading.Event()
         self._closing = False
         _check_file(self.path)
+        if self.path != ":memory:" and not self.path.startswith("file:"):
+            # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
+            with contextlib.suppress(OSError):
+                _create_private(self.path)
         try:
             try:
                 db = self._db()
@@ -1065,14 +1088,19 @@ class Store:
     # -- writing
 
     def add(self, content, tags=(), links=(), source=""):
-        """Store a new memory and link it both ways to the existing ids in `links`."""
+        """Store a new memory and link it both ways to the existing ids in `links`.
+
+        Returns the memory. Links left out (not an id, or no memory has it) are listed under
+        "skipped_links", each {"id", "reason"}.
+        """
         content = _content(content)
         tags = _tags(tags)
-        links = _link_ids(links)
+        skipped = []
+        links = _link_ids(links, skipped=skipped)
         source = _text(source, "source")
         node_id, now = str(uuid.uuid4()), _now()
         with self._errors("save the memory"), self._write() as db:
-            links = self._existing(db, links)
+            links = self._existing(db, links, skipped)
             rowid = db.execute(
                 "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
                 "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
@@ -1080,8 +1108,9 @@ class Store:
             self._index_added(db, [(rowid, content)])
             for target in links:
                 self._relink(db, target, add=[node_id])
-        return {"id": node_id, "content": content, "tags": tags, "links": links,
+        node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
+        return _with_skipped(node, "remember", skipped)
 
     def load(self, records):
         """Insert whole memories, ids and timestamps as given, in one transaction.
@@ -1091,26 +1120,30 @@ class Store:
         gets its back-link. A bad record refuses the whole load, naming its number.
         Returns {"loaded": n, "skipped": n}.
         """
-        loaded = skipped = 0
+        loaded = skipped_records = 0
         linked = []  # (id, links): checked once every record is in
         with self._errors("load the memories"), self._write() as db:
             batch = []
             for number, record in enumerate(records, 1):
                 batch.append(_record(record, number))
                 if len(batch) == 2000:
-                    loaded, skipped = self._load_batch(db, batch, linked, loaded, skipped)
+                    loaded, skipped_records = self._load_batch(db, batch, linked, loaded,
+                                                               skipped_records)
                     batch = []
-            loaded, skipped = self._load_batch(db, batch, linked, loaded, skipped)
+            loaded, skipped_records = self._load_batch(db, batch, linked, loaded,
+                                                       skipped_records)
             back = collections.defaultdict(list)  # target -> ids to add, each target once
+            skipped = []
             for node_id, links in linked:
-                kept = self._existing(db, [i for i in links if i != node_id])
+                kept = self._existing(db, [i for i in links if i != node_id], skipped)
                 if kept != links:
                     db.execute("UPDATE nodes SET links = ? WHERE id = ?", (_json(kept), node_id))
                 for target in kept:
                     back[target].append(node_id)
             for target, ids in back.items():
                 self._relink(db, target, add=ids)
-        return {"loaded": loaded, "skipped": skipped}
+        _log_skipped("import", skipped)
+        return {"loaded": loaded, "skipped": skipped_records}
 
     def _load_batch(self, db, batch, linked, loaded, skipped):
         present = set()
@@ -1134,7 +1167,10 @@ class Store:
         return loaded + len(added), skipped
 
     def update(self, node_id, content=None, tags=None, links=None):
-        """Replace the given fields of a memory; links keep their back-links in step."""
+        """Replace the given fields of a memory; links keep their back-links in step.
+
+        Returns the memory; links left out are listed under "skipped_links", as for add.
+        """
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
@@ -1142,8 +1178,12 @@ class Store:
             content = _content(content)
         if tags is not None:
             tags = _tags(tags)
+        skipped = []
         if links is not None:
-            links = _link_ids(links)
+            links = _link_ids(links, skipped=skipped)
+            if node_id in links:
+                links.remove(node_id)
+                skipped.append({"id": node_id, "reason": ITSELF})
         with self._errors("update the memory"), self._write() as db:
             old = self._row(db, node_id)
             changes = {}
@@ -1152,7 +1192,7 @@ class Store:
             if tags is not None:
                 changes["tags"] = _json(tags)
             if links is not None:
-                links = self._existing(db, [i for i in links if i != node_id])
+                links = self._existing(db, links, skipped)
                 before = old["links"]
                 for target in before:
                     if target not in links:
@@ -1169,7 +1209,8 @@ class Store:
                            f"WHERE rowid = ?", (*changes.values(), rowid))
                 if "content" in changes:
                     self._index_added(db, [(rowid, content)])
-            return self._row(db, node_id)
+            node = self._row(db, node_id)
+        return _with_skipped(node, "update", skipped)
 
     def delete(self, node_id):
         """Delete a memory and every back-link to it."""
@@ -1212,6 +1253,7 @@ class Store:
         partial = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.part")
         try:
             with self._errors(f"back up the memories to {target}"):
+                os.close(_open_private(partial))
                 copy = sqlite3.connect(partial, isolation_level=None)
                 try:
                     self._db().backup(copy)
@@ -1231,20 +1273,66 @@ class Store:
                     os.remove(leftover)
         return count
 
+    def restore(self, source):
+        """Replace every memory with those of the backup file `source`; return how many.
+
+        Safe while servers run. The backup is checked and brought to this schema in a copy
+        first, so a bad one changes nothing. Then SQLite's backup API writes the copy into
+        the live database as one write transaction, waiting for other writers as any write
+        does: open connections read the restored memories from their next transaction on,
+        and none of them can write the old pages back (a file copied over the database
+        would be undone by the next checkpoint of a running server's log).
+        """
+        source = os.path.abspath(os.path.expanduser(os.fspath(source)))
+        if self.owns(source):
+            raise InvalidInput("the backup to restore must not be the database itself")
+        if not os.path.isfile(source):
+            raise InvalidInput(f"there is no backup file {source}")
+        work = tempfile.mkdtemp(prefix=".restore-", dir=os.path.dirname(self.path))
+        try:
+            copy = os.path.join(work, DB_NAME)
+            try:
+                shutil.copyfile(source, copy)
+                if os.path.exists(source + "-wal"):  # a live database's log holds pages too
+                    shutil.copyfile(source + "-wal", copy + "-wal")
+            except OSError as exc:
+                raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
+            count = _checked_backup(copy, source, self._page_size())
+            with self._errors("restore the memories"):
+                backup = sqlite3.connect(copy, isolation_level=None)
+                deadline = time.monotonic() + self.timeout
+
+                def waited(status, remaining, total):
+                    if status in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) and \
+                            time.monotonic() > deadline:
+                        raise sqlite3.OperationalError("database is locked")
+
+                try:
+                    backup.backup(self._db(), progress=waited, sleep=0.02)
+                finally:
+                    backup.close()
+                self._wrote()
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return count
+
+    def _page_size(self):
+        with self._errors("read the memory database"):
+            return self._db().execute("PRAGMA page_size").fetchone()[0]
+
     def _row(self, db, node_id):
         row = db.execute(f"SELECT {_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
             raise NotFound(f"no memory has id {node_id}")
         return _node(row)
 
-    def _existing(self, db, ids):
-        """The ids that name a memory, in order; the others are logged and dropped."""
+    def _existing(self, db, ids, skipped):
+        """The ids that name a memory, in order; the others are added to `skipped`."""
         found = set()
         for chunk in _chunks(ids):
             found.update(r[0] for r in db.execute(
                 f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-        for missing in (i for i in ids if i not in found):
-            log.warning("skipping link to %s: no memory has that id", missing)
+        skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in ids if i not in found)
         return [i for i in ids if i in found]
 
     def _relink(self, db, target, *, add=None, remove=None):
@@ -1267,15 +1355,18 @@ class Store:
 
     # -- search
 
-    def search(self, query="", tags=(), limit=10):
+    def search(self, query="", tags=(), limit=10, *, offset=0, fit=None):
         """Memories matching the words of `query` and carrying every one of `tags`.
 
-        Ranked by relevance with a query (see rank), newest first with tags alone. Every
+        Ranked by relevance with a query (see rank), newest first with tags alone; the
+        `limit` best after skipping `offset`. With `fit`, a function of the list of memories
+        found, only the first fit(memories) are returned (a caller's size budget). Every
         memory returned counts as accessed.
         """
         query = _text(query, "query")
         tags = _tags(tags)
         limit = _int(limit, "limit", 1, MAX_LIMIT)
+        offset = _int(offset, "offset", 0, MAX_OFFSET)
         words = query_terms(query)
         if not words and not tags:
             if query.strip():
@@ -1283,10 +1374,10 @@ class Store:
             raise InvalidInput("recall needs a query, tags, or both")
         with self._errors("search the memories"):
             if words:
-                rowids = [rowid for _, rowid in self.rank(words, tags, limit)]
+                rowids = [rowid for _, rowid in self.rank(words, tags, offset + limit)][offset:]
             else:
-                rowids = self._tagged(tags, limit)
-            return self._touch(rowids)
+                rowids = self._tagged(tags, limit, offset)
+            return self._touch("rowid", rowids, fit)
 
     def rank(self, words, tags=(), limit=10):
         """The best `limit` memories for query words, as [(score, rowid)], best first.
@@ -1324,7 +1415,7 @@ class Store:
         query.features = {}
         return query
 
-    def _tagged(self, tags, limit):
+    def _tagged(self, tags, limit, offset=0):
         """The newest memories carrying every tag: the rarest tag drives, the others filter."""
         db = self._db()
         counts = [(db.execute("SELECT count(*) FROM node_tags WHERE tag = ?", (t,)).fetchone()[0], t)
@@ -1334,8 +1425,8 @@ class Store:
         sql = ("SELECT a.node FROM node_tags a WHERE a.tag = ?" +
                "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.tag = ? "
                        f"AND t{i}.node = a.node)" for i in range(len(others))) +
-               " ORDER BY a.node DESC LIMIT ?")
-        return [r for (r,) in db.execute(sql, (first, *others, limit))]
+               " ORDER BY a.node DESC LIMIT ? OFFSET ?")
+        return [r for (r,) in db.execute(sql, (first, *others, limit, offset))]
 
     def _fts(self, db, words, tags, limit, within=None, margin=0.0):
         """[(score, rowid)] of FTS5's best `limit` for the words OR-ed, within tags.
@@ -1571,88 +1662,210 @@ class Store:
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
                                key=lambda sr: (-sr[0], sr[1]))
 
-    def _touch(self, rowids):
-        """Count the memories at `rowids` as accessed; return them, updated, in that order."""
-        if not rowids:
-            return []
-        select = f"SELECT rowid, {_COLUMNS} FROM nodes WHERE rowid IN ({_marks(rowids)})"
-        rows = self._count_access("rowid", rowids, _now(), select)
-        if rows is None:
-            with self._read() as db:
-                rows = db.execute(select, rowids).fetchall()
-        rows = {r[0]: _node(r[1:]) for r in rows}
-        return [rows[i] for i in rowids if i in rows]  # a memory forgotten meanwhile is gone
+    def _touch(self, column, keys, fit=None, extra=None):
+        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, each
+        counted as accessed, with the fields of `extra[key]` added. With `fit`, only the first
+        fit(memories) of them are counted and returned.
 
-    def _count_access(self, column, keys, now, select=None):
-        """Count an access of the memories whose `column` is in `keys`, then run `select`
-        (with `keys`) in the same transaction and return its rows ([] without one). None
-        when another process held the write lock past the timeout (a long import, say):
-        the caller returns the memories all the same, only not counted."""
+        Reading and counting share one write transaction. When another process holds the
+        write lock past the timeout (a long import, say), the memories are returned all the
+        same, only not counted, with a warning.
+        """
+        if not keys:
+            return []
+        now = _now()
         try:
             with self._write() as db:
-                for chunk in _chunks(keys):
+                nodes = self._fitted(db, column, keys, fit, extra)
+                for chunk in _chunks([node["id"] for node in nodes]):
                     db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
-                               f"access_count + 1 WHERE {column} IN ({_marks(chunk)})",
-                               (now, *chunk))
-                return db.execute(select, keys).fetchall() if select else []
+                               f"access_count + 1 WHERE id IN ({_marks(chunk)})", (now, *chunk))
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) and "busy" not in str(exc):
                 raise
             log.warning("accesses not counted: the database stayed locked by another process "
                         "for more than %g s", self.timeout)
-            return None
+            with self._read() as db:
+                return self._fitted(db, column, keys, fit, extra)
+        for node in nodes:
+            node["last_accessed"] = now
+            node["access_count"] += 1
+        return nodes
 
-    def neighbors(self, node_id, depth=1, max_nodes=MAX_NODES):
-        """The memory and those within `depth` links of it, each with its `distance`.
+    def _fitted(self, db, column, keys, fit, extra):
+        found = {}
+        for chunk in _chunks(keys):
+            found.update((row[0], _node(row[1:])) for row in db.execute(
+                f"SELECT {column}, {_COLUMNS} FROM nodes WHERE {column} IN ({_marks(chunk)})",
+                chunk))
+        nodes = []
+        for key in keys:
+            node = found.get(key)  # a memory forgotten meanwhile is gone
+            if node is not None:
+                node.update(extra[key] if extra else ())
+                nodes.append(node)
+        return nodes[:fit(nodes)] if fit and nodes else nodes
 
-        Breadth first, so each memory appears once, at its shortest distance; at most
-        `max_nodes` memories, nearest first. Every memory returned counts as accessed.
+    def neighbors(self, node_id, depth=1, *, offset=0, limit=MAX_NODES, fit=None):
+        """The memory and those within `depth` links of it, nearest first, each once at its
+        shortest distance, with its `distance`.
+
+        Returns {"nodes": [...], "total": n, "exact": bool}: `nodes` are the memories from
+        `offset` on, at most `limit` of them (fewer if `fit`, as for search, says so), each
+        counted as accessed; `total` is how many memories the neighbourhood holds, counted up
+        to TRAVERSAL_CAP (`exact` is False when it holds more).
         """
         node_id = _node_id(node_id)
         depth = _int(depth, "depth", 0, MAX_DEPTH)
-        max_nodes = _int(max_nodes, "max_nodes", 1, MAX_NODES)
-        with self._errors("traverse the links"), self._read() as db:
-            start = self._row(db, node_id)
-            start["distance"] = 0
-            found, frontier = {node_id: start}, [start]
-            for distance in range(1, depth + 1):
-                wanted = list(dict.fromkeys(
-                    i for node in frontier for i in node["links"] if i not in found))
-                wanted = wanted[:max_nodes - len(found)]
-                frontier = []
-                for chunk in _chunks(wanted):
-                    rows = {r[0]: r for r in db.execute(
-                        f"SELECT {_COLUMNS} FROM nodes WHERE id IN ({_marks(chunk)})", chunk)}
-                    for i in chunk:
-                        if i in rows:
-                            node = _node(rows[i])
-                            node["distance"] = distance
-                            found[i] = node
-                            frontier.append(node)
-                if not frontier:
-                    break
-        now = _now()
+        offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
+        limit = _int(limit, "limit", 1, MAX_NODES)
         with self._errors("traverse the links"):
-            counted = self._count_access("id", list(found), now) is not None
-        if counted:
-            for node in found.values():
-                node["last_accessed"] = now
-                node["access_count"] += 1
-        return list(found.values())
+            with self._read() as db:
+                distances = self._walk(db, node_id, depth)
+            order = list(distances)[:TRAVERSAL_CAP]
+            page = order[offset:offset + limit]
+            nodes = self._touch("id", page, fit, {i: {"distance": distances[i]} for i in page})
+        return {"nodes": nodes, "total": len(order), "exact": len(distances) <= TRAVERSAL_CAP}
+
+    def _walk(self, db, node_id, depth):
+        """{id: distance} of the memories within `depth` links of `node_id`, breadth first,
+        in the order met (links in the order stored); one more than TRAVERSAL_CAP at most."""
+        row = db.execute("SELECT links FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"no memory has id {node_id}")
+        distances = {node_id: 0}
+        frontier = [row[0]]
+        for distance in range(1, depth + 1):
+            met = []
+            for links in frontier:
+                for target in json.loads(links or "[]"):
+                    if target not in distances:
+                        distances[target] = distance
+                        met.append(target)
+                if len(distances) > TRAVERSAL_CAP:
+                    return distances
+            if not met or distance == depth:
+                break
+            found = {}
+            for chunk in _chunks(met):
+                found.update(db.execute(
+                    f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            frontier = [found[i] for i in met if i in found]
+        return distances
 
 
 def _json(value):
     return json.dumps(value, ensure_ascii=False)
 
 
+def _with_skipped(node, doing, skipped):
+    if skipped:
+        _log_skipped(doing, skipped)
+        node["skipped_links"] = skipped
+    return node
+
+
 def open_directory(directory):
-    """The store in `directory` (`~` expanded), creating the directory if need be."""
+    """The store in `directory` (`~` expanded), creating the directory if need be.
+
+    A directory made here is private (0700), as is a database made in it (0600, and SQLite
+    gives its -wal and -shm files the database's mode). A database that other users of the
+    machine can read is warned about, with the command that fixes it.
+    """
     directory = os.path.expanduser(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise StoreError(f"the data directory {directory} is a file, not a directory; set "
+                         f"FLOOD_MEMORY_DIR to a directory")
+    if not os.path.isdir(directory):
+        try:
+            os.makedirs(directory, mode=PRIVATE_DIR, exist_ok=True)
+            os.chmod(directory, PRIVATE_DIR)
+        except OSError as exc:
+            raise StoreError(f"cannot create the data directory {directory}: "
+                             f"{exc.strerror}") from exc
+    path = os.path.join(directory, DB_NAME)
+    store = Store(path)
+    exposed = [p for p in (path, path + "-wal", path + "-shm") if _shared_mode(p)]
+    if exposed:
+        log.warning("%s can be read by other users of this machine; to make it private, run: "
+                    "chmod 700 %s && chmod 600 %s*", os.path.basename(exposed[0]),
+                    _quoted(directory), _quoted(path))
+    return store
+
+
+def _shared_mode(path):
+    """Whether users other than the owner may read or write the file at `path`."""
+    if os.name != "posix":
+        return False  # Windows keeps files private through ACLs, not mode bits
     try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(f"cannot create the data directory {directory}: {exc.strerror}") from exc
-    return Store(os.path.join(directory, DB_NAME))
+        return bool(os.stat(path).st_mode & 0o077)
+    except OSError:
+        return False
+
+
+def _quoted(path):
+    return path if re.fullmatch(r"[\w/.~+:@%-]+", path) else "'" + path.replace("'", "'\\''") + "'"
+
+
+def _open_private(path):
+    """A new, empty file at `path` (emptied if it was there) that only its owner may read;
+    its descriptor, open for writing."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    if os.name == "posix":
+        os.fchmod(fd, PRIVATE_FILE)  # it may have been there with another mode
+    return fd
+
+
+def _create_private(path):
+    """Create the empty file `path` readable by its owner only; False if it was there."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _checked_backup(path, name, page_size):
+    """Check the copy at `path` of the backup file `name` and bring it to this schema, in
+    SQLite's page size `page_size`; how many memories it holds. InvalidInput if it is not an
+    intact Flood Memory database."""
+    with open(path, "rb") as f:
+        if not f.read(16).startswith(b"SQLite format 3\0"):
+            raise InvalidInput(f"{name} is not a backup of the memories: it is not an SQLite "
+                               f"database")
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        try:
+            problem = db.execute("PRAGMA quick_check").fetchone()[0]
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE "
+                                               "type = 'table'")}
+        except sqlite3.DatabaseError as exc:
+            raise InvalidInput(f"{name} is damaged ({exc}); nothing was restored") from exc
+        if problem != "ok":
+            raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
+        if "nodes" not in tables:
+            raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
+        if version > SCHEMA_VERSION:
+            raise InvalidInput(f"{name} has schema version {version}, newer than the "
+                               f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
+                               f"Flood Memory to restore it")
+    finally:
+        db.close()
+    try:
+        with Store(path) as copy:  # brings an older schema up to date
+            db = copy._db()
+            db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES ('integrity-check', 1)")
+            count = copy.count()
+            if db.execute("PRAGMA page_size").fetchone()[0] != page_size:
+                # The backup API cannot change the page size of a database in WAL mode.
+                db.execute("PRAGMA journal_mode=DELETE")
+                db.execute(f"PRAGMA page_size={int(page_size)}")
+                db.execute("VACUUM")
+    except (StoreError, sqlite3.DatabaseError) as exc:
+        reason = str(exc).replace(path, name)
+        raise InvalidInput(f"{name} cannot be restored: {reason}; nothing was restored") from exc
+    return count
 
 
 def _check_file(path):
@@ -1684,13 +1897,15 @@ def _check_file(path):
 
 # ----------------------------------------------------------------------------- command line
 
-USAGE = """usage: python3 store.py export [FILE] | import FILE | backup FILE
+USAGE = """usage: python3 store.py export [FILE] | import FILE | backup FILE | restore FILE
 
   export [FILE]  write every memory as one JSON object per line, oldest first, keys in a
                  fixed order (to standard output without FILE)
   import FILE    load memories from such a file (- reads standard input); memories whose
                  id is already stored are skipped, so importing twice changes nothing
   backup FILE    copy the live database to FILE, consistently, while servers keep writing
+  restore FILE   replace every memory with those of the backup FILE, checked first; safe
+                 while servers run (they see the restored memories at once)
 
 The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory)."""
 
@@ -1725,7 +1940,7 @@ def _export_to(store, target):
         raise InvalidInput(f"{target} is the memory database itself; export to another file")
     partial = f"{target}.{os.getpid()}.part"
     try:
-        with open(partial, "w", encoding="utf-8", newline="\n") as out:
+        with open(_open_private(partial), "w", encoding="utf-8", newline="\n") as out:
             n = export(store, out)
         os.replace(partial, target)
         return n
@@ -1739,7 +1954,7 @@ def _export_to(store, target):
 def main(argv=None):
     args = sys.argv[1:] if argv is None else argv
     command, rest = (args[0], args[1:]) if args else (None, [])
-    if command not in ("export", "import", "backup") or len(rest) > 1 or \
+    if command not in ("export", "import", "backup", "restore") or len(rest) > 1 or \
             (command != "export" and len(rest) != 1):
         print(USAGE, file=sys.stderr)
         return 0 if command in ("-h", "--help") else 2
@@ -1747,7 +1962,7 @@ def main(argv=None):
                         format="flood-memory: %(levelname)s: %(message)s")
     directory = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
     try:
-        if command != "import" and not os.path.exists(
+        if command in ("export", "backup") and not os.path.exists(
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
             raise StoreError(f"there is no memory database in {directory} to {command}")
         source = None
@@ -1774,6 +1989,9 @@ def main(argv=None):
             elif command == "backup":
                 n = store.backup(rest[0])
                 print(f"flood-memory: backed up {n} memories to {rest[0]}", file=sys.stderr)
+            elif command == "restore":
+                n = store.restore(rest[0])
+                print(f"flood-memory: restored {n} memories from {rest[0]}", file=sys.stderr)
             else:
                 done = store.load(read_records(source))
                 print(f"flood-memory: imported {done['loaded']} memories, skipped "

@@ -347,14 +347,25 @@ class StoreTest(TempDirTest):
         self.assertEqual(b["links"], [a["id"]])
         self.assertEqual(self.store.get(a["id"])["links"], [b["id"]])
 
-    def test_missing_and_malformed_link_targets_are_skipped_with_a_warning(self):
+    def test_missing_and_malformed_link_targets_are_skipped_and_reported(self):
         a = self.store.add("alpha")
         ghost = str(uuid.uuid4())
         with self.assertLogs("store", "WARNING") as logs:
             b = self.store.add("beta", links=[ghost, a["id"], "not-an-id"])
         self.assertEqual(b["links"], [a["id"]])
-        self.assertTrue(any(ghost in line for line in logs.output))
-        self.assertTrue(any("not-an-id" in line for line in logs.output))
+        self.assertEqual(b["skipped_links"], [{"id": "not-an-id", "reason": "not a memory id"},
+                                              {"id": ghost, "reason": "no memory has this id"}])
+        self.assertEqual(len(logs.output), 1)  # one line per call, however many
+        self.assertIn("skipped 2 links", logs.output[0])
+        self.assertNotIn("skipped_links", self.store.get(b["id"]))
+        updated = self.store.update(a["id"], links=[a["id"], b["id"]])
+        self.assertEqual(updated["skipped_links"],
+                         [{"id": a["id"], "reason": "a memory cannot link to itself"}])
+        with self.assertLogs("store", "WARNING") as logs:
+            many = self.store.add("gamma", links=[str(uuid.uuid4()) for _ in range(2000)])
+        self.assertEqual(len(many["skipped_links"]), 2000)
+        self.assertEqual(len(logs.output), 1)
+        self.assertLess(len(logs.output[0]), 300)
 
     def test_duplicate_and_self_links_are_not_made(self):
         a = self.store.add("alpha")
@@ -584,10 +595,10 @@ class StoreTest(TempDirTest):
 
     def test_connections_at_depth_one_and_two(self):
         ids = self.chain(4)
-        one = self.store.neighbors(ids[1], 1)
+        one = self.store.neighbors(ids[1], 1)["nodes"]
         self.assertEqual([(n["id"], n["distance"]) for n in one],
                          [(ids[1], 0), (ids[0], 1), (ids[2], 1)])
-        two = self.store.neighbors(ids[0], 2)
+        two = self.store.neighbors(ids[0], 2)["nodes"]
         self.assertEqual([(n["id"], n["distance"]) for n in two],
                          [(ids[0], 0), (ids[1], 1), (ids[2], 2)])
 
@@ -595,14 +606,14 @@ class StoreTest(TempDirTest):
         a = self.store.add("a")
         b = self.store.add("b", links=[a["id"]])
         c = self.store.add("c", links=[a["id"], b["id"]])
-        found = {n["id"]: n["distance"] for n in self.store.neighbors(a["id"], 5)}
+        found = {n["id"]: n["distance"] for n in self.store.neighbors(a["id"], 5)["nodes"]}
         self.assertEqual(found, {a["id"]: 0, b["id"]: 1, c["id"]: 1})
 
     def test_depth_beyond_the_graph_returns_what_is_reachable(self):
         ids = self.chain(3)
         self.store.add("unconnected")
-        self.assertEqual(len(self.store.neighbors(ids[0], 100)), 3)
-        self.assertEqual([n["id"] for n in self.store.neighbors(ids[0], 0)], [ids[0]])
+        self.assertEqual(self.store.neighbors(ids[0], 100)["total"], 3)
+        self.assertEqual([n["id"] for n in self.store.neighbors(ids[0], 0)["nodes"]], [ids[0]])
 
     def test_connections_refuse_bad_depths_and_unknown_ids(self):
         ids = self.chain(2)
@@ -622,7 +633,7 @@ class StoreTest(TempDirTest):
     def test_connections_touch_every_traversed_node(self):
         ids = self.chain(3)
         before = self.store.get(ids[2])
-        found = self.store.neighbors(ids[0], 2)
+        found = self.store.neighbors(ids[0], 2)["nodes"]
         for node in found:
             self.assertEqual(node["access_count"], 1)
             stored = self.store.get(node["id"])
@@ -630,12 +641,22 @@ class StoreTest(TempDirTest):
             self.assertEqual(stored["last_accessed"], node["last_accessed"])
         self.assertGreaterEqual(found[2]["last_accessed"], before["last_accessed"])
 
-    def test_connections_stop_at_the_node_limit_nearest_first(self):
+    def test_connections_page_through_a_neighbourhood_nearest_first(self):
         hub = self.store.add("hub")
         spokes = [self.store.add(f"spoke {i}", links=[hub["id"]]) for i in range(12)]
-        self.store.add("far", links=[spokes[0]["id"]])
-        found = self.store.neighbors(hub["id"], 2, max_nodes=5)
-        self.assertEqual([n["distance"] for n in found], [0, 1, 1, 1, 1])
+        far = self.store.add("far", links=[spokes[0]["id"]])
+        first = self.store.neighbors(hub["id"], 2, limit=5)
+        self.assertEqual([n["distance"] for n in first["nodes"]], [0, 1, 1, 1, 1])
+        self.assertEqual((first["total"], first["exact"]), (14, True))
+        rest = self.store.neighbors(hub["id"], 2, offset=5, limit=100)
+        self.assertEqual([n["id"] for n in first["nodes"] + rest["nodes"]],
+                         [hub["id"], *[s["id"] for s in spokes], far["id"]])
+        # Only the memories returned count as accessed.
+        counts = {i: self.store.get(i)["access_count"] for i in (hub["id"], far["id"])}
+        self.assertEqual(counts, {hub["id"]: 1, far["id"]: 1})
+        fitted = self.store.neighbors(hub["id"], 2, offset=3, fit=lambda nodes: 2)
+        self.assertEqual([n["id"] for n in fitted["nodes"]], [spokes[2]["id"], spokes[3]["id"]])
+        self.assertEqual(self.store.get(spokes[4]["id"])["access_count"], 1)
 
     # -- forget
 
@@ -1038,7 +1059,7 @@ class StdioTest(TempDirTest):
         by_name = {t["name"]: t for t in tools}
         self.assertEqual(by_name["remember"]["inputSchema"]["required"], ["content"])
         self.assertEqual(set(by_name["recall"]["inputSchema"]["properties"]),
-                         {"query", "tags", "limit"})
+                         {"query", "tags", "limit", "offset"})
         self.assertEqual(by_name["recall"]["inputSchema"]["properties"]["limit"]["default"], 10)
         self.assertEqual(by_name["connections"]["inputSchema"]["properties"]["depth"]["default"], 1)
         self.assertEqual(set(by_name["update"]["inputSchema"]["properties"]),
@@ -1065,6 +1086,21 @@ class StdioTest(TempDirTest):
         self.assertEqual(self.payload("forget", {"node_id": b["id"]}),
                          {"id": b["id"], "deleted": True})
         self.assertEqual(self.store.count(), 1)
+
+    def test_a_skipped_link_is_reported_to_the_model(self):
+        a = self.payload("remember", {"content": "alpha"})
+        ghost = str(uuid.uuid4())
+        b = self.payload("remember", {"content": "beta", "links": [a["id"], ghost, "x1"]})
+        self.assertEqual(b["links"], [a["id"]])
+        self.assertEqual([s["id"] for s in b["skipped_links"]], ["x1", ghost])
+        self.assertIn(f"2 of the links given were skipped: x1 (not a memory id), {ghost} (no "
+                      f"memory has this id)", b["note"])
+        many = self.payload("remember", {"content": "gamma",
+                                         "links": [str(uuid.uuid4()) for _ in range(500)]})
+        self.assertEqual(len(many["skipped_links"]), server.SHOWN_LINKS)
+        self.assertEqual(many["omitted"], {"skipped_links": 500 - server.SHOWN_LINKS})
+        self.assertIn("500 of the links given were skipped", many["note"])
+        self.assertIn("and 495 more", many["note"])
 
     def test_tool_errors_say_what_to_fix(self):
         ghost = str(uuid.uuid4())
@@ -1135,7 +1171,7 @@ class StdioTest(TempDirTest):
         text = result["instructions"]
         for advice in ("recall", "remember", "Link", "update"):
             self.assertIn(advice, text)
-        self.assertLessEqual(text.count(". "), 3)
+        self.assertLessEqual(text.count(". "), 6)
 
     def test_ping_and_tools_work_before_initialize(self):
         replies = self.exchange(request("ping", id=1), request("tools/list", id=2))
@@ -1283,7 +1319,37 @@ class StdioTest(TempDirTest):
         self.assertEqual(entry["args"], [os.path.join(HERE, "server.py")])
         self.assertEqual(os.path.realpath(entry["env"]["FLOOD_MEMORY_DIR"]), data)
         self.assertIn("claude mcp add", done.stdout)
-        self.assertIn("Authorization: Bearer ", done.stdout)
+        self.assertIn("Checked: ", done.stdout)
+        # The command is an absolute path to Python 3.11+, and it starts the server in the
+        # bare environment a desktop app gives it: HOME, PATH=/usr/bin:/bin and the env.
+        self.assertTrue(os.path.isabs(entry["command"]), entry["command"])
+        bare = dict(entry["env"], HOME=os.path.expanduser("~"), PATH="/usr/bin:/bin")
+        messages = [request("initialize", {"protocolVersion": "2025-06-18"}, id=1),
+                    request("tools/list", id=2)]
+        started = subprocess.run([entry["command"], *entry["args"]], env=bare, cwd="/",
+                                 input="".join(json.dumps(m) + "\n" for m in messages),
+                                 capture_output=True, text=True, timeout=60)
+        replies = [json.loads(line) for line in started.stdout.splitlines()]
+        self.assertEqual(replies[0]["result"]["serverInfo"]["name"], "flood-memory")
+        self.assertEqual(len(replies[1]["result"]["tools"]), 5)
+        # The remote snippet for .mcp.json reads the token from the environment.
+        remote = done.stdout.split("in a project's .mcp.json", 1)[1]
+        remote, _ = json.JSONDecoder().raw_decode(remote[remote.index("{"):])
+        headers = remote["mcpServers"]["flood-memory"]["headers"]
+        self.assertEqual(headers, {"Authorization": "Bearer ${FLOOD_MEMORY_AUTH_TOKEN}"})
+        self.assertIn("does not expand ${...}", done.stdout)
+
+    def test_setup_says_clearly_when_the_server_would_not_start(self):
+        import setup
+        self.assertIsNone(setup.fit_to_serve(sys.executable))
+        self.assertIn("does not start", setup.fit_to_serve(os.path.join(self.dir, "nothing")))
+        broken = os.path.join(self.dir, "python")
+        with open(broken, "w") as f:
+            f.write("#!/bin/sh\necho 'Python 3.9.6'; exit 1\n")
+        os.chmod(broken, 0o755)
+        self.assertIn("cannot use SQLite", setup.fit_to_serve(broken))
+        self.assertIn("did not answer initialize", setup.check_start(broken, self.dir))
+        self.assertIsNone(setup.check_start(sys.executable, self.dir))
 
     def test_server_refuses_a_damaged_database_with_one_line(self):
         data = os.path.join(self.dir, "bad")
@@ -1303,7 +1369,139 @@ class StdioTest(TempDirTest):
 
 # ----------------------------------------------------------------------------- http
 
-TOKEN = "test-token-0123456789"
+TOKEN = "test-token-0123456789-abcdefghijklmnop"
+
+
+class ReplyBudgetTest(TempDirTest):
+    """What a model reads: every reply fits its context, and says what it left out."""
+
+    def setUp(self):
+        super().setUp()
+        self.store = self.open_store()
+
+    def replies(self, *calls, version="2025-06-18"):
+        """Results of tool calls made over serve_stdio after initialize."""
+        lines = [request("initialize", {"protocolVersion": version}, id=0)]
+        lines += [call(name, arguments, id=i + 1) for i, (name, arguments) in enumerate(calls)]
+        stdout = io.StringIO()
+        server.serve_stdio(self.store, io.StringIO("".join(json.dumps(m) + "\n" for m in lines)),
+                           stdout)
+        return [json.loads(line)["result"] for line in stdout.getvalue().splitlines()[1:]]
+
+    def result(self, name, arguments, version="2025-06-18", budget=server.REPLY_BUDGET):
+        """(structured value, total characters of text) of one call, checked to agree and to
+        stay within `budget` characters."""
+        result = self.replies((name, arguments), version=version)[0]
+        self.assertFalse(result["isError"], result)
+        text = "".join(block["text"] for block in result["content"])
+        self.assertLessEqual(len(text), budget, (name, arguments))
+        value = result.get("structuredContent")
+        if value is not None:
+            self.assertEqual(json.loads(result["content"][0]["text"]), value)
+        return value, text
+
+    def hub(self, spokes=2000):
+        hub = self.store.add("the index of project alpha", ["alpha"])
+        self.store.load([{"id": str(uuid.UUID(int=i + 1, version=4)),
+                          "content": f"alpha note {i} " + "detail " * 30, "tags": ["alpha"],
+                          "links": [hub["id"]]} for i in range(spokes)])
+        return hub["id"]
+
+    def test_a_hub_with_2000_links_fits_every_reply(self):
+        hub = self.hub()
+        found, _ = self.result("recall", {"query": "index of project alpha"})
+        top = found["results"][0]
+        self.assertEqual(top["id"], hub)
+        self.assertEqual(len(top["links"]), server.SHOWN_LINKS)
+        self.assertEqual(top["omitted"], {"links": 2000 - server.SHOWN_LINKS})
+        self.assertIn(f"Memory {hub} shows 20 of its 2,000 links: call connections with its "
+                      f"node_id to walk them", found["note"])
+        updated, _ = self.result("update", {"node_id": hub, "tags": ["alpha", "index"]})
+        self.assertEqual(updated["omitted"], {"links": 1980})
+        self.assertEqual(self.store.get(hub)["tags"], ["alpha", "index"])
+        linked, _ = self.result("remember", {"content": "one more", "links": [hub]})
+        self.assertEqual(linked["links"], [hub])
+        self.assertNotIn("note", linked)
+
+    def test_a_large_neighbourhood_comes_a_page_at_a_time(self):
+        hub = self.hub()
+        seen, offset, pages = [], 0, 0
+        while offset is not None:
+            page, _ = self.result("connections", {"node_id": hub, "offset": offset})
+            self.assertEqual(page["total"], 2001)
+            seen += [n["id"] for n in page["nodes"]]
+            offset = page.get("next_offset")
+            if offset is not None:
+                self.assertEqual(offset, len(seen))
+                self.assertIn(f"of the 2,001 within depth 1, nearest first: call connections "
+                              f"again with offset={offset}", page["note"])
+            pages += 1
+        self.assertEqual(len(seen), 2001)
+        self.assertEqual(len(set(seen)), 2001)
+        self.assertEqual(seen[0], hub)
+        self.assertGreater(pages, 10)
+        # Only what a page held counts as accessed: each memory once.
+        self.assertEqual({self.store.get(i)["access_count"] for i in seen[:50]}, {1})
+        leaf = seen[1]
+        far, _ = self.result("connections", {"node_id": leaf, "depth": 2})
+        self.assertEqual(far["total"], 2001)
+        self.assertEqual([n["distance"] for n in far["nodes"][:3]], [0, 1, 2])
+        # No note about the hub's own links in a reply that walks them.
+        first, _ = self.result("connections", {"node_id": hub})
+        self.assertNotIn("of its 2,000 links", first["note"])
+
+    def test_long_memories_are_cut_in_lists_and_whole_at_depth_0(self):
+        text = "zeta " + "lorem ipsum dolor sit amet " * 4000
+        ids = [self.store.add(f"{i} {text}"[:store.MAX_CONTENT])["id"] for i in range(4)]
+        found, _ = self.result("recall", {"query": "zeta lorem", "limit": 100})
+        self.assertEqual(len(found["results"]), 4)
+        for node in found["results"]:
+            self.assertEqual(len(node["content"]), server.SHOWN_CONTENT)
+            self.assertEqual(node["omitted"]["content_chars"],
+                             store.MAX_CONTENT - server.SHOWN_CONTENT)
+        self.assertIn("4 memories show the first 2,000 characters of their content", found["note"])
+        # One memory asked for by id comes whole: about 25k tokens at most, Claude Code's
+        # ceiling for one tool result.
+        whole, _ = self.result("connections", {"node_id": ids[0], "depth": 0},
+                               budget=store.MAX_CONTENT + 1000)
+        self.assertEqual(whole["nodes"][0]["content"], f"0 {text}"[:store.MAX_CONTENT])
+        self.assertNotIn("note", whole)
+
+    def test_results_past_the_budget_are_announced_with_an_offset(self):
+        tags = [f"tag-{i:03d}-" + "t" * 50 for i in range(store.MAX_TAGS)]
+        ids = [self.store.add(f"crowded memory {i}", tags)["id"] for i in range(12)]
+        found, _ = self.result("recall", {"query": "crowded memory", "limit": 12})
+        shown = len(found["results"])
+        self.assertLess(shown, 12)
+        self.assertEqual(found["next_offset"], shown)
+        self.assertIn(f"{12 - shown} more results did not fit in this reply: call recall again "
+                      f"with the same arguments and offset={shown}", found["note"])
+        rest, _ = self.result("recall", {"query": "crowded memory", "limit": 12 - shown,
+                                         "offset": shown})
+        self.assertEqual(sorted(n["id"] for n in found["results"] + rest["results"]),
+                         sorted(ids))
+        # Left out means not returned: those memories were not counted as accessed.
+        self.assertEqual(sum(self.store.get(i)["access_count"] for i in ids), 12)
+
+    def test_older_clients_get_the_bare_list_and_the_note_beside_it(self):
+        hub = self.hub(60)
+        result = self.replies(("connections", {"node_id": hub, "depth": 1}),
+                              ("recall", {"query": "index project alpha"}),
+                              version="2024-11-05")
+        walked = json.loads(result[0]["content"][0]["text"])
+        self.assertIsInstance(walked, list)
+        self.assertEqual(len(result[0]["content"]), 1)  # everything fitted: nothing to say
+        listed = json.loads(result[1]["content"][0]["text"])
+        self.assertEqual(listed[0]["id"], hub)
+        self.assertIn("shows 20 of its 60 links", result[1]["content"][1]["text"])
+
+    def test_the_largest_limits_stay_near_the_ceiling(self):
+        hub = self.hub()
+        for name, arguments in (("recall", {"query": "alpha note detail", "limit": 100}),
+                                ("recall", {"tags": ["alpha"], "limit": 100, "offset": 1000}),
+                                ("connections", {"node_id": hub, "depth": 100})):
+            with self.subTest(name=name, arguments=arguments):
+                self.result(name, arguments)
 
 
 def wait_for_port(port, proc=None, timeout=15.0):
@@ -1652,8 +1850,8 @@ class RemoteTest(TempDirTest):
     def test_settings_from_the_environment(self):
         settings = server_remote._settings
         self.assertEqual((settings({})["host"], settings({})["port"]), ("127.0.0.1", 8080))
-        with_token = settings({"FLOOD_MEMORY_AUTH_TOKEN": "t"})
-        self.assertEqual((with_token["host"], with_token["token"]), ("0.0.0.0", "t"))
+        with_token = settings({"FLOOD_MEMORY_AUTH_TOKEN": TOKEN})
+        self.assertEqual((with_token["host"], with_token["token"]), ("0.0.0.0", TOKEN))
         self.assertEqual(settings({"FLOOD_MEMORY_HOST": "10.0.0.5"})["host"], "10.0.0.5")
         self.assertEqual(settings({"FLOOD_MEMORY_ALLOWED_ORIGINS": "https://a, https://b"})
                          ["allowed_origins"], ["https://a", "https://b"])
@@ -1705,6 +1903,35 @@ class RemoteTest(TempDirTest):
                          "the database was not closed")
         with Store(os.path.join(data, store.DB_NAME)) as reopened:
             self.assertEqual(len(reopened.search("kept")), 1)
+
+    def test_a_token_that_cannot_protect_is_refused_at_start(self):
+        for token, message in (("1", b"has 1 characters; a token needs at least 32"),
+                               ("x" * 31, b"has 31 characters"),
+                               ("", b"is set but empty"),
+                               (" " + TOKEN, b"starts or ends with whitespace"),
+                               (TOKEN + "\n", b"starts or ends with whitespace")):
+            with self.subTest(token=token):
+                proc = self.run_remote({"FLOOD_MEMORY_AUTH_TOKEN": token,
+                                        "FLOOD_MEMORY_PORT": str(free_port())})
+                _, err = proc.communicate(timeout=30)
+                self.assertEqual(proc.returncode, 1, err)
+                self.assertEqual(len(err.strip().splitlines()), 1, err)
+                self.assertIn(message, err)
+                if token == "1":
+                    self.assertIn(b"secrets.token_urlsafe(32)", err)
+
+    def test_a_non_ascii_token_matches_as_utf8(self):
+        token = "ключ-" + TOKEN
+        self.start(token=token)
+        body = json.dumps(request("ping")).encode()
+        for sent, status in ((token.encode("utf-8"), 200), (token.encode("latin-1", "replace"),
+                                                             401)):
+            with self.subTest(status=status), socket.create_connection(
+                    ("127.0.0.1", self.port), timeout=10) as sock:
+                sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json"
+                             b"\r\nContent-Length: %d\r\nAuthorization: Bearer %s\r\n\r\n%s"
+                             % (len(body), sent, body))
+                self.assertIn(b" %d " % status, sock.recv(65536).split(b"\r\n")[0] + b" ")
 
     def test_no_token_warns_and_listens_on_loopback(self):
         port = free_port()
@@ -1928,7 +2155,7 @@ class ConcurrencyTest(TempDirTest):
         # counted (a long import holds the lock for many seconds).
         with self.assertLogs("store", "WARNING") as logged:
             found = s.search("written before")
-            around = s.neighbors(kept["id"])
+            around = s.neighbors(kept["id"])["nodes"]
         self.assertEqual([n["id"] for n in found], [kept["id"]])
         self.assertEqual([n["id"] for n in around], [kept["id"]])
         self.assertEqual(found[0]["access_count"], 0)
@@ -2149,6 +2376,110 @@ class BackupTest(TempDirTest):
         done = self.run_store("export", data_dir=os.path.join(self.dir, "empty"))
         self.assertEqual(done.returncode, 1)
         self.assertIn(b"no memory database", done.stderr)
+
+    def test_restore_under_a_running_server_is_not_undone(self):
+        s = self.open_store()
+        kept = [s.add(f"memory {i} from before the backup")["id"] for i in range(30)]
+        backup = os.path.join(self.dir, "backup.db")
+        self.assertEqual(self.run_store("backup", backup).returncode, 0)
+        s.close()
+        running = ServerProcess(self.dir, os.path.join(self.dir, "server.log"))
+        self.addCleanup(running.close)
+        for i in range(20):
+            self.assertIsNone(running.call("remember", {"content": f"written later {i}"})[1])
+        done = self.run_store("restore", backup)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"restored 30 memories from", done.stderr)
+        # The server that stayed open throughout sees the restored memories and writes on
+        # top of them: nothing of its old pages comes back.
+        node, error = running.call("remember", {"content": "written after the restore"})
+        self.assertIsNone(error)
+        found, _ = running.call("recall", {"query": "later"})
+        self.assertEqual(found, [])
+        self.assertEqual(running.close(), 0)
+        with Store(self.path) as after:
+            self.assertEqual({r["id"] for r in after.records()}, {*kept, node["id"]})
+        self.assertTrue(fts_agrees(self.path))
+        self.assertEqual(index_problems(self.path), [])
+        self.assertEqual(self.raw("PRAGMA journal_mode")[0][0], "wal")
+
+    def test_restore_checks_the_backup_before_touching_anything(self):
+        s = self.open_store()
+        self.fill(s)
+        before = nodes_table(self.path)
+        garbage = os.path.join(self.dir, "garbage.db")
+        with open(garbage, "wb") as f:
+            f.write(b"not a database at all" * 100)
+        truncated = os.path.join(self.dir, "truncated.db")
+        self.assertEqual(self.run_store("backup", truncated).returncode, 0)
+        with open(truncated, "r+b") as f:
+            f.truncate(os.path.getsize(truncated) // 2)
+        foreign = os.path.join(self.dir, "foreign.db")
+        db = sqlite3.connect(foreign)
+        db.execute("CREATE TABLE accounts (id INTEGER)")
+        db.close()
+        newer = os.path.join(self.dir, "newer.db")
+        self.assertEqual(self.run_store("backup", newer).returncode, 0)
+        db = sqlite3.connect(newer)
+        db.execute("PRAGMA user_version = 99")
+        db.close()
+        for path, message in ((garbage, b"is not an SQLite database"),
+                              (truncated, b"is damaged"),
+                              (foreign, b"has no nodes table"),
+                              (newer, b"newer than the"),
+                              (os.path.join(self.dir, "missing.db"), b"there is no backup file"),
+                              (self.path, b"must not be the database itself")):
+            with self.subTest(path=os.path.basename(path)):
+                done = self.run_store("restore", path)
+                self.assertEqual(done.returncode, 1)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(message, done.stderr)
+                self.assertEqual(nodes_table(self.path), before)
+        self.assertEqual([f for f in os.listdir(self.dir) if f.startswith(".restore")], [])
+
+    def test_restore_brings_an_older_backup_up_to_date(self):
+        s = self.open_store()
+        s.add("a memory that the restore replaces")
+        old = os.path.join(self.dir, "old.db")
+        db = sqlite3.connect(old)
+        db.executescript(SPEC_SCHEMA)
+        db.execute("INSERT INTO nodes (id, content, created_at, last_accessed) VALUES (?, ?, ?, ?)",
+                   (str(uuid.uuid4()), "painted a sunrise by the lake", "2024-01-01T00:00:00Z",
+                    "2024-01-01T00:00:00Z"))
+        db.commit()
+        db.close()
+        self.assertEqual(s.restore(old), 1)
+        self.assertEqual([n["content"] for n in s.search("painting")],
+                         ["painted a sunrise by the lake"])
+        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+        self.assertEqual(index_problems(self.path), [])
+
+    def test_files_are_private_whatever_the_umask(self):
+        previous = os.umask(0o022)
+        self.addCleanup(os.umask, previous)
+        data = os.path.join(self.dir, "new", "data")
+        s = store.open_directory(data)
+        self.addCleanup(s.close)
+        s.add("a private memory")
+        path = os.path.join(data, store.DB_NAME)
+        mode = lambda p: os.stat(p).st_mode & 0o777
+        self.assertEqual(mode(data), 0o700)
+        for name in (path, path + "-wal", path + "-shm"):
+            self.assertEqual(mode(name), 0o600, name)
+        backup, export = os.path.join(self.dir, "b.db"), os.path.join(self.dir, "e.jsonl")
+        with open(export, "w"):
+            pass  # an existing file of mode 644 is replaced by a private one
+        self.assertEqual(self.run_store("backup", backup, data_dir=data).returncode, 0)
+        self.assertEqual(self.run_store("export", export, data_dir=data).returncode, 0)
+        self.assertEqual((mode(backup), mode(export)), (0o600, 0o600))
+        s.close()
+        # An existing database that others can read is warned about, with the fix.
+        os.chmod(path, 0o644)
+        with self.assertLogs("store", "WARNING") as logs:
+            store.open_directory(data).close()
+        self.assertEqual(len(logs.output), 1)
+        self.assertIn("can be read by other users", logs.output[0])
+        self.assertIn(f"chmod 600 {path}*", logs.output[0])
 
     def test_backup_of_a_live_database_is_consistent(self):
         self.open_store().add("first")
@@ -2385,7 +2716,7 @@ class FuzzTest(TempDirTest):
         if key in ("tags", "links"):
             pool = ids if key == "links" else ["red", "blue", "☃"]
             return rnd.sample(pool, rnd.randint(0, min(2, len(pool))))
-        if key in ("depth", "limit", "max_nodes"):
+        if key in ("depth", "limit", "offset"):
             return rnd.randint(-1, 12)
         return " ".join(rnd.choices(self.WORDS, k=rnd.randint(0, 5)))
 
@@ -2449,7 +2780,7 @@ class FuzzTest(TempDirTest):
         s = self.open_store()
         ids = [s.add(f"seed memory {i}")["id"] for i in range(5)]
         calls = {"add": ("content", "tags", "links", "source"), "search": ("query", "tags", "limit"),
-                 "neighbors": ("node_id", "depth", "max_nodes"), "delete": ("node_id",),
+                 "neighbors": ("node_id", "depth", "offset", "limit"), "delete": ("node_id",),
                  "update": ("node_id", "content", "tags", "links"), "get": ("node_id",)}
         outcomes = collections.Counter()
         quiet = self.assertLogs("store", "WARNING")  # links to nowhere are logged, and skipped
