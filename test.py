@@ -54,48 +54,10 @@ END;
 """
 
 
-def index_problems(path, hot_list=store.HOT_LIST):
-    """Ways the ranking tables disagree with the memories; [] when they agree."""
-    db = sqlite3.connect(path)
-    try:
-        problems = []
-        df = collections.Counter()
-        tags = set()
-        for rowid, content, tagged in db.execute("SELECT rowid, content, tags FROM nodes"):
-            df.update(store._term_counts(content).keys())
-            tags.update((t, rowid) for t in json.loads(tagged))
-        stored = dict(db.execute("SELECT term, df FROM terms"))
-        if stored != dict(df):
-            wrong = sorted(set(stored.items()) ^ set(df.items()))[:5]
-            problems.append(f"terms disagree with the memories: {wrong}")
-        db.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, nodes_fts, row)")
-        indexed = dict(db.execute("SELECT term, doc FROM temp.vocab"))
-        if indexed != dict(df):
-            problems.append("terms disagree with FTS5's vocabulary")
-        if set(db.execute("SELECT tag, node FROM node_tags")) != tags:
-            problems.append("node_tags disagrees with nodes.tags")
-        for term, floor, avgdl, size in db.execute("SELECT * FROM hot_terms"):
-            members = {r for (r,) in db.execute("SELECT node FROM hot_postings WHERE term = ?",
-                                                (term,))}
-            if len(members) != size:
-                problems.append(f"hot list of {term!r} has {len(members)} rows, says {size}")
-            contents = dict(db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
-                                       f"({','.join('?' * len(members))})", list(members)))
-            strays = [r for r in members if term not in store._term_counts(contents.get(r, ""))]
-            if strays:
-                problems.append(f"hot list of {term!r} holds memories without it: {strays[:5]}")
-            for rowid, content in db.execute("SELECT rowid, content FROM nodes"):
-                tf = store._term_counts(content).get(term, [0])[0]
-                if not tf:
-                    continue
-                dl = store._varint(db.execute("SELECT sz FROM nodes_fts_docsize WHERE id = ?",
-                                              (rowid,)).fetchone()[0])[0]
-                if (store._impact(tf, dl, avgdl) > floor) != (rowid in members):
-                    problems.append(f"hot list of {term!r} is wrong about memory {rowid}")
-                    break
-        return problems
-    finally:
-        db.close()
+def index_problems(path):
+    """Ways the ranking statistics disagree with the memories; [] when they agree."""
+    with Store(path) as s:
+        return s.problems()
 
 
 def fts_agrees(path):
@@ -250,9 +212,11 @@ class StoreTest(TempDirTest):
     def test_version_2_is_recounted_where_text_is_not_ascii(self):
         korean = self.store.add("서울에서 친구를 만났다")["id"]
         self.store.add("plain ascii words")
+        self.store.fold()
         self.store.close()
-        # Version 2 split Hangul syllables into letters when counting terms.
+        # Version 2 split Hangul syllables into letters when counting terms, and had no log.
         db = sqlite3.connect(self.path)
+        db.execute("DROP TABLE pending")
         db.execute("DELETE FROM terms WHERE term = '서울에서'")
         db.execute("INSERT INTO terms (term, df) VALUES ('ᄉ', 1)")
         db.execute("PRAGMA user_version = 2")
@@ -262,6 +226,22 @@ class StoreTest(TempDirTest):
         self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
         self.assertEqual(index_problems(self.path), [])
         self.assertEqual([n["id"] for n in upgraded.search("서울에서")], [korean])
+
+    def test_version_3_gets_the_log_of_changes(self):
+        self.store.add("written by version 3")
+        self.store.fold()
+        self.store.close()
+        db = sqlite3.connect(self.path)
+        db.execute("DROP TABLE pending")
+        db.execute("PRAGMA user_version = 3")
+        db.commit()
+        db.close()
+        upgraded = self.open_store()
+        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+        upgraded.add("written by version 4")
+        self.assertEqual(len(self.raw("SELECT * FROM pending")), 1)
+        self.assertEqual(index_problems(self.path), [])
+        self.assertEqual(len(upgraded.search("written version")), 2)
 
     def test_foreign_database_is_refused(self):
         self.store.close()
@@ -350,7 +330,7 @@ class StoreTest(TempDirTest):
     def test_missing_and_malformed_link_targets_are_skipped_and_reported(self):
         a = self.store.add("alpha")
         ghost = str(uuid.uuid4())
-        with self.assertLogs("store", "WARNING") as logs:
+        with self.assertLogs("flood-memory.store", "WARNING") as logs:
             b = self.store.add("beta", links=[ghost, a["id"], "not-an-id"])
         self.assertEqual(b["links"], [a["id"]])
         self.assertEqual(b["skipped_links"], [{"id": "not-an-id", "reason": "not a memory id"},
@@ -361,7 +341,7 @@ class StoreTest(TempDirTest):
         updated = self.store.update(a["id"], links=[a["id"], b["id"]])
         self.assertEqual(updated["skipped_links"],
                          [{"id": a["id"], "reason": "a memory cannot link to itself"}])
-        with self.assertLogs("store", "WARNING") as logs:
+        with self.assertLogs("flood-memory.store", "WARNING") as logs:
             many = self.store.add("gamma", links=[str(uuid.uuid4()) for _ in range(2000)])
         self.assertEqual(len(many["skipped_links"]), 2000)
         self.assertEqual(len(logs.output), 1)
@@ -461,7 +441,7 @@ class StoreTest(TempDirTest):
         ]
         for text, terms, expression in cases:
             with self.subTest(text=text):
-                self.assertEqual(store.query_terms(text), terms)
+                self.assertEqual(store.query_words(text), terms)
                 self.assertEqual(store.fts_query(terms), expression)
 
     # -- ranking, stage two (see Store.rank)
@@ -540,11 +520,11 @@ class StoreTest(TempDirTest):
         self.fill()
         self.store.add("She paints every day and sells paintings")
         self.store.add("A painted fence")
-        once = self.store.rank(store.query_terms("paint"), [], 10)
+        once = self.store.rank(store.query_words("paint"), [], 10)
         self.assertEqual(len(once), 2)
         for query in ("paint paints painting painted", "Painting? PAINT!"):
             with self.subTest(query=query):
-                self.assertEqual(self.store.rank(store.query_terms(query), [], 10), once)
+                self.assertEqual(self.store.rank(store.query_words(query), [], 10), once)
 
     def test_tags_only_returns_newest_tagged_first(self):
         first = self.store.add("one", ["work"])
@@ -797,10 +777,10 @@ class StoreTest(TempDirTest):
     def test_checkpoints_run_in_the_background_not_in_a_commit(self):
         # A commit that checkpoints waits for the copy into the database file and its fsync:
         # that is the slow write every few hundred. Here no commit does it, a thread does.
-        self.assertEqual(self.store._db().execute("PRAGMA wal_autocheckpoint").fetchone()[0],
+        self.assertEqual(self.store.db.connection().execute("PRAGMA wal_autocheckpoint").fetchone()[0],
                          store.WAL_PAGES)
         empty = os.path.getsize(self.path)
-        written = store.CHECKPOINT_EVERY + 10
+        written = store.UPKEEP_EVERY + 10
         for i in range(written):
             self.store.add(f"memory number {i} about gardens and tides")
         deadline = time.monotonic() + 10
@@ -828,12 +808,12 @@ class StoreTest(TempDirTest):
     def test_an_unclosed_store_lets_its_checkpoint_thread_go(self):
         s = Store(self.path)
         s.add("a write starts the thread")
-        self.assertTrue(any(t.name == "flood-memory checkpoints" for t in threading.enumerate()))
+        self.assertTrue(any(t.name == "flood-memory upkeep" for t in threading.enumerate()))
         deadline = time.monotonic() + 10
-        while any(t.name == "flood-memory checkpoints" for t in threading.enumerate()) and \
+        while any(t.name == "flood-memory upkeep" for t in threading.enumerate()) and \
                 time.monotonic() < deadline:
             time.sleep(0.1)
-        self.assertFalse(any(t.name == "flood-memory checkpoints" for t in threading.enumerate()))
+        self.assertFalse(any(t.name == "flood-memory upkeep" for t in threading.enumerate()))
         s.close()
         s.add("usable again after close")
         self.assertEqual(s.count(), 2)
@@ -851,7 +831,9 @@ class RankingTest(TempDirTest):
 
     def setUp(self):
         super().setUp()
-        self.store = Store(self.path, hot_min_df=6, hot_list=8)
+        self.paths = collections.Counter()  # how stage one answered, from the trace hook
+        self.store = Store(self.path, hot_min_df=6, hot_list=8,
+                           trace=lambda path: self.paths.update([path]))
         self.addCleanup(self.store.close)
         self.skimmed = 0
         self.rnd = random.Random(1234)
@@ -860,6 +842,7 @@ class RankingTest(TempDirTest):
         self.ids = [self.store.add(" ".join(self.words(self.rnd.randint(2, 14))),
                                    self.rnd.sample(["red", "green", "blue"], self.rnd.randint(0, 2))
                                    + (["rare"] if i % 25 == 0 else []))["id"] for i in range(400)]
+        self.store.fold()
 
     def assertSameTop(self, words, tags, n=10):
         got = self.store.top(words, tags, n)
@@ -885,7 +868,7 @@ class RankingTest(TempDirTest):
     def test_hot_terms_exist_and_the_index_agrees(self):
         hot = self.raw("SELECT count(*) FROM hot_terms")[0][0]
         self.assertGreater(hot, 10)
-        self.assertEqual(index_problems(self.path, 8), [])
+        self.assertEqual(self.store.problems(), [])
 
     def test_stage_one_equals_fts5_bm25(self):
         for i in range(300):
@@ -893,7 +876,7 @@ class RankingTest(TempDirTest):
             tags = self.rnd.choice([[], [], ["red"], ["green", "blue"], ["rare"], ["red", "rare"]])
             with self.subTest(i=i, words=words, tags=tags):
                 self.assertSameTop(words, tags, self.rnd.choice([1, 5, 10, 30]))
-        paths = self.store.paths
+        paths = self.paths
         self.assertGreater(paths["classes"], 200, paths)  # the fast path answered, mostly
         self.assertGreater(self.skimmed, 0)  # the skim for common words alone is checked too
         self.assertGreater(paths["tag scan"], 0)  # so is scoring every memory of a rare tag
@@ -904,11 +887,11 @@ class RankingTest(TempDirTest):
         holders = [n for n in self.ids if "alpha" in self.store.get(n)["content"].split()]
         for node_id in holders[:len(holders) // 2]:
             self.store.update(node_id, content="zulu only now")
-        self.assertEqual(index_problems(self.path, 8), [])
+        self.assertEqual(self.store.problems(), [])
         for node_id in holders[len(holders) // 2:]:
             self.store.delete(node_id)
             self.ids.remove(node_id)
-        self.assertEqual(index_problems(self.path, 8), [])
+        self.assertEqual(self.store.problems(), [])
         self.assertEqual(self.store.search("alpha"), [])
 
     def test_many_tags_filter_a_query(self):
@@ -923,7 +906,9 @@ class RankingTest(TempDirTest):
                     self.assertEqual(got, wide | ({narrow} if n <= 50 else set()))
 
     def test_stage_one_stays_exact_through_edits(self):
-        for round_ in range(4):
+        # Checked with the changes still in the log, then again once they are folded in.
+        self.store.db.upkeep = None  # no folding in the background meanwhile
+        for round_ in range(6):
             for _ in range(60):
                 action = self.rnd.random()
                 node_id = self.rnd.choice(self.ids)
@@ -936,8 +921,12 @@ class RankingTest(TempDirTest):
                 else:
                     self.store.delete(node_id)
                     self.ids.remove(node_id)
+            if round_ % 2:
+                self.store.fold()
+            logged = self.raw("SELECT count(*) FROM pending")[0][0]
+            self.assertEqual(logged == 0, round_ % 2 == 1)
             with self.subTest(round=round_):
-                self.assertEqual(index_problems(self.path, 8), [])
+                self.assertEqual(self.store.problems(), [])
             for i in range(40):
                 words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
                 with self.subTest(round=round_, words=words):
@@ -2153,7 +2142,7 @@ class ConcurrencyTest(TempDirTest):
         self.assertEqual(s.get(kept["id"])["content"], "written before the lock")  # reads go on
         # Recall and connections find what they find all the same, only the access is not
         # counted (a long import holds the lock for many seconds).
-        with self.assertLogs("store", "WARNING") as logged:
+        with self.assertLogs("flood-memory.store", "WARNING") as logged:
             found = s.search("written before")
             around = s.neighbors(kept["id"])["nodes"]
         self.assertEqual([n["id"] for n in found], [kept["id"]])
@@ -2475,7 +2464,7 @@ class BackupTest(TempDirTest):
         s.close()
         # An existing database that others can read is warned about, with the fix.
         os.chmod(path, 0o644)
-        with self.assertLogs("store", "WARNING") as logs:
+        with self.assertLogs("flood-memory.store", "WARNING") as logs:
             store.open_directory(data).close()
         self.assertEqual(len(logs.output), 1)
         self.assertIn("can be read by other users", logs.output[0])
@@ -2783,7 +2772,7 @@ class FuzzTest(TempDirTest):
                  "neighbors": ("node_id", "depth", "offset", "limit"), "delete": ("node_id",),
                  "update": ("node_id", "content", "tags", "links"), "get": ("node_id",)}
         outcomes = collections.Counter()
-        quiet = self.assertLogs("store", "WARNING")  # links to nowhere are logged, and skipped
+        quiet = self.assertLogs("flood-memory.store", "WARNING")  # links to nowhere are logged, and skipped
         quiet.__enter__()
         self.addCleanup(quiet.__exit__, None, None, None)
         for i in range(1500):
@@ -2971,18 +2960,19 @@ def cold_starts(project, data_dir, runs):
 def agreement(path, queries):
     """How often stage one's top 10 is the exact bm25 top 10 that recall promises, how often it
     is FTS5's literal top 10 too, and which paths answered."""
-    s = Store(path)
+    paths = collections.Counter()
+    s = Store(path, trace=lambda path: paths.update([path]))
     db = sqlite3.connect(path)
     same = literal_same = skims = 0
     try:
         for query in queries:
-            words = store.query_terms(query)
+            words = store.query_words(query)
             fast = s.top(words, [], 10)
             literal, exact, skimmed = exact_top(db, words, [], 10)
             same += agree(fast, exact)
             literal_same += agree(fast, literal)
             skims += skimmed
-        return same, literal_same, skims, dict(s.paths)
+        return same, literal_same, skims, dict(paths)
     finally:
         db.close()
         s.close()
