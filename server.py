@@ -16,7 +16,7 @@ import sys
 from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, StoreError,
                    TRAVERSAL_CAP, open_directory)
 
-log = logging.getLogger("flood-memory")
+log = logging.getLogger("flood-memory.server")
 
 SERVER_INFO = {"name": "flood-memory", "version": "0.1.0"}
 
@@ -438,15 +438,12 @@ TOOLS = {
     },
 }
 
-_JSON_TYPES = {"string": str, "integer": int, "array": list, "object": dict}
-
-
 def check_arguments(name, schema, args):
-    """The arguments with defaults filled in, or ToolError saying which one is wrong and how.
-
-    Only the schema forms TOOLS uses are checked: string, integer (with minimum/maximum) and
-    array of strings. A null counts as an argument left out.
-    """
+    """The arguments with defaults filled in, or ToolError for an argument the tool does not
+    take or a required one left out. A null counts as left out, and a whole number written as
+    2.0 where the schema wants an integer becomes one (JSON does not tell them apart). The
+    values themselves are the store's to check: it owns every rule on them, with the message
+    that says what to fix."""
     props = schema["properties"]
     unknown = sorted(k for k in args if k not in props)
     if unknown:
@@ -461,35 +458,10 @@ def check_arguments(name, schema, args):
             if "default" in prop:
                 out[key] = json.loads(json.dumps(prop["default"]))
             continue
-        kind = prop["type"]
-        if kind == "integer" and isinstance(value, float) and value.is_integer():
+        if prop["type"] == "integer" and isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, _JSON_TYPES[kind]):
-            raise ToolError(f"argument '{key}' must be {_a(kind)}, got {_json_type(value)}")
-        if kind == "integer" and not prop.get("minimum", value) <= value <= prop.get("maximum", value):
-            raise ToolError(f"argument '{key}' must be between {prop['minimum']} and "
-                            f"{prop['maximum']}, got {value}")
-        if kind == "array":
-            bad = next((v for v in value if not isinstance(v, str)), None)
-            if bad is not None or any(v is None for v in value):
-                raise ToolError(f"argument '{key}' must be an array of strings, and holds "
-                                f"{_a(_json_type(bad))}")
         out[key] = value
     return out
-
-
-def _a(kind):
-    return ("an " if kind[0] in "aeiou" else "a ") + kind
-
-
-def _json_type(value):
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number" if isinstance(value, float) else "integer"
-    return {str: "string", list: "array", dict: "object"}.get(type(value), type(value).__name__)
 
 
 def call_tool(name, args, store, session):

@@ -18,7 +18,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-import server as mcp
+from server import (PROTOCOL_VERSIONS, SERVER_INFO, Session, decode, encode, handle_payload,
+                    rpc_error)
 from store import DEFAULT_DIR, StoreError, open_directory
 
 log = logging.getLogger("flood-memory.http")
@@ -95,7 +96,7 @@ class Handler(BaseHTTPRequestHandler):
     """One client connection: requests in, replies out, kept alive between requests."""
 
     protocol_version = "HTTP/1.1"
-    server_version = "flood-memory/" + mcp.SERVER_INFO["version"]
+    server_version = "flood-memory/" + SERVER_INFO["version"]
     # Headers and body go out in two writes: with Nagle's algorithm on, the second waited
     # for the client's delayed ACK, some 40 ms on every kept-alive request.
     disable_nagle_algorithm = True
@@ -142,7 +143,7 @@ class Handler(BaseHTTPRequestHandler):
         connection closed, so the next request on it starts clean."""
         if not drain or not self._drain():
             self.close_connection = True
-        body = mcp.encode(mcp.rpc_error(None, TRANSPORT_ERROR, message))
+        body = encode(rpc_error(None, TRANSPORT_ERROR, message))
         self.send(status, body, headers=headers)
 
     def _drain(self):
@@ -186,31 +187,31 @@ class Handler(BaseHTTPRequestHandler):
         if not self.on_mcp_path() or not self.origin_allowed() or not self.authorized():
             return
         version = self.headers.get("Mcp-Protocol-Version")
-        if version is not None and version not in mcp.PROTOCOL_VERSIONS:
+        if version is not None and version not in PROTOCOL_VERSIONS:
             self.refuse(HTTPStatus.BAD_REQUEST, f"unsupported MCP-Protocol-Version {version!r:.40}; "
                                                 f"this server speaks "
-                                                f"{', '.join(mcp.PROTOCOL_VERSIONS)}")
+                                                f"{', '.join(PROTOCOL_VERSIONS)}")
             return
         body = self.read_body()
         if body is None:
             return
-        payload, reply = mcp.decode(body)
+        payload, reply = decode(body)
         if reply is not None:  # not JSON: nothing to answer but the parse error itself
-            self.send(HTTPStatus.BAD_REQUEST, mcp.encode(reply))
+            self.send(HTTPStatus.BAD_REQUEST, encode(reply))
             return
         if not self.server.begin_request():
             self.close_connection = True
             self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
             return
         try:
-            session = mcp.Session(version or HEADERLESS_VERSION)
-            reply = mcp.handle_payload(payload, self.server.store, session)
+            session = Session(version or HEADERLESS_VERSION)
+            reply = handle_payload(payload, self.server.store, session)
         finally:
             self.server.end_request()
         if reply is None:
             self.send(HTTPStatus.ACCEPTED)
             return
-        data = mcp.encode(reply)
+        data = encode(reply)
         if "text/event-stream" in self.headers.get("Accept", ""):
             self.send(HTTPStatus.OK, b"data: " + data + b"\n\n", "text/event-stream",
                       [("Cache-Control", "no-cache")])

@@ -593,6 +593,8 @@ def _tags(values):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
     tags = []
     for value in values:
+        if not isinstance(value, str):
+            raise InvalidInput(f"tags must be an array of strings, and holds {_kind(value)}")
         tag = _text(value, "each tag").strip()
         if not tag:
             raise InvalidInput("tags must not be empty strings")
@@ -620,12 +622,14 @@ def _link_ids(values, limit=MAX_LINKS, skipped=None):
         raise InvalidInput(f"links may hold at most {limit:,} ids, got {len(values):,}")
     ids = {}
     for value in values:
+        if not isinstance(value, str):
+            raise InvalidInput(f"links must be an array of memory ids (strings), and holds "
+                               f"{_kind(value)}")
         try:
             ids[_node_id(value, "link")] = None
         except InvalidInput:
             if skipped is not None:
-                skipped.append({"id": value if isinstance(value, str) else repr(value),
-                                "reason": NOT_AN_ID})
+                skipped.append({"id": value, "reason": NOT_AN_ID})
     return list(ids)
 
 
