@@ -1,7 +1,40 @@
-"""Tests for Flood Memory: the store, the stdio server and the HTTP server.
+"""Tests for Flood Memory: the words, the ranking, the store, both transports, what survives
+crashes and concurrent writers; then a benchmark.
 
-    python3 test.py            # the whole suite (standard library only)
-    python3 test.py StoreTest  # one class, as unittest takes it
+    python3 test.py              # the whole suite (standard library only)
+    python3 test.py StoreTest    # one class, as unittest takes it
+    python3 test.py bench        # every tool timed through server.py (see the last section)
+
+Where the test for a behaviour lives:
+
+    behaviour                                                          class
+    -----------------------------------------------------------------  ----------------
+    splitting and folding words as FTS5 does, stemming, the words of   WordsTest
+      a query and their quoting for MATCH (no database)
+    the order of results: stage one equals FTS5's bm25 (hot terms,     RankingTest
+      edits, tag filters), rare and faint words, memory length, the
+      weight a question lends the memories after it, word forms
+    the schema, upgrades from older files, refusing newer, foreign,    SchemaTest
+      damaged and truncated files untouched
+    remember and get, checks on every argument, links both ways,       StoreTest
+      recall's matching and filters, connections, forget, update,
+      access counting, threads, the background checkpoint and upkeep
+    JSON-RPC over stdio: handshake, revisions, tools and their         StdioTest
+      schemas, errors, batches; the server.py process itself
+    setup.py: the data directory, the configuration it prints          SetupTest
+    replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
+    HTTP: tokens, CORS, origins, headers, body lengths, slow and       RemoteTest
+      vanishing clients, settings, server_remote.py as a process
+    broken and hostile messages, over stdio and over HTTP              HostileInputTest
+    random messages and arguments (a seeded fuzzer)                    FuzzTest
+    export, import, backup, restore, private files                     BackupTest
+    several processes and servers writing one directory, lock waits    ConcurrencyTest
+    acknowledged writes surviving SIGKILL                              KillTest
+    timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
+
+Helpers shared by the tests come first: checks on a database file, the JSON-RPC builders,
+`unwrap` (what a tool call answered), `TempDirTest`, and `ServerProcess` (server.py in a
+subprocess, for the tests and the benchmark alike).
 """
 
 import collections
@@ -25,6 +58,7 @@ import time
 import unittest
 import unittest.mock
 import uuid
+from datetime import datetime, timezone
 
 import server
 import server_remote
@@ -32,8 +66,14 @@ import store
 from store import InvalidInput, NotFound, Store, StoreError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+TOKEN = "test-token-0123456789-abcdefghijklmnop"
 
 
+# ----------------------------------------------------------------------------- shared helpers
+
+
+# SPEC.md's schema as written: files from before versions (SchemaTest, BackupTest), and the
+# benchmark's PlainStore.
 SPEC_SCHEMA = """
 CREATE TABLE nodes (
     id TEXT PRIMARY KEY, content TEXT NOT NULL, tags TEXT DEFAULT '[]', links TEXT DEFAULT '[]',
@@ -82,27 +122,38 @@ def links_are_mutual(path):
     return all(t in links and i in links[t] and t != i for i, ts in links.items() for t in ts)
 
 
-def exact_top(db, words, tags, n):
-    """FTS5's own bm25 answer for the words OR-ed within tags, as [(score, rowid)]: the
-    literal top n, and the top n that recall promises (less memories holding only words that
-    half the memories or more hold, which score below every other match). Then whether
-    recall only skims for this query: when two or more words match and all are that common."""
-    joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
-                    for i in range(len(tags)))
-    literal = db.execute(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
-                         f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
-                         (*tags, store.fts_query(words), n)).fetchall()
-    total = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
-    df = [db.execute("SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
-                     (store.fts_query([w]),)).fetchone()[0] for w in words]
-    faint = sum(2 * d >= total for d in df)
-    if faint == sum(d > 0 for d in df):  # no word that matches is a rare one
-        return literal, literal, faint > 1
-    return literal, [(s, r) for s, r in literal if s > 2.2e-6 * faint * (1 + 1e-9)], False
+def nodes_table(path):
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT * FROM nodes ORDER BY rowid").fetchall()
+    finally:
+        db.close()
+
+
+def request(method, params=None, id=1):
+    message = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        message["params"] = params
+    return message
+
+
+def call(name, arguments, id=1):
+    return request("tools/call", {"name": name, "arguments": arguments}, id)
+
+
+def unwrap(reply):
+    """What a tools/call answered, as (value, error): a result's first text block parsed as
+    JSON and None, or None and the text of an isError result (or a JSON-RPC error's message).
+    Takes the whole reply or only its result."""
+    if "error" in reply:
+        return None, reply["error"]["message"]
+    result = reply.get("result", reply)
+    text = result["content"][0]["text"]
+    return (None, text) if result["isError"] else (json.loads(text), None)
 
 
 class TempDirTest(unittest.TestCase):
-    """A fresh data directory per test."""
+    """A fresh data directory per test, and the helpers the tests share."""
 
     def setUp(self):
         tmp = tempfile.TemporaryDirectory(prefix="flood-test-")
@@ -122,17 +173,534 @@ class TempDirTest(unittest.TestCase):
         finally:
             db.close()
 
+    def server_process(self, *args, **kwargs):
+        """A ServerProcess (same arguments), closed after the test whatever happens."""
+        proc = ServerProcess(*args, **kwargs)
+        self.addCleanup(proc.close)
+        return proc
 
-# ----------------------------------------------------------------------------- store
+    def serve_http(self, s, **options):
+        """server_remote.RemoteServer for the store `s` on a free port, in a thread, shut down
+        after the test (model: python/cpython Lib/test/test_httpservers.py TestServerThread)."""
+        options.setdefault("token", TOKEN)
+        httpd = server_remote.RemoteServer(("127.0.0.1", 0), s, **options)
+        thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+        thread.start()
+        self.addCleanup(thread.join, 5)
+        self.addCleanup(httpd.server_close)
+        self.addCleanup(httpd.shutdown)
+        return httpd
+
+    def succeeded(self, reply):
+        """The value of a tool call that must have succeeded (its reply, or the result)."""
+        value, error = unwrap(reply)
+        self.assertIsNone(error, reply)
+        return value
+
+    def refused(self, reply):
+        """The error text of a tool call that must have been refused."""
+        _, error = unwrap(reply)
+        self.assertIsNotNone(error, reply)
+        return error
 
 
-class StoreTest(TempDirTest):
+class StoreTestCase(TempDirTest):
+    """A fresh data directory with a Store open on it, as `self.store`."""
 
     def setUp(self):
         super().setUp()
         self.store = self.open_store()
 
-    # -- schema
+
+class ServerProcess:
+    """server.py in a subprocess, driven as a client drives it: JSON-RPC over its pipes.
+
+    It serves `data_dir` (its FLOOD_MEMORY_DIR) and appends its stderr to the file `log`, or
+    drops it. `send` and `call` wait for each reply and time the round trip (`elapsed`, in ms;
+    `started` is when the process was launched, for cold starts); `feed` streams messages
+    from a thread without waiting, and `replies` reads what comes back. `cwd` is the checkout
+    whose server.py runs (the benchmark measures others); `command` and `env` start another
+    server that speaks the same protocol. A server still running `timeout` seconds after its
+    start is killed, so that a hung one fails its test instead of hanging the suite.
+    """
+
+    def __init__(self, data_dir=None, log=None, *, cwd=HERE, command=None, env=None,
+                 timeout=None):
+        if env is None:
+            env = dict(os.environ, **({"FLOOD_MEMORY_DIR": data_dir} if data_dir else {}))
+        self.log = open(log, "ab") if log else None
+        self.next_id = 0
+        self.elapsed = None  # ms, the last round trip
+        self.unread = b""  # what the server wrote that was not read, once it is closed
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(command or [sys.executable, "server.py"], cwd=cwd, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=self.log or subprocess.DEVNULL)
+        self.timer = None
+        if timeout:
+            self.timer = threading.Timer(timeout, self.kill)
+            self.timer.daemon = True
+            self.timer.start()
+
+    @staticmethod
+    def line(message):
+        """A message as one line of bytes: a dict as JSON, bytes as they are."""
+        return (message if isinstance(message, bytes) else json.dumps(message).encode()) + b"\n"
+
+    def write(self, data):
+        """Raw bytes to the server's stdin, flushed."""
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def send(self, message):
+        """Send one message (a dict, given the next id, or bytes); the parsed reply."""
+        if isinstance(message, dict):
+            self.next_id += 1
+            message = dict(message, id=self.next_id)
+        data = self.line(message)
+        started = time.perf_counter()
+        self.write(data)
+        line = self.proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"server.py closed stdout (exit {self.proc.wait(10)})")
+        reply = json.loads(line)
+        self.elapsed = (time.perf_counter() - started) * 1000
+        return reply
+
+    def call(self, name, arguments):
+        """One tools/call, unwrapped: (value, None) for a result, (None, error text) for a
+        refusal."""
+        return unwrap(self.send(call(name, arguments)))
+
+    def feed(self, messages, close=True):
+        """Write messages (dicts as they are, or bytes) from a thread without waiting for
+        replies, then close stdin unless told not to; the thread. Writing stops quietly once
+        the server has gone."""
+        data = b"".join(self.line(m) for m in messages)
+
+        def write():
+            with contextlib.suppress(OSError):
+                self.write(data)
+                if close:
+                    self.proc.stdin.close()
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        return thread
+
+    def replies(self):
+        """Each reply, parsed, until the server closes its stdout."""
+        for line in self.proc.stdout:
+            yield json.loads(line)
+
+    def close_input(self):
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def memory_mb(self):
+        """(current, peak) resident set size in MB, from /proc where there is one."""
+        try:
+            with open(f"/proc/{self.proc.pid}/status") as f:
+                fields = dict(line.split(":", 1) for line in f)
+            return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
+        except OSError:
+            return (float("nan"), float("nan"))
+
+    def close(self, timeout=30):
+        """Close stdin and return the exit code once the server has stopped; what it wrote
+        that was not read is kept in `unread`. Closing again does no harm."""
+        self.close_input()
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+        if not self.proc.stdout.closed:
+            self.unread = self.proc.stdout.read()
+            self.proc.stdout.close()
+        if self.timer:
+            self.timer.cancel()
+        if self.log:
+            self.log.close()
+        return code
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for_port(port, proc=None, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+def http_post(conn, message, headers=None, auth=True, path="/mcp"):
+    """POST one message (a dict or list, or raw bytes) over `conn`, with the test token unless
+    auth is False; (status, lower-cased headers, body bytes)."""
+    body = message if isinstance(message, bytes) else json.dumps(message).encode()
+    h = {"Content-Type": "application/json", "Accept": "application/json"}
+    if auth:
+        h["Authorization"] = f"Bearer {TOKEN}"
+    h.update(headers or {})
+    conn.request("POST", path, body=body, headers=h)
+    resp = conn.getresponse()
+    return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+
+
+def remote_process(data_dir, settings, **popen):
+    """server_remote.py in a subprocess serving `data_dir`, configured by `settings` (its
+    FLOOD_MEMORY_ variables) alone: the caller's own FLOOD_MEMORY_ variables are left out."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+    env = dict(env, FLOOD_MEMORY_DIR=data_dir, **settings)
+    return subprocess.Popen([sys.executable, os.path.join(HERE, "server_remote.py")], env=env,
+                            stdin=subprocess.DEVNULL, **popen)
+
+
+# ----------------------------------------------------------------------------- words
+
+
+class WordsTest(unittest.TestCase):
+    """store's words without a database of its own: FTS5 in memory is the reference."""
+
+    def test_words_are_split_and_folded_as_unicode61_does(self):
+        # Every character of the scripts in everyday use, and a sample of the rest: each
+        # between two letters, so that both its folding and whether it splits words count.
+        codes = [*range(0x80, 0x3400), *range(0xAC00, 0xD7A4, 7), *range(0x4E00, 0xA000, 13),
+                 *range(0xF900, 0x10000), *range(0x1F300, 0x1F700, 5), 0x10400, 0x10428]
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter')")
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+        db.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)",
+                       [(c, f"a{chr(c)}b Σίσυφος") for c in codes if not 0xD800 <= c < 0xE000])
+        indexed = collections.defaultdict(list)
+        for term, doc in db.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
+            indexed[doc].append(term)
+        db.close()
+        wrong = [(hex(c), text) for c, text in ((c, f"a{chr(c)}b Σίσυφος") for c in indexed)
+                 if [store.stem(t) for t in store.tokenize(text)] != indexed[c]]
+        self.assertEqual(wrong[:10], [])
+        for text, words in (("서울에서 만났다", ["서울에서", "만났다"]),
+                            ("Ёлка и ёж", ["ёлка", "и", "ёж"]), ("naïve CAFÉ", ["naive", "cafe"])):
+            with self.subTest(text=text):
+                self.assertEqual(store.tokenize(text), words)
+
+    def test_stemmer_agrees_with_fts5(self):
+        words = ("running runs ran happily happiness generalization conditional relational "
+                 "hopeful hopefulness formalize electricity adjustable defensible irritant "
+                 "replacement adoption homologous communism activate angularity effective "
+                 "bowdlerize caresses ponies ties caress cats feed agreed plastered bled motoring "
+                 "sing conflated troubled sized hopping tanned falling hissing fizzed failing "
+                 "filing happy sky triplicate formative formalize electriciti electrical hopeful "
+                 "goodness revival allowance inference airliner gyroscopic adjustable controll "
+                 "roll probate rate cease generously yyy aed eeds café naïve ÉCOLE fiancée "
+                 "LGBTQ colour favourite painted paintings Caroline's can't 2023 x ab").split()
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter')")
+        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+        db.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", enumerate(words, 1))
+        indexed = {}
+        for term, doc, offset in db.execute("SELECT term, doc, offset FROM v ORDER BY doc, offset"):
+            indexed.setdefault(doc, []).append(term)
+        for i, word in enumerate(words, 1):
+            with self.subTest(word=word):
+                self.assertEqual([store.stem(t) for t in store.tokenize(word)], indexed[i])
+
+    def test_quoting_of_terms(self):
+        cases = [
+            ("hello world", ["hello", "world"], '"hello" OR "world"'),
+            ("what's my favourite colour?", ["favourite", "colour"], '"favourite" OR "colour"'),
+            ("docker-compose", ["docker", "compose"], '"docker" OR "compose"'),
+            ("AND OR NOT", ["and", "or", "not"], '"and" OR "or" OR "not"'),
+            ("painting paints painted", ["painting"], '"painting"'),
+            ("what is it?", ["what", "is", "it"], '"what" OR "is" OR "it"'),
+            ("?!", [], ""),
+        ]
+        for text, terms, expression in cases:
+            with self.subTest(text=text):
+                self.assertEqual(store.query_words(text), terms)
+                self.assertEqual(store.fts_query(terms), expression)
+
+
+# ----------------------------------------------------------------------------- ranking
+
+
+def exact_top(db, words, tags, n):
+    """FTS5's own bm25 answer for the words OR-ed within tags, as [(score, rowid)]: the
+    literal top n, and the top n that recall promises (less memories holding only words that
+    half the memories or more hold, which score below every other match). Then whether
+    recall only skims for this query: when two or more words match and all are that common."""
+    joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag = ?"
+                    for i in range(len(tags)))
+    literal = db.execute(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
+                         f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
+                         (*tags, store.fts_query(words), n)).fetchall()
+    total = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
+    df = [db.execute("SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
+                     (store.fts_query([w]),)).fetchone()[0] for w in words]
+    faint = sum(2 * d >= total for d in df)
+    if faint == sum(d > 0 for d in df):  # no word that matches is a rare one
+        return literal, literal, faint > 1
+    return literal, [(s, r) for s, r in literal if s > 2.2e-6 * faint * (1 + 1e-9)], False
+
+
+def agree(got, want):
+    """Same top set, where memories with exactly the cut-off score may differ (FTS5 orders
+    ties among themselves as it likes)."""
+    if [round(x, 9) for x, _ in got] != [round(x, 9) for x, _ in want]:
+        return False
+    cut = round(want[-1][0], 9) if want else None
+    return {r for x, r in got if round(x, 9) != cut} == {r for x, r in want if round(x, 9) != cut}
+
+
+class RankingTest(StoreTestCase):
+    """The order of recall's results. Stage one, the exact BM25 top, against FTS5's own bm25
+    over 400 memories with hot terms forced by tiny thresholds (`corpus`); then stage two,
+    the re-scoring a user sees (see Store.rank), on a few memories each."""
+
+    # -- stage one: the exact top by bm25
+
+    VOCABULARY = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima "
+                  "mike november oscar papa quebec romeo sierra tango uniform victor whiskey "
+                  "xray yankee zulu amber basil cedar dune ember fjord grove harbor island "
+                  "jasper kelp lagoon meadow nectar orchid pebble quartz river spruce thistle "
+                  "umber violet willow yarrow zephyr").split()
+
+    def corpus(self):
+        """Replace the store by one with tiny hot-term thresholds holding 400 memories of
+        Zipf-distributed words (ids in self.ids), with a trace of how stage one answered."""
+        self.store.close()
+        self.paths = collections.Counter()  # how stage one answered, from the trace hook
+        self.store = Store(self.path, hot_min_df=6, hot_list=8,
+                           trace=lambda path: self.paths.update([path]))
+        self.addCleanup(self.store.close)
+        self.skimmed = 0
+        self.rnd = random.Random(1234)
+        weights = [1 / (k + 1) ** 1.1 for k in range(len(self.VOCABULARY))]
+        self.words = lambda k: self.rnd.choices(self.VOCABULARY, weights, k=k)
+        self.ids = [self.store.add(" ".join(self.words(self.rnd.randint(2, 14))),
+                                   self.rnd.sample(["red", "green", "blue"], self.rnd.randint(0, 2))
+                                   + (["rare"] if i % 25 == 0 else []))["id"] for i in range(400)]
+        self.store.fold()
+
+    def assertSameTop(self, words, tags, n=10):
+        got = self.store.top(words, tags, n)
+        db = sqlite3.connect(self.path)
+        try:
+            _, want, skimmed = exact_top(db, words, tags, n)
+            if not skimmed:
+                self.assertTrue(agree(got, want), f"\nstage one {got}\nbm25      {want}")
+                return
+            # Only common words: memories from the heads of their lists, each scored exactly.
+            self.assertEqual(len(got), len(want))
+            self.assertEqual(got, sorted(got, key=lambda sr: (-sr[0], sr[1])))
+            for score, rowid in got:
+                exact = db.execute("SELECT -bm25(nodes_fts) FROM nodes_fts WHERE nodes_fts "
+                                   "MATCH ? AND rowid = ?", (store.fts_query(words), rowid))
+                self.assertAlmostEqual(score, exact.fetchone()[0], delta=1e-12)
+                self.assertLessEqual(set(tags), {t for (t,) in self.raw(
+                    "SELECT tag FROM node_tags WHERE node = ?", rowid)})
+            self.skimmed += 1
+        finally:
+            db.close()
+
+    def test_hot_terms_exist_and_the_index_agrees(self):
+        self.corpus()
+        hot = self.raw("SELECT count(*) FROM hot_terms")[0][0]
+        self.assertGreater(hot, 10)
+        self.assertEqual(self.store.problems(), [])
+
+    def test_stage_one_equals_fts5_bm25(self):
+        self.corpus()
+        for i in range(300):
+            words = list(dict.fromkeys(self.words(self.rnd.randint(1, 5))))
+            tags = self.rnd.choice([[], [], ["red"], ["green", "blue"], ["rare"], ["red", "rare"]])
+            with self.subTest(i=i, words=words, tags=tags):
+                self.assertSameTop(words, tags, self.rnd.choice([1, 5, 10, 30]))
+        paths = self.paths
+        self.assertGreater(paths["classes"], 200, paths)  # the fast path answered, mostly
+        self.assertGreater(self.skimmed, 0)  # the skim for common words alone is checked too
+        self.assertGreater(paths["tag scan"], 0)  # so is scoring every memory of a rare tag
+
+    def test_a_shrinking_hot_list_is_rebuilt_without_the_memories_leaving(self):
+        self.corpus()
+        # Deleting or rewriting the memories of a hot term shrinks its list until it is
+        # rebuilt; the rebuild runs before they change and must not list them again.
+        holders = [n for n in self.ids if "alpha" in self.store.get(n)["content"].split()]
+        for node_id in holders[:len(holders) // 2]:
+            self.store.update(node_id, content="zulu only now")
+        self.assertEqual(self.store.problems(), [])
+        for node_id in holders[len(holders) // 2:]:
+            self.store.delete(node_id)
+            self.ids.remove(node_id)
+        self.assertEqual(self.store.problems(), [])
+        self.assertEqual(self.store.search("alpha"), [])
+
+    def test_many_tags_filter_a_query(self):
+        self.corpus()
+        labels = [f"label{i}" for i in range(store.MAX_TAGS)]
+        wide = {self.store.add("alpha quartzite " + " ".join(self.words(5)), labels)["id"]
+                for _ in range(3)}
+        narrow = self.store.add("alpha quartzite bravo", labels[:50])["id"]
+        for n in (1, 3, 4, 16, 50, 51, 64, store.MAX_TAGS):
+            for query in ("alpha", "quartzite", "quartzite alpha"):
+                with self.subTest(tags=n, query=query):
+                    got = {node["id"] for node in self.store.search(query, labels[:n], 100)}
+                    self.assertEqual(got, wide | ({narrow} if n <= 50 else set()))
+
+    def test_stage_one_stays_exact_through_edits(self):
+        self.corpus()
+        # Checked with the changes still in the log, then again once they are folded in.
+        self.store.db.upkeep = None  # no folding in the background meanwhile
+        for round_ in range(6):
+            for _ in range(60):
+                action = self.rnd.random()
+                node_id = self.rnd.choice(self.ids)
+                if action < 0.3:
+                    self.ids.append(self.store.add(" ".join(self.words(self.rnd.randint(1, 20))))["id"])
+                elif action < 0.6:
+                    self.store.update(node_id, content=" ".join(self.words(self.rnd.randint(1, 20))))
+                elif action < 0.8:
+                    self.store.update(node_id, tags=self.rnd.sample(["red", "green", "blue"], 1))
+                else:
+                    self.store.delete(node_id)
+                    self.ids.remove(node_id)
+            if round_ % 2:
+                self.store.fold()
+            logged = self.raw("SELECT count(*) FROM pending")[0][0]
+            self.assertEqual(logged == 0, round_ % 2 == 1)
+            with self.subTest(round=round_):
+                self.assertEqual(self.store.problems(), [])
+            for i in range(40):
+                words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
+                with self.subTest(round=round_, words=words):
+                    self.assertSameTop(words, self.rnd.choice([[], ["red"]]))
+
+    # -- stage two, and what a user sees
+
+    FILLER = ["The weather was mild and grey all week long", "We talked about the new kitchen tiles",
+              "Lunch was soup and bread at the corner cafe", "The train to the coast left at nine",
+              "Grandma called to ask about the garden"]
+
+    def fill(self, times=2):
+        for text in self.FILLER * times:
+            self.store.add(text)
+
+    def conversation(self, answer_tags=("chat 1",), answer="Yes, she went to the group on Friday"):
+        self.fill()
+        rival = self.store.add("The group chat was noisy", ["chat 1"])
+        question = self.store.add("Did Caroline go to the LGBTQ support group?", ["chat 1"])
+        reply = self.store.add(answer, list(answer_tags))
+        self.store.add("The kitchen tiles arrived on Monday", ["chat 1"])
+        return rival["id"], question["id"], reply["id"]
+
+    def test_a_rare_word_outranks_a_common_one(self):
+        for i in range(8):
+            self.store.add(f"Meeting notes number {i} about the budget")
+        for i in range(10):
+            self.store.add(f"Shopping list {i}: bread and milk")
+        rare = self.store.add("Meeting with the zeppelin club")
+        found = self.store.search("meeting zeppelin")
+        self.assertEqual(found[0]["id"], rare["id"])
+        self.assertEqual(len(found), 9)
+
+    def test_words_most_memories_hold_only_break_ties(self):
+        # "note" is in every memory: bm25 weighs it 1e-6, so alone it brings nothing in...
+        plain = [self.store.add(f"note {i}: the kettle is on") for i in range(2)]
+        for i in range(3):
+            self.store.add(f"note {i}: the door is shut")
+        bird = self.store.add("note: a heron on the pond")
+        found = self.store.search("note about a heron")
+        self.assertEqual([n["id"] for n in found], [bird["id"]])
+        # ...unless the query has no other word.
+        self.assertEqual(len(self.store.search("notes")), 6)
+        self.assertEqual({n["id"] for n in self.store.search("note kettle")},
+                         {n["id"] for n in plain})
+
+    def test_a_long_memory_is_judged_less_harshly_by_its_length(self):
+        self.fill()
+        short = self.store.add("Orchid on the sill", ["home"])  # tags differ: no lending
+        long_ = self.store.add("Melanie spent the whole weekend repotting her orchid collection, "
+                               "trimming roots, mixing bark and moss, and moving every orchid pot "
+                               "closer to the bright east window in the hall", ["hobby"])
+        rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
+        # FTS5's bm25 (k1 1.2, b 0.75) puts the short one first; stage two, with its flatter
+        # length normalisation, lets the memory that says "orchid" twice win.
+        self.assertEqual([r for _, r in self.store.top(["orchid"], [], 2)],
+                         [rowid[short["id"]], rowid[long_["id"]]])
+        self.assertEqual([n["id"] for n in self.store.search("orchid")], [long_["id"], short["id"]])
+
+    def test_the_answer_after_a_matching_question_is_lifted(self):
+        rival, question, reply = self.conversation()
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[:2], [question, reply])
+        self.assertGreater(found.index(rival), found.index(reply))
+
+    def test_a_follower_never_overtakes_the_memory_that_lent_to_it(self):
+        # The next memories share the context, not the subject: lent weight lifts a follower
+        # up to its lender at most, never past the memory the question is about.
+        self.fill()
+        place = self.store.add("My favourite restaurant is Osteria Francescana; we went there "
+                               "for our anniversary")["id"]
+        self.store.add("My wife's birthday is on the 3rd of May")
+        work = self.store.add("I work as a backend engineer at Northwind, mostly Go and "
+                              "PostgreSQL")["id"]
+        found = [n["id"] for n in self.store.search("Where did we go for our anniversary?")]
+        self.assertEqual(found[:2], [place, work])
+
+    def test_no_lift_across_different_tags(self):
+        rival, question, reply = self.conversation(answer_tags=("chat 2",))
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[0], question)
+        self.assertLess(found.index(rival), found.index(reply))
+
+    def test_a_follower_that_matches_no_query_word_is_not_returned(self):
+        _, question, reply = self.conversation(answer="Yes, on Friday with her mum")
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[0], question)
+        self.assertNotIn(reply, found)
+
+    def test_the_tag_filter_ranks_within_the_tagged_memories(self):
+        self.fill()
+        best = self.store.add("Orchid orchid orchid, the orchid show", ["flowers"])
+        tagged = [self.store.add(f"A note on orchid care {i}", ["orchids"])["id"] for i in range(3)]
+        rare = self.store.add("The orchid fungus question, with fungus photos", ["orchids"])
+        found = [n["id"] for n in self.store.search("orchid fungus", ["orchids"], limit=3)]
+        self.assertEqual(len(found), 3)
+        self.assertEqual(found[0], rare["id"])
+        self.assertNotIn(best["id"], found)
+        self.assertTrue(set(found[1:]) <= set(tagged))
+
+    def test_word_forms_of_one_stem_count_once(self):
+        self.fill()
+        self.store.add("She paints every day and sells paintings")
+        self.store.add("A painted fence")
+        once = self.store.rank(store.query_words("paint"), [], 10)
+        self.assertEqual(len(once), 2)
+        for query in ("paint paints painting painted", "Painting? PAINT!"):
+            with self.subTest(query=query):
+                self.assertEqual(self.store.rank(store.query_words(query), [], 10), once)
+
+
+# ----------------------------------------------------------------------------- schema
+
+
+class SchemaTest(StoreTestCase):
+    """The file a Store opens: the schema it makes, the older files it brings up to date, and
+    the files it refuses and leaves untouched."""
 
     def test_schema_is_the_specified_one(self):
         columns = [(r[1], r[2], r[3], r[4], r[5]) for r in self.raw("PRAGMA table_info(nodes)")]
@@ -280,6 +848,13 @@ class StoreTest(TempDirTest):
         self.assertIn("truncated", str(cm.exception))
         self.assertEqual(os.path.getsize(self.path), size // 2)
 
+
+# ----------------------------------------------------------------------------- store
+
+
+class StoreTest(StoreTestCase):
+    """The Store API on a fresh database, one behaviour per section."""
+
     # -- remember and get
 
     def test_add_returns_the_full_node_and_get_finds_it(self):
@@ -370,7 +945,7 @@ class StoreTest(TempDirTest):
         self.assertEqual(self.store.get(a["id"])["links"], [])
         self.assertEqual(self.store.search("beta"), [])
 
-    # -- recall
+    # -- recall: what matches (the order: RankingTest)
 
     def test_query_finds_matching_memories_only(self):
         tea = self.store.add("The user prefers green tea in the morning")
@@ -383,29 +958,6 @@ class StoreTest(TempDirTest):
         self.assertEqual([n["id"] for n in self.store.search("What does Melanie paint?")],
                          [paint["id"]])
         self.assertEqual([n["id"] for n in self.store.search("painting")], [paint["id"]])
-
-    def test_a_rare_word_outranks_a_common_one(self):
-        for i in range(8):
-            self.store.add(f"Meeting notes number {i} about the budget")
-        for i in range(10):
-            self.store.add(f"Shopping list {i}: bread and milk")
-        rare = self.store.add("Meeting with the zeppelin club")
-        found = self.store.search("meeting zeppelin")
-        self.assertEqual(found[0]["id"], rare["id"])
-        self.assertEqual(len(found), 9)
-
-    def test_words_most_memories_hold_only_break_ties(self):
-        # "note" is in every memory: bm25 weighs it 1e-6, so alone it brings nothing in...
-        plain = [self.store.add(f"note {i}: the kettle is on") for i in range(2)]
-        for i in range(3):
-            self.store.add(f"note {i}: the door is shut")
-        bird = self.store.add("note: a heron on the pond")
-        found = self.store.search("note about a heron")
-        self.assertEqual([n["id"] for n in found], [bird["id"]])
-        # ...unless the query has no other word.
-        self.assertEqual(len(self.store.search("notes")), 6)
-        self.assertEqual({n["id"] for n in self.store.search("note kettle")},
-                         {n["id"] for n in plain})
 
     def test_a_question_finds_memories_sharing_its_meaningful_words(self):
         colour = self.store.add("User's favourite colour is blue")
@@ -429,102 +981,12 @@ class StoreTest(TempDirTest):
         self.assertEqual(len(self.store.search("col:value")), 1)
         self.assertEqual(len(self.store.search("洪水")), 1)
 
-    def test_quoting_of_terms(self):
-        cases = [
-            ("hello world", ["hello", "world"], '"hello" OR "world"'),
-            ("what's my favourite colour?", ["favourite", "colour"], '"favourite" OR "colour"'),
-            ("docker-compose", ["docker", "compose"], '"docker" OR "compose"'),
-            ("AND OR NOT", ["and", "or", "not"], '"and" OR "or" OR "not"'),
-            ("painting paints painted", ["painting"], '"painting"'),
-            ("what is it?", ["what", "is", "it"], '"what" OR "is" OR "it"'),
-            ("?!", [], ""),
-        ]
-        for text, terms, expression in cases:
+    def test_text_in_any_script_is_found_by_its_first_word(self):
+        for text in ("서울에서 만났다", "Ἀθῆναι ΣΊΣΥΦΟΣ", "Ёлка и ёж", "naïve CAFÉ"):
             with self.subTest(text=text):
-                self.assertEqual(store.query_words(text), terms)
-                self.assertEqual(store.fts_query(terms), expression)
-
-    # -- ranking, stage two (see Store.rank)
-
-    FILLER = ["The weather was mild and grey all week long", "We talked about the new kitchen tiles",
-              "Lunch was soup and bread at the corner cafe", "The train to the coast left at nine",
-              "Grandma called to ask about the garden"]
-
-    def fill(self, times=2):
-        for text in self.FILLER * times:
-            self.store.add(text)
-
-    def test_a_long_memory_is_judged_less_harshly_by_its_length(self):
-        self.fill()
-        short = self.store.add("Orchid on the sill", ["home"])  # tags differ: no lending
-        long_ = self.store.add("Melanie spent the whole weekend repotting her orchid collection, "
-                               "trimming roots, mixing bark and moss, and moving every orchid pot "
-                               "closer to the bright east window in the hall", ["hobby"])
-        rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
-        # FTS5's bm25 (k1 1.2, b 0.75) puts the short one first; stage two, with its flatter
-        # length normalisation, lets the memory that says "orchid" twice win.
-        self.assertEqual([r for _, r in self.store.top(["orchid"], [], 2)],
-                         [rowid[short["id"]], rowid[long_["id"]]])
-        self.assertEqual([n["id"] for n in self.store.search("orchid")], [long_["id"], short["id"]])
-
-    def conversation(self, answer_tags=("chat 1",), answer="Yes, she went to the group on Friday"):
-        self.fill()
-        rival = self.store.add("The group chat was noisy", ["chat 1"])
-        question = self.store.add("Did Caroline go to the LGBTQ support group?", ["chat 1"])
-        reply = self.store.add(answer, list(answer_tags))
-        self.store.add("The kitchen tiles arrived on Monday", ["chat 1"])
-        return rival["id"], question["id"], reply["id"]
-
-    def test_the_answer_after_a_matching_question_is_lifted(self):
-        rival, question, reply = self.conversation()
-        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
-        self.assertEqual(found[:2], [question, reply])
-        self.assertGreater(found.index(rival), found.index(reply))
-
-    def test_a_follower_never_overtakes_the_memory_that_lent_to_it(self):
-        # The next memories share the context, not the subject: lent weight lifts a follower
-        # up to its lender at most, never past the memory the question is about.
-        self.fill()
-        place = self.store.add("My favourite restaurant is Osteria Francescana; we went there "
-                               "for our anniversary")["id"]
-        self.store.add("My wife's birthday is on the 3rd of May")
-        work = self.store.add("I work as a backend engineer at Northwind, mostly Go and "
-                              "PostgreSQL")["id"]
-        found = [n["id"] for n in self.store.search("Where did we go for our anniversary?")]
-        self.assertEqual(found[:2], [place, work])
-
-    def test_no_lift_across_different_tags(self):
-        rival, question, reply = self.conversation(answer_tags=("chat 2",))
-        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
-        self.assertEqual(found[0], question)
-        self.assertLess(found.index(rival), found.index(reply))
-
-    def test_a_follower_that_matches_no_query_word_is_not_returned(self):
-        _, question, reply = self.conversation(answer="Yes, on Friday with her mum")
-        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
-        self.assertEqual(found[0], question)
-        self.assertNotIn(reply, found)
-
-    def test_the_tag_filter_ranks_within_the_tagged_memories(self):
-        self.fill()
-        best = self.store.add("Orchid orchid orchid, the orchid show", ["flowers"])
-        tagged = [self.store.add(f"A note on orchid care {i}", ["orchids"])["id"] for i in range(3)]
-        rare = self.store.add("The orchid fungus question, with fungus photos", ["orchids"])
-        found = [n["id"] for n in self.store.search("orchid fungus", ["orchids"], limit=3)]
-        self.assertEqual(len(found), 3)
-        self.assertEqual(found[0], rare["id"])
-        self.assertNotIn(best["id"], found)
-        self.assertTrue(set(found[1:]) <= set(tagged))
-
-    def test_word_forms_of_one_stem_count_once(self):
-        self.fill()
-        self.store.add("She paints every day and sells paintings")
-        self.store.add("A painted fence")
-        once = self.store.rank(store.query_words("paint"), [], 10)
-        self.assertEqual(len(once), 2)
-        for query in ("paint paints painting painted", "Painting? PAINT!"):
-            with self.subTest(query=query):
-                self.assertEqual(self.store.rank(store.query_words(query), [], 10), once)
+                node = self.store.add(text)
+                self.assertIn(node["id"], [n["id"] for n in self.store.search(text.split()[0])])
+        self.assertEqual(index_problems(self.path), [])
 
     def test_tags_only_returns_newest_tagged_first(self):
         first = self.store.add("one", ["work"])
@@ -699,56 +1161,7 @@ class StoreTest(TempDirTest):
             self.assertIn(message, str(cm.exception))
         self.assertEqual(self.store.get(node["id"]), node)
 
-    # -- words
-
-    def test_words_are_split_and_folded_as_unicode61_does(self):
-        # Every character of the scripts in everyday use, and a sample of the rest: each
-        # between two letters, so that both its folding and whether it splits words count.
-        codes = [*range(0x80, 0x3400), *range(0xAC00, 0xD7A4, 7), *range(0x4E00, 0xA000, 13),
-                 *range(0xF900, 0x10000), *range(0x1F300, 0x1F700, 5), 0x10400, 0x10428]
-        db = sqlite3.connect(":memory:")
-        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter')")
-        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
-        db.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)",
-                       [(c, f"a{chr(c)}b Σίσυφος") for c in codes if not 0xD800 <= c < 0xE000])
-        indexed = collections.defaultdict(list)
-        for term, doc in db.execute("SELECT term, doc FROM v ORDER BY doc, offset"):
-            indexed[doc].append(term)
-        db.close()
-        wrong = [(hex(c), text) for c, text in ((c, f"a{chr(c)}b Σίσυφος") for c in indexed)
-                 if [store.stem(t) for t in store.tokenize(text)] != indexed[c]]
-        self.assertEqual(wrong[:10], [])
-        for text, words in (("서울에서 만났다", ["서울에서", "만났다"]), ("Ἀθῆναι ΣΊΣΥΦΟΣ", None),
-                            ("Ёлка и ёж", ["ёлка", "и", "ёж"]), ("naïve CAFÉ", ["naive", "cafe"])):
-            with self.subTest(text=text):
-                if words:
-                    self.assertEqual(store.tokenize(text), words)
-                node = self.store.add(text)
-                self.assertIn(node["id"], [n["id"] for n in self.store.search(text.split()[0])])
-        self.assertEqual(index_problems(self.path), [])
-
-    def test_stemmer_agrees_with_fts5(self):
-        words = ("running runs ran happily happiness generalization conditional relational "
-                 "hopeful hopefulness formalize electricity adjustable defensible irritant "
-                 "replacement adoption homologous communism activate angularity effective "
-                 "bowdlerize caresses ponies ties caress cats feed agreed plastered bled motoring "
-                 "sing conflated troubled sized hopping tanned falling hissing fizzed failing "
-                 "filing happy sky triplicate formative formalize electriciti electrical hopeful "
-                 "goodness revival allowance inference airliner gyroscopic adjustable controll "
-                 "roll probate rate cease generously yyy aed eeds café naïve ÉCOLE fiancée "
-                 "LGBTQ colour favourite painted paintings Caroline's can't 2023 x ab").split()
-        db = sqlite3.connect(":memory:")
-        db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter')")
-        db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
-        db.executemany("INSERT INTO t(rowid, x) VALUES (?, ?)", enumerate(words, 1))
-        indexed = {}
-        for term, doc, offset in db.execute("SELECT term, doc, offset FROM v ORDER BY doc, offset"):
-            indexed.setdefault(doc, []).append(term)
-        for i, word in enumerate(words, 1):
-            with self.subTest(word=word):
-                self.assertEqual([store.stem(t) for t in store.tokenize(word)], indexed[i])
-
-    # -- threads
+    # -- threads, checkpoints and the upkeep thread
 
     def test_threads_writing_at_once_lose_nothing(self):
         hub = self.store.add("hub")
@@ -820,131 +1233,7 @@ class StoreTest(TempDirTest):
         s.close()
 
 
-class RankingTest(TempDirTest):
-    """Stage one against FTS5's own bm25 ranking, with hot terms forced by tiny thresholds."""
-
-    VOCABULARY = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima "
-                  "mike november oscar papa quebec romeo sierra tango uniform victor whiskey "
-                  "xray yankee zulu amber basil cedar dune ember fjord grove harbor island "
-                  "jasper kelp lagoon meadow nectar orchid pebble quartz river spruce thistle "
-                  "umber violet willow yarrow zephyr").split()
-
-    def setUp(self):
-        super().setUp()
-        self.paths = collections.Counter()  # how stage one answered, from the trace hook
-        self.store = Store(self.path, hot_min_df=6, hot_list=8,
-                           trace=lambda path: self.paths.update([path]))
-        self.addCleanup(self.store.close)
-        self.skimmed = 0
-        self.rnd = random.Random(1234)
-        weights = [1 / (k + 1) ** 1.1 for k in range(len(self.VOCABULARY))]
-        self.words = lambda k: self.rnd.choices(self.VOCABULARY, weights, k=k)
-        self.ids = [self.store.add(" ".join(self.words(self.rnd.randint(2, 14))),
-                                   self.rnd.sample(["red", "green", "blue"], self.rnd.randint(0, 2))
-                                   + (["rare"] if i % 25 == 0 else []))["id"] for i in range(400)]
-        self.store.fold()
-
-    def assertSameTop(self, words, tags, n=10):
-        got = self.store.top(words, tags, n)
-        db = sqlite3.connect(self.path)
-        try:
-            _, want, skimmed = exact_top(db, words, tags, n)
-            if not skimmed:
-                self.assertTrue(agree(got, want), f"\nstage one {got}\nbm25      {want}")
-                return
-            # Only common words: memories from the heads of their lists, each scored exactly.
-            self.assertEqual(len(got), len(want))
-            self.assertEqual(got, sorted(got, key=lambda sr: (-sr[0], sr[1])))
-            for score, rowid in got:
-                exact = db.execute("SELECT -bm25(nodes_fts) FROM nodes_fts WHERE nodes_fts "
-                                   "MATCH ? AND rowid = ?", (store.fts_query(words), rowid))
-                self.assertAlmostEqual(score, exact.fetchone()[0], delta=1e-12)
-                self.assertLessEqual(set(tags), {t for (t,) in self.raw(
-                    "SELECT tag FROM node_tags WHERE node = ?", rowid)})
-            self.skimmed += 1
-        finally:
-            db.close()
-
-    def test_hot_terms_exist_and_the_index_agrees(self):
-        hot = self.raw("SELECT count(*) FROM hot_terms")[0][0]
-        self.assertGreater(hot, 10)
-        self.assertEqual(self.store.problems(), [])
-
-    def test_stage_one_equals_fts5_bm25(self):
-        for i in range(300):
-            words = list(dict.fromkeys(self.words(self.rnd.randint(1, 5))))
-            tags = self.rnd.choice([[], [], ["red"], ["green", "blue"], ["rare"], ["red", "rare"]])
-            with self.subTest(i=i, words=words, tags=tags):
-                self.assertSameTop(words, tags, self.rnd.choice([1, 5, 10, 30]))
-        paths = self.paths
-        self.assertGreater(paths["classes"], 200, paths)  # the fast path answered, mostly
-        self.assertGreater(self.skimmed, 0)  # the skim for common words alone is checked too
-        self.assertGreater(paths["tag scan"], 0)  # so is scoring every memory of a rare tag
-
-    def test_a_shrinking_hot_list_is_rebuilt_without_the_memories_leaving(self):
-        # Deleting or rewriting the memories of a hot term shrinks its list until it is
-        # rebuilt; the rebuild runs before they change and must not list them again.
-        holders = [n for n in self.ids if "alpha" in self.store.get(n)["content"].split()]
-        for node_id in holders[:len(holders) // 2]:
-            self.store.update(node_id, content="zulu only now")
-        self.assertEqual(self.store.problems(), [])
-        for node_id in holders[len(holders) // 2:]:
-            self.store.delete(node_id)
-            self.ids.remove(node_id)
-        self.assertEqual(self.store.problems(), [])
-        self.assertEqual(self.store.search("alpha"), [])
-
-    def test_many_tags_filter_a_query(self):
-        labels = [f"label{i}" for i in range(store.MAX_TAGS)]
-        wide = {self.store.add("alpha quartzite " + " ".join(self.words(5)), labels)["id"]
-                for _ in range(3)}
-        narrow = self.store.add("alpha quartzite bravo", labels[:50])["id"]
-        for n in (1, 3, 4, 16, 50, 51, 64, store.MAX_TAGS):
-            for query in ("alpha", "quartzite", "quartzite alpha"):
-                with self.subTest(tags=n, query=query):
-                    got = {node["id"] for node in self.store.search(query, labels[:n], 100)}
-                    self.assertEqual(got, wide | ({narrow} if n <= 50 else set()))
-
-    def test_stage_one_stays_exact_through_edits(self):
-        # Checked with the changes still in the log, then again once they are folded in.
-        self.store.db.upkeep = None  # no folding in the background meanwhile
-        for round_ in range(6):
-            for _ in range(60):
-                action = self.rnd.random()
-                node_id = self.rnd.choice(self.ids)
-                if action < 0.3:
-                    self.ids.append(self.store.add(" ".join(self.words(self.rnd.randint(1, 20))))["id"])
-                elif action < 0.6:
-                    self.store.update(node_id, content=" ".join(self.words(self.rnd.randint(1, 20))))
-                elif action < 0.8:
-                    self.store.update(node_id, tags=self.rnd.sample(["red", "green", "blue"], 1))
-                else:
-                    self.store.delete(node_id)
-                    self.ids.remove(node_id)
-            if round_ % 2:
-                self.store.fold()
-            logged = self.raw("SELECT count(*) FROM pending")[0][0]
-            self.assertEqual(logged == 0, round_ % 2 == 1)
-            with self.subTest(round=round_):
-                self.assertEqual(self.store.problems(), [])
-            for i in range(40):
-                words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
-                with self.subTest(round=round_, words=words):
-                    self.assertSameTop(words, self.rnd.choice([[], ["red"]]))
-
-
 # ----------------------------------------------------------------------------- stdio
-
-
-def request(method, params=None, id=1):
-    message = {"jsonrpc": "2.0", "id": id, "method": method}
-    if params is not None:
-        message["params"] = params
-    return message
-
-
-def call(name, arguments, id=1):
-    return request("tools/call", {"name": name, "arguments": arguments}, id)
 
 
 def conforms(value, schema, path="$"):
@@ -995,11 +1284,8 @@ def schema_problems(schema, path="$"):
     return problems
 
 
-class StdioTest(TempDirTest):
-
-    def setUp(self):
-        super().setUp()
-        self.store = self.open_store()
+class StdioTest(StoreTestCase):
+    """serve_stdio over io.StringIO, and server.py as a process."""
 
     def exchange(self, *messages):
         """Run serve_stdio over the messages (dicts, or raw lines); return the replies."""
@@ -1015,14 +1301,10 @@ class StdioTest(TempDirTest):
         return replies[1]["result"]
 
     def payload(self, name, arguments):
-        result = self.tool(name, arguments)
-        self.assertFalse(result["isError"], result)
-        return json.loads(result["content"][0]["text"])
+        return self.succeeded(self.tool(name, arguments))
 
     def error_text(self, name, arguments):
-        result = self.tool(name, arguments)
-        self.assertTrue(result["isError"], result)
-        return result["content"][0]["text"]
+        return self.refused(self.tool(name, arguments))
 
     def test_initialize_handshake(self):
         replies = self.exchange(
@@ -1183,7 +1465,7 @@ class StdioTest(TempDirTest):
                                 [{"jsonrpc": "2.0", "method": "notifications/initialized"}],
                                 request("ping", id=5))
         self.assertEqual([r["id"] for r in replies[1]], [1, 2])
-        self.assertFalse(replies[1][1]["result"]["isError"])
+        self.succeeded(replies[1][1])
         self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies[2]],
                          [(3, server.INVALID_REQUEST), (4, None)])
         self.assertEqual(replies[3]["error"]["code"], server.INVALID_REQUEST)
@@ -1243,8 +1525,7 @@ class StdioTest(TempDirTest):
 
         def run(name, arguments):
             result = self.tool(name, arguments, version)
-            self.assertFalse(result["isError"], result)
-            self.assertEqual(json.loads(result["content"][0]["text"]), result["structuredContent"])
+            self.assertEqual(self.succeeded(result), result["structuredContent"])
             self.assertEqual(conforms(result["structuredContent"], tools[name]["outputSchema"]), [])
             results[name] = result["structuredContent"]
             return result["structuredContent"]
@@ -1257,42 +1538,59 @@ class StdioTest(TempDirTest):
         run("forget", {"node_id": a["id"]})
         self.assertEqual(set(results), set(server.TOOLS))
         errors = self.tool("forget", {"node_id": a["id"]}, version)
-        self.assertTrue(errors["isError"])
+        self.refused(errors)
         self.assertNotIn("structuredContent", errors)
 
+    # -- the server.py process
+
     def test_server_process_end_to_end(self):
-        env = dict(os.environ, FLOOD_MEMORY_DIR=os.path.join(self.dir, "proc"))
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(os.path.join(self.dir, "proc"), log_path, timeout=30)
         lines = [request("initialize", {"protocolVersion": "2024-11-05"}, id=1),
                  {"jsonrpc": "2.0", "method": "notifications/initialized"},
                  call("remember", {"content": "Zürich trip planned for\nJuly 🌊"}, id=2),
                  call("recall", {"query": "When is the Zurich trip?"}, id=3)]
-        stdin = "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in lines)
-        proc = subprocess.run([sys.executable, os.path.join(HERE, "server.py")],
-                              input=stdin.encode("utf-8"), capture_output=True, env=env,
-                              timeout=30)
-        self.assertEqual(proc.returncode, 0, proc.stderr)
-        replies = [json.loads(line) for line in proc.stdout.decode("utf-8").splitlines()]
+        proc.feed([json.dumps(m, ensure_ascii=False).encode("utf-8") for m in lines])
+        replies = list(proc.replies())
+        code = proc.close()
+        with open(log_path, "rb") as f:
+            err = f.read()
+        self.assertEqual(code, 0, err)
         self.assertEqual([r["id"] for r in replies], [1, 2, 3])
-        found = json.loads(replies[2]["result"]["content"][0]["text"])
+        found = self.succeeded(replies[2])
         self.assertEqual(found[0]["content"], "Zürich trip planned for\nJuly 🌊")
-        self.assertNotIn(b"Traceback", proc.stderr)
+        self.assertNotIn(b"Traceback", err)
         self.assertTrue(os.path.exists(os.path.join(self.dir, "proc", store.DB_NAME)))
 
     def test_a_client_that_stops_reading_ends_the_server_quietly(self):
-        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir)
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE)
-        proc.stdout.close()
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.write(json.dumps(request("tools/list")).encode() + b"\n")
-            proc.stdin.write(json.dumps(request("ping", id=2)).encode() + b"\n")
-            proc.stdin.close()
-        self.assertEqual(proc.wait(30), 0)
-        err = proc.stderr.read()
-        proc.stderr.close()
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(self.dir, log_path)
+        proc.proc.stdout.close()
+        proc.feed([request("tools/list"), request("ping", id=2)]).join(30)
+        self.assertEqual(proc.close(), 0)
+        with open(log_path, "rb") as f:
+            err = f.read()
         self.assertNotIn(b"Traceback", err)
         self.assertIn(b"the client closed its end of stdout", err)
+
+    def test_server_refuses_a_damaged_database_with_one_line(self):
+        data = os.path.join(self.dir, "bad")
+        os.mkdir(data)
+        with open(os.path.join(data, store.DB_NAME), "wb") as f:
+            f.write(b"not a database at all" * 50)
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(data, log_path, timeout=30)
+        self.assertEqual(proc.close(), 1)
+        with open(log_path, "rb") as f:
+            err = f.read().decode()
+        self.assertEqual(len(err.strip().splitlines()), 1, err)
+        self.assertIn("not an SQLite database", err)
+        self.assertIn(os.path.join(data, store.DB_NAME), err)
+        self.assertEqual(proc.unread, b"")
+
+
+class SetupTest(TempDirTest):
+    """python3 setup.py: the data directory, and a configuration that starts the server."""
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
         # A relative FLOOD_MEMORY_DIR is printed absolute: clients start the server elsewhere.
@@ -1313,12 +1611,10 @@ class StdioTest(TempDirTest):
         # bare environment a desktop app gives it: HOME, PATH=/usr/bin:/bin and the env.
         self.assertTrue(os.path.isabs(entry["command"]), entry["command"])
         bare = dict(entry["env"], HOME=os.path.expanduser("~"), PATH="/usr/bin:/bin")
-        messages = [request("initialize", {"protocolVersion": "2025-06-18"}, id=1),
-                    request("tools/list", id=2)]
-        started = subprocess.run([entry["command"], *entry["args"]], env=bare, cwd="/",
-                                 input="".join(json.dumps(m) + "\n" for m in messages),
-                                 capture_output=True, text=True, timeout=60)
-        replies = [json.loads(line) for line in started.stdout.splitlines()]
+        started = self.server_process(command=[entry["command"], *entry["args"]], env=bare,
+                                      cwd="/", timeout=60)
+        replies = [started.send(request("initialize", {"protocolVersion": "2025-06-18"})),
+                   started.send(request("tools/list"))]
         self.assertEqual(replies[0]["result"]["serverInfo"]["name"], "flood-memory")
         self.assertEqual(len(replies[1]["result"]["tools"]), 5)
         # The remote snippet for .mcp.json reads the token from the environment.
@@ -1340,33 +1636,12 @@ class StdioTest(TempDirTest):
         self.assertIn("did not answer initialize", setup.check_start(broken, self.dir))
         self.assertIsNone(setup.check_start(sys.executable, self.dir))
 
-    def test_server_refuses_a_damaged_database_with_one_line(self):
-        data = os.path.join(self.dir, "bad")
-        os.mkdir(data)
-        with open(os.path.join(data, store.DB_NAME), "wb") as f:
-            f.write(b"not a database at all" * 50)
-        proc = subprocess.run([sys.executable, os.path.join(HERE, "server.py")], input=b"",
-                              capture_output=True, env=dict(os.environ, FLOOD_MEMORY_DIR=data),
-                              timeout=30)
-        self.assertEqual(proc.returncode, 1)
-        err = proc.stderr.decode()
-        self.assertEqual(len(err.strip().splitlines()), 1, err)
-        self.assertIn("not an SQLite database", err)
-        self.assertIn(os.path.join(data, store.DB_NAME), err)
-        self.assertEqual(proc.stdout, b"")
+
+# ----------------------------------------------------------------------------- replies
 
 
-# ----------------------------------------------------------------------------- http
-
-TOKEN = "test-token-0123456789-abcdefghijklmnop"
-
-
-class ReplyBudgetTest(TempDirTest):
+class ReplyBudgetTest(StoreTestCase):
     """What a model reads: every reply fits its context, and says what it left out."""
-
-    def setUp(self):
-        super().setUp()
-        self.store = self.open_store()
 
     def replies(self, *calls, version="2025-06-18"):
         """Results of tool calls made over serve_stdio after initialize."""
@@ -1381,12 +1656,12 @@ class ReplyBudgetTest(TempDirTest):
         """(structured value, total characters of text) of one call, checked to agree and to
         stay within `budget` characters."""
         result = self.replies((name, arguments), version=version)[0]
-        self.assertFalse(result["isError"], result)
+        shown = self.succeeded(result)
         text = "".join(block["text"] for block in result["content"])
         self.assertLessEqual(len(text), budget, (name, arguments))
         value = result.get("structuredContent")
         if value is not None:
-            self.assertEqual(json.loads(result["content"][0]["text"]), value)
+            self.assertEqual(shown, value)
         return value, text
 
     def hub(self, spokes=2000):
@@ -1477,10 +1752,10 @@ class ReplyBudgetTest(TempDirTest):
         result = self.replies(("connections", {"node_id": hub, "depth": 1}),
                               ("recall", {"query": "index project alpha"}),
                               version="2024-11-05")
-        walked = json.loads(result[0]["content"][0]["text"])
+        walked = self.succeeded(result[0])
         self.assertIsInstance(walked, list)
         self.assertEqual(len(result[0]["content"]), 1)  # everything fitted: nothing to say
-        listed = json.loads(result[1]["content"][0]["text"])
+        listed = self.succeeded(result[1])
         self.assertEqual(listed[0]["id"], hub)
         self.assertIn("shows 20 of its 60 links", result[1]["content"][1]["text"])
 
@@ -1493,42 +1768,20 @@ class ReplyBudgetTest(TempDirTest):
                 self.result(name, arguments)
 
 
-def wait_for_port(port, proc=None, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return True
-        except OSError:
-            time.sleep(0.05)
-    return False
+# ----------------------------------------------------------------------------- http
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class RemoteTest(TempDirTest):
-    """server_remote.RemoteServer on a free port, in a thread, over real sockets."""
+class RemoteTest(StoreTestCase):
+    """server_remote.RemoteServer on a free port, in a thread, over real sockets; and
+    server_remote.py as a process."""
 
     def setUp(self):
         super().setUp()
-        self.store = self.open_store()
         self.start()
 
     def start(self, **options):
-        options.setdefault("token", TOKEN)
-        httpd = server_remote.RemoteServer(("127.0.0.1", 0), self.store, **options)
-        thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 5)
-        self.addCleanup(httpd.server_close)
-        self.addCleanup(httpd.shutdown)
-        self.httpd, self.port = httpd, httpd.server_address[1]
+        self.httpd = self.serve_http(self.store, **options)
+        self.port = self.httpd.server_address[1]
 
     def connection(self):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
@@ -1537,15 +1790,7 @@ class RemoteTest(TempDirTest):
 
     def post(self, message, headers=None, auth=True, conn=None, path="/mcp"):
         """POST one message; (status, lower-cased headers, body bytes)."""
-        body = message if isinstance(message, bytes) else json.dumps(message).encode()
-        h = {"Content-Type": "application/json", "Accept": "application/json"}
-        if auth:
-            h["Authorization"] = f"Bearer {TOKEN}"
-        h.update(headers or {})
-        conn = conn or self.connection()
-        conn.request("POST", path, body=body, headers=h)
-        resp = conn.getresponse()
-        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+        return http_post(conn or self.connection(), message, headers, auth, path)
 
     def rpc(self, message, **kwargs):
         status, headers, body = self.post(message, **kwargs)
@@ -1553,9 +1798,7 @@ class RemoteTest(TempDirTest):
         return json.loads(body)
 
     def tool(self, name, arguments):
-        result = self.rpc(call(name, arguments))["result"]
-        self.assertFalse(result["isError"], result)
-        return json.loads(result["content"][0]["text"])
+        return self.succeeded(self.rpc(call(name, arguments))["result"])
 
     def assertCors(self, headers):
         self.assertEqual(headers["access-control-allow-origin"], "*")
@@ -1852,11 +2095,8 @@ class RemoteTest(TempDirTest):
             self.assertIn(name, str(cm.exception))
 
     def run_remote(self, env, **kwargs):
-        env = dict(os.environ, FLOOD_MEMORY_DIR=os.path.join(self.dir, "remote"), **env)
-        env.pop("FLOOD_MEMORY_AUTH_TOKEN", None) if "FLOOD_MEMORY_AUTH_TOKEN" not in env else None
-        return subprocess.Popen([sys.executable, os.path.join(HERE, "server_remote.py")], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, **kwargs)
+        return remote_process(os.path.join(self.dir, "remote"), env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, **kwargs)
 
     def test_bad_port_or_port_in_use_is_one_line_and_exit_1(self):
         with socket.socket() as taken:
@@ -1932,304 +2172,277 @@ class RemoteTest(TempDirTest):
         self.assertIn(b"authentication is disabled", err)
         self.assertIn(b"listening on http://127.0.0.1:%d/mcp" % port, err)
 
-    def test_stdio_and_remote_share_one_directory_without_losses(self):
-        hub = self.store.add("shared hub")
-        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir)
-        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=subprocess.DEVNULL)
-        n = 60
-        stdio_lines = "".join(json.dumps(call("remember", {"content": f"stdio {i}", "links": [hub["id"]]},
-                                               id=i)) + "\n" for i in range(n))
-        remote_ids = []
 
-        def remote_writes():
-            for i in range(n):
-                remote_ids.append(self.tool("remember", {"content": f"remote {i}",
-                                                         "links": [hub["id"]]})["id"])
+# ----------------------------------------------------------------------------- hostile input
 
-        writer = threading.Thread(target=remote_writes)
-        writer.start()
-        out, _ = proc.communicate(stdio_lines.encode(), timeout=60)
-        writer.join()
-        stdio_ids = [json.loads(json.loads(line)["result"]["content"][0]["text"])["id"]
-                     for line in out.decode().splitlines()]
-        self.assertEqual((len(stdio_ids), len(remote_ids)), (n, n))
-        self.assertEqual(set(self.store.get(hub["id"])["links"]), set(stdio_ids + remote_ids))
-        self.assertEqual(self.store.count(), 2 * n + 1)
+
+def nested(depth):
+    value = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+def hostile_messages(known_id):
+    """[(label, raw message, expected)]: expected is a JSON-RPC error code, or words that an
+    isError result must hold. None of them may change stored data."""
+    def raw(message):
+        return json.dumps(message).encode()
+
+    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    cases = [
+        ("invalid UTF-8", b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "x": "\xff\xfe"}',
+         server.PARSE_ERROR),
+        ("a NUL byte outside a string", b'{"jsonrpc": "2.0", "id": 1,\x00 "method": "ping"}',
+         server.PARSE_ERROR),
+        ("a line cut short", b'{"jsonrpc": "2.0", "id": 1, "method": "pi', server.PARSE_ERROR),
+        ("deeply nested JSON", b"[" * 100_000 + b"]" * 100_000, server.PARSE_ERROR),
+        ("deeply nested arguments", raw(call("remember", {"content": nested(500)})),
+         "content must be a string"),
+        ("a deeply nested id", raw(dict(ping, id=nested(500))), server.INVALID_REQUEST),
+        ("a number", b"5", server.INVALID_REQUEST),
+        ("a string", b'"remember"', server.INVALID_REQUEST),
+        ("null", b"null", server.INVALID_REQUEST),
+        ("an empty batch", b"[]", server.INVALID_REQUEST),
+        ("a batch outside 2025-03-26", raw([ping]), server.INVALID_REQUEST),
+        ("params that are not an object", raw(dict(call("recall", {}), params=[1])),
+         server.INVALID_PARAMS),
+        ("10 MB of content", raw(call("remember", {"content": "x" * 10_000_000})),
+         "at most 100,000 characters"),
+        ("ten thousand tags", raw(call("remember", {"content": "x", "tags": [
+            f"t{i}" for i in range(10_000)]})), "at most 100 tags"),
+        ("ten thousand tags to recall", raw(call("recall", {"tags": [
+            f"t{i}" for i in range(10_000)]})), "at most 100 tags"),
+        ("too many links", raw(call("remember", {"content": "x", "links": [
+            str(uuid.uuid4()) for _ in range(store.MAX_LINKS + 1)]})), "at most 10,000 ids"),
+        ("a depth of 10^9", raw(call("connections", {"node_id": known_id, "depth": 10**9})),
+         "between 0 and 100"),
+        ("a depth of 1e9", raw(call("connections", {"node_id": known_id, "depth": 1e9})),
+         "between 0 and 100"),
+        ("a limit of 10^9", raw(call("recall", {"query": "x", "limit": 10**9})),
+         "between 1 and 100"),
+        ("a huge integer", raw(call("recall", {"query": "x", "limit": 10**400})),
+         "between 1 and 100"),
+        ("a lone surrogate", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": '
+         b'{"name": "remember", "arguments": {"content": "\\ud800"}}}', "not valid Unicode"),
+        ("an empty content", raw(call("update", {"node_id": known_id, "content": " \n"})),
+         "content must not be empty"),
+    ]
+    for name, arguments in (("connections", {}), ("forget", {}), ("update", {"content": "x"})):
+        for bad in ("abc", "", "../../etc/passwd", "' OR 1=1 --", "0" * 10_000,
+                    known_id[:-1] + "g", known_id + "0", known_id + "\x00"):
+            cases.append((f"{name} with id {bad[:20]!r}",
+                          raw(call(name, dict(arguments, node_id=bad))), "is not a memory id"))
+    wrong = [1, 2.5, "text", True, [], {"a": 1}, ["x", 1]]
+    for name, tool in server.TOOLS.items():
+        for key, prop in tool["inputSchema"]["properties"].items():
+            for value in wrong:
+                fits = (prop["type"] == "string" and isinstance(value, str) or
+                        prop["type"] == "array" and value == [] or
+                        prop["type"] == "integer" and type(value) is int)
+                if not fits:
+                    arguments = {"node_id": known_id, "content": "x", "query": "x"}
+                    arguments = {k: v for k, v in arguments.items()
+                                 if k in tool["inputSchema"]["properties"]}
+                    arguments[key] = value
+                    cases.append((f"{name} {key}={value!r}", raw(call(name, arguments)),
+                                  f"{key} must be"))
+    return cases
+
+
+def outcome(reply):
+    """A reply as the error code it carries, or the text of its isError result."""
+    if "error" in reply:
+        return reply["error"]["code"]
+    return unwrap(reply)[1] if reply["result"].get("isError") else None
+
+
+class HostileInputTest(TempDirTest):
+    """Broken and hostile messages get clear answers and change nothing."""
+
+    def setUp(self):
+        super().setUp()
+        s = Store(self.path)
+        self.known = s.add("the one memory that refused calls must leave alone", ["keep"])["id"]
+        self.other = s.add("and its neighbour", links=[self.known])["id"]
+        s.close()
+
+    def check(self, send):
+        before = nodes_table(self.path)
+        for label, message, expected in hostile_messages(self.known):
+            with self.subTest(label):
+                got = outcome(send(message))
+                if isinstance(expected, int):
+                    self.assertEqual(got, expected)
+                else:
+                    self.assertIsInstance(got, str)
+                    self.assertIn(expected, got)
+                    self.assertNotIn("Traceback", got)
+        self.assertEqual(nodes_table(self.path), before, "a refused call changed stored data")
+        # Odd but valid input is stored exactly.
+        node = self.succeeded(send(json.dumps(call("remember", {
+            "content": "a\x00b \u202e ☃ \U0001F600", "tags": ["x"] * 10_000})).encode()))
+        self.assertEqual((node["content"], node["tags"]), ("a\x00b \u202e ☃ \U0001F600", ["x"]))
+        reply = send(json.dumps(call("update", {"node_id": self.known,
+                                                "links": [self.known, self.other]})).encode())
+        self.assertEqual(self.succeeded(reply)["links"], [self.other])
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
+
+    def test_over_stdio(self):
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(self.dir, log_path)
+        proc.send(request("initialize", {"protocolVersion": "2024-11-05"}))
+        self.check(proc.send)
+        # The last line may lack its newline: it is still answered, then the server exits.
+        proc.write(b'{"jsonrpc": "2.0", "id": "last", "method": "ping"}')
+        proc.close_input()
+        self.assertEqual(next(proc.replies()), {"jsonrpc": "2.0", "id": "last", "result": {}})
+        self.assertEqual(proc.close(), 0)
+        with open(log_path, "rb") as f:
+            self.assertNotIn(b"Traceback", f.read())
+
+    def test_over_http(self):
+        httpd = self.serve_http(self.open_store(), token=TOKEN)
+        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=60)
+        self.addCleanup(conn.close)
+
+        def send(body):
+            status, _, data = http_post(conn, body, {"MCP-Protocol-Version": "2025-06-18"})
+            reply = json.loads(data)
+            # What does not parse is refused at the HTTP level too; the rest is answered.
+            parse_error = reply.get("error", {}).get("code") == server.PARSE_ERROR
+            self.assertEqual(status, 400 if parse_error else 200, data[:200])
+            return reply
+
+        self.check(send)
+
+
+class FuzzTest(TempDirTest):
+    """A seeded fuzzer: random and mangled messages against the stdio loop and the store."""
+
+    WORDS = ["remember", "recall", "connections", "forget", "update", "ping", "initialize",
+             "tools/list", "tools/call", "content", "tags", "links", "node_id", "query", "depth",
+             "limit", "source", "jsonrpc", "2.0", "id", "method", "params", "arguments", "name",
+             "☃", "\x00", "\u202e", "NEAR(", "AND", "*", '"', "'", "\\", "-1", "1e999", ""]
+
+    def value(self, rnd, depth=0, ids=()):
+        kind = rnd.randrange(10 if depth < 3 else 6)
+        if kind == 0:
+            return rnd.choice([None, True, False])
+        if kind == 1:
+            return rnd.choice([0, 1, -1, 2, 10, 100, 101, 10**9, -10**18, 2**63, 0.5, 1e308])
+        if kind in (2, 3):
+            return " ".join(rnd.choices(self.WORDS, k=rnd.randint(0, 4)))
+        if kind in (4, 5):
+            return rnd.choice(ids) if ids else str(uuid.uuid4())
+        if kind in (6, 7):
+            return [self.value(rnd, depth + 1, ids) for _ in range(rnd.randint(0, 4))]
+        return {rnd.choice(self.WORDS): self.value(rnd, depth + 1, ids)
+                for _ in range(rnd.randint(0, 4))}
+
+    def plausible(self, rnd, key, ids):
+        """Mostly a value of the right kind for `key`, sometimes anything at all."""
+        if rnd.random() < 0.3:
+            return self.value(rnd, 1, ids)
+        if key in ("node_id",):
+            return rnd.choice(ids) if ids and rnd.random() < 0.8 else str(uuid.uuid4())
+        if key in ("tags", "links"):
+            pool = ids if key == "links" else ["red", "blue", "☃"]
+            return rnd.sample(pool, rnd.randint(0, min(2, len(pool))))
+        if key in ("depth", "limit", "offset"):
+            return rnd.randint(-1, 12)
+        return " ".join(rnd.choices(self.WORDS, k=rnd.randint(0, 5)))
+
+    def message(self, rnd, ids, n):
+        tool = rnd.choice(sorted(server.TOOLS))
+        props = server.TOOLS[tool]["inputSchema"]["properties"]
+        arguments = {k: self.plausible(rnd, k, ids) for k in props if rnd.random() < 0.6}
+        if rnd.random() < 0.3:
+            arguments[rnd.choice(self.WORDS)] = self.value(rnd, 1, ids)
+        message = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
+                   "params": {"name": tool, "arguments": arguments}}
+        roll = rnd.random()
+        if roll < 0.15:
+            message = {rnd.choice(self.WORDS): self.value(rnd, 0, ids) for _ in range(4)}
+        elif roll < 0.25:
+            message["method"] = rnd.choice(self.WORDS)
+            message["params"] = self.value(rnd, 1, ids)
+        data = json.dumps(message).encode()
+        if rnd.random() < 0.2:  # mangle the bytes
+            data = bytearray(data)
+            for _ in range(rnd.randint(1, 4)):
+                i = rnd.randrange(len(data))
+                data[i:i + 1] = bytes([rnd.randrange(256)]) if rnd.random() < 0.7 else b""
+            data = bytes(data).replace(b"\n", b" ").replace(b"\r", b" ")
+        return data
+
+    def test_random_messages_to_the_stdio_loop(self):
+        rnd = random.Random(20261122)
+        s = Store(self.path)
+        ids = [s.add(f"seed memory {i}", ["seed"])["id"] for i in range(5)]
+        s.close()
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(self.dir, log_path)
+        proc.send(request("initialize", {"protocolVersion": "2025-03-26"}))
+        messages = [self.message(rnd, ids, n) for n in range(3000)]
+        feeder = proc.feed(messages)
+        replies = list(proc.replies())
+        feeder.join(60)
+        self.assertEqual(proc.close(), 0)
+        self.assertGreater(len(replies), 2000)
+        codes = collections.Counter(outcome(r) if isinstance(outcome(r), int) else
+                                    "tool error" if outcome(r) else "result"
+                                    for r in replies if isinstance(r, dict))
+        self.assertNotIn(server.INTERNAL_ERROR, codes)
+        self.assertGreater(codes["result"], 100, codes)
+        self.assertGreater(codes["tool error"], 100, codes)
+        with open(log_path, "rb") as f:
+            self.assertNotIn(b"Traceback", f.read())
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertTrue(fts_agrees(self.path))
+        self.assertEqual(index_problems(self.path), [])
+        db = sqlite3.connect(self.path)
+        self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+        db.close()
+
+    def test_random_arguments_to_the_store(self):
+        rnd = random.Random(11)
+        s = self.open_store()
+        ids = [s.add(f"seed memory {i}")["id"] for i in range(5)]
+        calls = {"add": ("content", "tags", "links", "source"), "search": ("query", "tags", "limit"),
+                 "neighbors": ("node_id", "depth", "offset", "limit"), "delete": ("node_id",),
+                 "update": ("node_id", "content", "tags", "links"), "get": ("node_id",)}
+        outcomes = collections.Counter()
+        quiet = self.assertLogs("flood-memory.store", "WARNING")  # links to nowhere are logged, and skipped
+        quiet.__enter__()
+        self.addCleanup(quiet.__exit__, None, None, None)
+        for i in range(1500):
+            name = rnd.choice(list(calls))
+            arguments = {k: self.plausible(rnd, k, ids) for k in calls[name] if rnd.random() < 0.7}
+            try:
+                result = getattr(s, name)(**arguments)
+                outcomes["ok"] += 1
+                if name == "add":
+                    ids.append(result["id"])
+                elif name == "delete":
+                    ids.remove(arguments["node_id"])
+            except TypeError as exc:  # a required argument left out: a caller's bug
+                self.assertIn("required positional argument", str(exc))
+            except StoreError:
+                outcomes["refused"] += 1
+        self.assertGreater(outcomes["ok"], 100, outcomes)
+        self.assertGreater(outcomes["refused"], 100, outcomes)
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertTrue(fts_agrees(self.path))
+        self.assertEqual(index_problems(self.path), [])
 
 
 # ----------------------------------------------------------------------------- durability
 
 
-class ServerProcess:
-    """server.py in a subprocess, as a client drives it: one message out, its reply back."""
-
-    def __init__(self, data_dir, log_path):
-        env = dict(os.environ, FLOOD_MEMORY_DIR=data_dir)
-        self.log = open(log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "server.py")], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log)
-        self.next_id = 0
-
-    def send(self, message):
-        """Send a dict (given an id) or raw bytes; the parsed reply."""
-        if isinstance(message, dict):
-            self.next_id += 1
-            message = json.dumps(dict(message, id=self.next_id)).encode() + b"\n"
-        self.proc.stdin.write(message)
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise AssertionError(f"server.py closed stdout (exit {self.proc.wait(10)})")
-        return json.loads(line)
-
-    def call(self, name, arguments):
-        """(payload, None) for a result, (None, error text) for a refusal."""
-        reply = self.send(call(name, arguments))
-        if "error" in reply:
-            return None, reply["error"]["message"]
-        result = reply["result"]
-        text = result["content"][0]["text"]
-        return (None, text) if result["isError"] else (json.loads(text), None)
-
-    def close(self):
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-        code = self.proc.wait(timeout=30)
-        self.proc.stdout.close()
-        self.log.close()
-        return code
-
-
-def nodes_table(path):
-    db = sqlite3.connect(path)
-    try:
-        return db.execute("SELECT * FROM nodes ORDER BY rowid").fetchall()
-    finally:
-        db.close()
-
-
-class ConcurrencyTest(TempDirTest):
-    """Several server processes and a remote server writing one data directory at once."""
-
-    def test_processes_and_a_remote_server_lose_nothing(self):
-        hubs = [self.open_store().add(f"shared hub {i}")["id"] for i in range(3)]
-        log_path = os.path.join(self.dir, "servers.log")
-        port = free_port()
-        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir, FLOOD_MEMORY_PORT=str(port),
-                   FLOOD_MEMORY_HOST="127.0.0.1", FLOOD_MEMORY_AUTH_TOKEN=TOKEN)
-        with open(log_path, "ab") as log_file:
-            remote = subprocess.Popen([sys.executable, os.path.join(HERE, "server_remote.py")],
-                                      env=env, stdin=subprocess.DEVNULL,
-                                      stdout=subprocess.DEVNULL, stderr=log_file)
-        self.addCleanup(lambda: remote.poll() is None and remote.kill())
-        self.assertTrue(wait_for_port(port, remote), "server_remote.py did not start")
-
-        def over_http():
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-            def call_http(name, arguments):
-                conn.request("POST", "/mcp", body=json.dumps(call(name, arguments)),
-                             headers={"Content-Type": "application/json",
-                                      "Accept": "application/json",
-                                      "Authorization": f"Bearer {TOKEN}"})
-                reply = json.loads(conn.getresponse().read())
-                if "error" in reply:
-                    return None, reply["error"]["message"]
-                text = reply["result"]["content"][0]["text"]
-                return (None, text) if reply["result"]["isError"] else (json.loads(text), None)
-            return call_http, conn.close
-
-        made = collections.defaultdict(dict)   # client -> {id: last acknowledged content}
-        forgotten, errors, seen = set(), [], []
-        lock = threading.Lock()
-
-        def client(number, send):
-            rnd = random.Random(number)
-            mine = made[number]
-            for i in range(150):
-                action = rnd.random()
-                with lock:
-                    others = list(seen[-50:])
-                if action < 0.5 or not mine:
-                    links = rnd.sample(hubs, rnd.randint(1, 2)) + rnd.sample(others, min(1, len(others)))
-                    content = f"client {number} note {i} {rnd.choice(['red', 'blue', 'green'])}"
-                    node, error = send("remember", {"content": content, "links": links})
-                    if node:
-                        mine[node["id"]] = content
-                        with lock:
-                            seen.append(node["id"])
-                elif action < 0.7:
-                    node_id, content = rnd.choice(list(mine)), f"client {number} edit {i}"
-                    node, error = send("update", {"node_id": node_id, "content": content})
-                    if node:
-                        mine[node_id] = content
-                elif action < 0.8:
-                    node_id = rnd.choice(list(mine))
-                    node, error = send("update", {"node_id": node_id, "links":
-                                                  rnd.sample(hubs, 1) + rnd.sample(others, min(2, len(others)))})
-                elif action < 0.9:
-                    node_id = rnd.choice(list(mine))
-                    node, error = send("forget", {"node_id": node_id})
-                    if node:
-                        del mine[node_id]
-                        forgotten.add(node_id)
-                else:
-                    node, error = send("recall", {"query": f"client note {rnd.choice(['red', 'blue'])}"})
-                if error:
-                    errors.append((number, error))
-
-        processes = [ServerProcess(self.dir, log_path) for _ in range(3)]
-        senders = [p.call for p in processes]
-        http_call, http_close = over_http()
-        senders.append(http_call)
-        threads = [threading.Thread(target=client, args=(n, send)) for n, send in enumerate(senders)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        http_close()
-        self.assertEqual([p.close() for p in processes], [0, 0, 0])
-        remote.send_signal(signal.SIGTERM)
-        self.assertEqual(remote.wait(30), 0)
-
-        self.assertEqual(errors, [])
-        stored = {row[0]: row[1] for row in nodes_table(self.path)}
-        expected = {i: c for mine in made.values() for i, c in mine.items()}
-        self.assertGreater(len(expected), 200)
-        self.assertEqual(set(stored), set(expected) | set(hubs))
-        self.assertEqual({i: stored[i] for i in expected}, expected)
-        self.assertFalse(forgotten & set(stored))
-        self.assertTrue(links_are_mutual(self.path))
-        self.assertTrue(fts_agrees(self.path))
-        self.assertEqual(index_problems(self.path), [])
-        with open(log_path, "rb") as f:
-            log_text = f.read()
-        self.assertNotIn(b"Traceback", log_text)
-        self.assertNotIn(b"locked", log_text)
-
-    def test_processes_opening_a_new_database_at_once_all_get_in(self):
-        # Switching a new file to WAL does not wait for the lock as other statements do.
-        opener = ("import sys, time, store\n"
-                  "time.sleep(max(0, float(sys.argv[2]) - time.time()))\n"
-                  "with store.Store(sys.argv[1]) as s:\n"
-                  "    s.add('opened at once')\n")
-        for round_ in range(3):
-            path = os.path.join(self.dir, f"new-{round_}.db")
-            start = time.time() + 0.5
-            procs = [subprocess.Popen([sys.executable, "-c", opener, path, str(start)], cwd=HERE,
-                                      stderr=subprocess.PIPE) for _ in range(6)]
-            errors = [p.communicate(timeout=60)[1] for p in procs]
-            self.assertEqual([p.returncode for p in procs], [0] * 6, errors)
-            self.assertEqual(len(nodes_table(path)), 6)
-
-    def test_a_stuck_writer_gives_a_clear_error_not_a_hang(self):
-        s = Store(self.path, timeout=0.3)
-        self.addCleanup(s.close)
-        kept = s.add("written before the lock")
-        peer = sqlite3.connect(self.path, isolation_level=None)
-        self.addCleanup(peer.close)
-        peer.execute("BEGIN IMMEDIATE")  # a peer that holds the write lock and never lets go
-        started = time.monotonic()
-        with self.assertRaises(StoreError) as cm:
-            s.add("waits for the lock")
-        self.assertLess(time.monotonic() - started, 5)
-        self.assertIn("locked by another process for more than 0.3 s", str(cm.exception))
-        self.assertEqual(s.get(kept["id"])["content"], "written before the lock")  # reads go on
-        # Recall and connections find what they find all the same, only the access is not
-        # counted (a long import holds the lock for many seconds).
-        with self.assertLogs("flood-memory.store", "WARNING") as logged:
-            found = s.search("written before")
-            around = s.neighbors(kept["id"])["nodes"]
-        self.assertEqual([n["id"] for n in found], [kept["id"]])
-        self.assertEqual([n["id"] for n in around], [kept["id"]])
-        self.assertEqual(found[0]["access_count"], 0)
-        self.assertIn("accesses not counted", logged.output[0])
-        peer.execute("ROLLBACK")
-        self.assertEqual(s.add("after the lock")["content"], "after the lock")
-        self.assertEqual(s.search("written before")[0]["access_count"], 1)
-
-
-class KillTest(TempDirTest):
-    """A server killed with SIGKILL at random moments keeps every write it acknowledged."""
-
-    def test_acknowledged_writes_survive_sigkill(self):
-        rnd = random.Random(7)
-        acknowledged = {}  # id -> the contents it may hold
-        log_path = os.path.join(self.dir, "server.log")
-        rounds = []
-        for round_ in range(5):
-            server_proc = ServerProcess(self.dir, log_path)
-            proc = server_proc.proc
-            ids = list(acknowledged)
-            # Requests stream in without waiting for replies, so a write is always under way.
-            lines = []
-            for i in range(400):
-                if ids and rnd.random() < 0.3:
-                    lines.append(call("update", {"node_id": rnd.choice(ids),
-                                                 "content": f"round {round_} edit {i}"}, id=i))
-                else:
-                    lines.append(call("remember", {"content": f"round {round_} note {i}",
-                                                   "links": rnd.sample(ids, min(2, len(ids)))},
-                                      id=i))
-
-            for line in lines:  # until its reply comes, an update may or may not land
-                arguments = line["params"]["arguments"]
-                if "node_id" in arguments:
-                    acknowledged[arguments["node_id"]].add(arguments["content"])
-
-            def feed():
-                with contextlib.suppress(OSError):
-                    for line in lines:
-                        proc.stdin.write(json.dumps(line).encode() + b"\n")
-                    proc.stdin.flush()
-
-            feeder = threading.Thread(target=feed)
-            feeder.start()
-            kill_after = rnd.randint(20, 300)
-            got = 0
-            for raw in proc.stdout:
-                reply = json.loads(raw)
-                sent = lines[reply["id"]]
-                result = reply["result"]
-                self.assertFalse(result["isError"], result)
-                node = json.loads(result["content"][0]["text"])
-                # Its content, or that of a later update whose reply the kill cut off.
-                acknowledged[node["id"]] = {sent["params"]["arguments"]["content"]} | {
-                    later["params"]["arguments"]["content"] for later in lines[reply["id"] + 1:]
-                    if later["params"]["arguments"].get("node_id") == node["id"]}
-                got += 1
-                if got == kill_after:
-                    time.sleep(rnd.random() * 0.01)  # land somewhere inside a later write
-                    proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-            feeder.join(10)
-            proc.stdout.close()
-            with contextlib.suppress(OSError):
-                proc.stdin.close()
-            server_proc.log.close()
-            self.assertEqual(proc.returncode, -signal.SIGKILL)
-            rounds.append(got)
-            db = sqlite3.connect(self.path)
-            try:
-                self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
-                stored = dict(db.execute("SELECT id, content FROM nodes"))
-            finally:
-                db.close()
-            missing = {i: c for i, c in acknowledged.items() if stored.get(i) not in c}
-            self.assertEqual(missing, {}, f"round {round_}: acknowledged writes lost")
-            self.assertTrue(fts_agrees(self.path))
-            self.assertTrue(links_are_mutual(self.path))
-        self.assertGreater(sum(rounds), 100)
-        self.assertEqual(index_problems(self.path), [])
-
-
 class BackupTest(TempDirTest):
-    """python3 store.py export / import / backup."""
+    """python3 store.py export / import / backup / restore."""
 
     def run_store(self, *args, data_dir=None, stdin=None):
         env = dict(os.environ, FLOOD_MEMORY_DIR=data_dir or self.dir)
@@ -2372,8 +2585,7 @@ class BackupTest(TempDirTest):
         backup = os.path.join(self.dir, "backup.db")
         self.assertEqual(self.run_store("backup", backup).returncode, 0)
         s.close()
-        running = ServerProcess(self.dir, os.path.join(self.dir, "server.log"))
-        self.addCleanup(running.close)
+        running = self.server_process(self.dir, os.path.join(self.dir, "server.log"))
         for i in range(20):
             self.assertIsNone(running.call("remember", {"content": f"written later {i}"})[1])
         done = self.run_store("restore", backup)
@@ -2472,7 +2684,7 @@ class BackupTest(TempDirTest):
 
     def test_backup_of_a_live_database_is_consistent(self):
         self.open_store().add("first")
-        writer = ServerProcess(self.dir, os.path.join(self.dir, "server.log"))
+        writer = self.server_process(self.dir, os.path.join(self.dir, "server.log"))
         stop = threading.Event()
         written = []
 
@@ -2518,289 +2730,237 @@ class BackupTest(TempDirTest):
         self.assertIn(b"must not be the database itself", done.stderr)
 
 
-def nested(depth):
-    value = []
-    for _ in range(depth - 1):
-        value = [value]
-    return value
+class ConcurrencyTest(TempDirTest):
+    """Several server processes and a remote server writing one data directory at once."""
 
+    def test_processes_and_a_remote_server_lose_nothing(self):
+        hubs = [self.open_store().add(f"shared hub {i}")["id"] for i in range(3)]
+        log_path = os.path.join(self.dir, "servers.log")
+        port = free_port()
+        with open(log_path, "ab") as log_file:
+            remote = remote_process(self.dir, {"FLOOD_MEMORY_PORT": str(port),
+                                               "FLOOD_MEMORY_HOST": "127.0.0.1",
+                                               "FLOOD_MEMORY_AUTH_TOKEN": TOKEN},
+                                    stdout=subprocess.DEVNULL, stderr=log_file)
+        self.addCleanup(lambda: remote.poll() is None and remote.kill())
+        self.assertTrue(wait_for_port(port, remote), "server_remote.py did not start")
 
-def hostile_messages(known_id):
-    """[(label, raw message, expected)]: expected is a JSON-RPC error code, or words that an
-    isError result must hold. None of them may change stored data."""
-    def raw(message):
-        return json.dumps(message).encode()
+        def over_http():
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
 
-    ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
-    cases = [
-        ("invalid UTF-8", b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "x": "\xff\xfe"}',
-         server.PARSE_ERROR),
-        ("a NUL byte outside a string", b'{"jsonrpc": "2.0", "id": 1,\x00 "method": "ping"}',
-         server.PARSE_ERROR),
-        ("a line cut short", b'{"jsonrpc": "2.0", "id": 1, "method": "pi', server.PARSE_ERROR),
-        ("deeply nested JSON", b"[" * 100_000 + b"]" * 100_000, server.PARSE_ERROR),
-        ("deeply nested arguments", raw(call("remember", {"content": nested(500)})),
-         "content must be a string"),
-        ("a deeply nested id", raw(dict(ping, id=nested(500))), server.INVALID_REQUEST),
-        ("a number", b"5", server.INVALID_REQUEST),
-        ("a string", b'"remember"', server.INVALID_REQUEST),
-        ("null", b"null", server.INVALID_REQUEST),
-        ("an empty batch", b"[]", server.INVALID_REQUEST),
-        ("a batch outside 2025-03-26", raw([ping]), server.INVALID_REQUEST),
-        ("params that are not an object", raw(dict(call("recall", {}), params=[1])),
-         server.INVALID_PARAMS),
-        ("10 MB of content", raw(call("remember", {"content": "x" * 10_000_000})),
-         "at most 100,000 characters"),
-        ("ten thousand tags", raw(call("remember", {"content": "x", "tags": [
-            f"t{i}" for i in range(10_000)]})), "at most 100 tags"),
-        ("ten thousand tags to recall", raw(call("recall", {"tags": [
-            f"t{i}" for i in range(10_000)]})), "at most 100 tags"),
-        ("too many links", raw(call("remember", {"content": "x", "links": [
-            str(uuid.uuid4()) for _ in range(store.MAX_LINKS + 1)]})), "at most 10,000 ids"),
-        ("a depth of 10^9", raw(call("connections", {"node_id": known_id, "depth": 10**9})),
-         "between 0 and 100"),
-        ("a depth of 1e9", raw(call("connections", {"node_id": known_id, "depth": 1e9})),
-         "between 0 and 100"),
-        ("a limit of 10^9", raw(call("recall", {"query": "x", "limit": 10**9})),
-         "between 1 and 100"),
-        ("a huge integer", raw(call("recall", {"query": "x", "limit": 10**400})),
-         "between 1 and 100"),
-        ("a lone surrogate", b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": '
-         b'{"name": "remember", "arguments": {"content": "\\ud800"}}}', "not valid Unicode"),
-        ("an empty content", raw(call("update", {"node_id": known_id, "content": " \n"})),
-         "content must not be empty"),
-    ]
-    for name, arguments in (("connections", {}), ("forget", {}), ("update", {"content": "x"})):
-        for bad in ("abc", "", "../../etc/passwd", "' OR 1=1 --", "0" * 10_000,
-                    known_id[:-1] + "g", known_id + "0", known_id + "\x00"):
-            cases.append((f"{name} with id {bad[:20]!r}",
-                          raw(call(name, dict(arguments, node_id=bad))), "is not a memory id"))
-    wrong = [1, 2.5, "text", True, [], {"a": 1}, ["x", 1]]
-    for name, tool in server.TOOLS.items():
-        for key, prop in tool["inputSchema"]["properties"].items():
-            for value in wrong:
-                fits = (prop["type"] == "string" and isinstance(value, str) or
-                        prop["type"] == "array" and value == [] or
-                        prop["type"] == "integer" and type(value) is int)
-                if not fits:
-                    arguments = {"node_id": known_id, "content": "x", "query": "x"}
-                    arguments = {k: v for k, v in arguments.items()
-                                 if k in tool["inputSchema"]["properties"]}
-                    arguments[key] = value
-                    cases.append((f"{name} {key}={value!r}", raw(call(name, arguments)),
-                                  f"{key} must be"))
-    return cases
+            def call_http(name, arguments):
+                return unwrap(json.loads(http_post(conn, call(name, arguments))[2]))
+            return call_http, conn.close
 
+        made = collections.defaultdict(dict)   # client -> {id: last acknowledged content}
+        forgotten, errors, seen = set(), [], []
+        lock = threading.Lock()
 
-def outcome(reply):
-    """A reply as the error code it carries, or the text of its isError result."""
-    if "error" in reply:
-        return reply["error"]["code"]
-    result = reply["result"]
-    return result["content"][0]["text"] if result.get("isError") else None
-
-
-class HostileInputTest(TempDirTest):
-    """Broken and hostile messages get clear answers and change nothing."""
-
-    def setUp(self):
-        super().setUp()
-        s = Store(self.path)
-        self.known = s.add("the one memory that refused calls must leave alone", ["keep"])["id"]
-        self.other = s.add("and its neighbour", links=[self.known])["id"]
-        s.close()
-
-    def check(self, send):
-        before = nodes_table(self.path)
-        for label, message, expected in hostile_messages(self.known):
-            with self.subTest(label):
-                got = outcome(send(message))
-                if isinstance(expected, int):
-                    self.assertEqual(got, expected)
+        def client(number, send):
+            rnd = random.Random(number)
+            mine = made[number]
+            for i in range(150):
+                action = rnd.random()
+                with lock:
+                    others = list(seen[-50:])
+                if action < 0.5 or not mine:
+                    links = rnd.sample(hubs, rnd.randint(1, 2)) + rnd.sample(others, min(1, len(others)))
+                    content = f"client {number} note {i} {rnd.choice(['red', 'blue', 'green'])}"
+                    node, error = send("remember", {"content": content, "links": links})
+                    if node:
+                        mine[node["id"]] = content
+                        with lock:
+                            seen.append(node["id"])
+                elif action < 0.7:
+                    node_id, content = rnd.choice(list(mine)), f"client {number} edit {i}"
+                    node, error = send("update", {"node_id": node_id, "content": content})
+                    if node:
+                        mine[node_id] = content
+                elif action < 0.8:
+                    node_id = rnd.choice(list(mine))
+                    node, error = send("update", {"node_id": node_id, "links":
+                                                  rnd.sample(hubs, 1) + rnd.sample(others, min(2, len(others)))})
+                elif action < 0.9:
+                    node_id = rnd.choice(list(mine))
+                    node, error = send("forget", {"node_id": node_id})
+                    if node:
+                        del mine[node_id]
+                        forgotten.add(node_id)
                 else:
-                    self.assertIsInstance(got, str)
-                    self.assertIn(expected, got)
-                    self.assertNotIn("Traceback", got)
-        self.assertEqual(nodes_table(self.path), before, "a refused call changed stored data")
-        # Odd but valid input is stored exactly.
-        node = json.loads(send(json.dumps(call("remember", {"content": "a\x00b \u202e ☃ \U0001F600",
-                                                           "tags": ["x"] * 10_000})).encode())
-                          ["result"]["content"][0]["text"])
-        self.assertEqual((node["content"], node["tags"]), ("a\x00b \u202e ☃ \U0001F600", ["x"]))
-        reply = send(json.dumps(call("update", {"node_id": self.known,
-                                                "links": [self.known, self.other]})).encode())
-        self.assertEqual(json.loads(reply["result"]["content"][0]["text"])["links"], [self.other])
-        self.assertTrue(links_are_mutual(self.path))
-        self.assertTrue(fts_agrees(self.path))
+                    node, error = send("recall", {"query": f"client note {rnd.choice(['red', 'blue'])}"})
+                if error:
+                    errors.append((number, error))
 
-    def test_over_stdio(self):
-        log_path = os.path.join(self.dir, "server.log")
-        proc = ServerProcess(self.dir, log_path)
-        proc.send(request("initialize", {"protocolVersion": "2024-11-05"}))
-        self.check(lambda message: proc.send(message + b"\n"))
-        # The last line may lack its newline: it is still answered, then the server exits.
-        proc.proc.stdin.write(b'{"jsonrpc": "2.0", "id": "last", "method": "ping"}')
-        proc.proc.stdin.close()
-        self.assertEqual(json.loads(proc.proc.stdout.readline()),
-                         {"jsonrpc": "2.0", "id": "last", "result": {}})
-        self.assertEqual(proc.close(), 0)
-        with open(log_path, "rb") as f:
-            self.assertNotIn(b"Traceback", f.read())
+        processes = [self.server_process(self.dir, log_path) for _ in range(3)]
+        senders = [p.call for p in processes]
+        http_call, http_close = over_http()
+        senders.append(http_call)
+        threads = [threading.Thread(target=client, args=(n, send)) for n, send in enumerate(senders)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        http_close()
+        self.assertEqual([p.close() for p in processes], [0, 0, 0])
+        remote.send_signal(signal.SIGTERM)
+        self.assertEqual(remote.wait(30), 0)
 
-    def test_over_http(self):
-        s = self.open_store()
-        httpd = server_remote.RemoteServer(("127.0.0.1", 0), s, token=TOKEN)
-        thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
-        thread.start()
-        self.addCleanup(thread.join, 5)
-        self.addCleanup(httpd.server_close)
-        self.addCleanup(httpd.shutdown)
-        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=60)
-        self.addCleanup(conn.close)
-
-        def send(body):
-            conn.request("POST", "/mcp", body=body, headers={
-                "Content-Type": "application/json", "Accept": "application/json",
-                "Authorization": f"Bearer {TOKEN}", "MCP-Protocol-Version": "2025-06-18"})
-            response = conn.getresponse()
-            data = response.read()
-            reply = json.loads(data)
-            # What does not parse is refused at the HTTP level too; the rest is answered.
-            parse_error = reply.get("error", {}).get("code") == server.PARSE_ERROR
-            self.assertEqual(response.status, 400 if parse_error else 200, data[:200])
-            return reply
-
-        self.check(send)
-
-
-class FuzzTest(TempDirTest):
-    """A seeded fuzzer: random and mangled messages against the stdio loop and the store."""
-
-    WORDS = ["remember", "recall", "connections", "forget", "update", "ping", "initialize",
-             "tools/list", "tools/call", "content", "tags", "links", "node_id", "query", "depth",
-             "limit", "source", "jsonrpc", "2.0", "id", "method", "params", "arguments", "name",
-             "☃", "\x00", "\u202e", "NEAR(", "AND", "*", '"', "'", "\\", "-1", "1e999", ""]
-
-    def value(self, rnd, depth=0, ids=()):
-        kind = rnd.randrange(10 if depth < 3 else 6)
-        if kind == 0:
-            return rnd.choice([None, True, False])
-        if kind == 1:
-            return rnd.choice([0, 1, -1, 2, 10, 100, 101, 10**9, -10**18, 2**63, 0.5, 1e308])
-        if kind in (2, 3):
-            return " ".join(rnd.choices(self.WORDS, k=rnd.randint(0, 4)))
-        if kind in (4, 5):
-            return rnd.choice(ids) if ids else str(uuid.uuid4())
-        if kind in (6, 7):
-            return [self.value(rnd, depth + 1, ids) for _ in range(rnd.randint(0, 4))]
-        return {rnd.choice(self.WORDS): self.value(rnd, depth + 1, ids)
-                for _ in range(rnd.randint(0, 4))}
-
-    def plausible(self, rnd, key, ids):
-        """Mostly a value of the right kind for `key`, sometimes anything at all."""
-        if rnd.random() < 0.3:
-            return self.value(rnd, 1, ids)
-        if key in ("node_id",):
-            return rnd.choice(ids) if ids and rnd.random() < 0.8 else str(uuid.uuid4())
-        if key in ("tags", "links"):
-            pool = ids if key == "links" else ["red", "blue", "☃"]
-            return rnd.sample(pool, rnd.randint(0, min(2, len(pool))))
-        if key in ("depth", "limit", "offset"):
-            return rnd.randint(-1, 12)
-        return " ".join(rnd.choices(self.WORDS, k=rnd.randint(0, 5)))
-
-    def message(self, rnd, ids, n):
-        tool = rnd.choice(sorted(server.TOOLS))
-        props = server.TOOLS[tool]["inputSchema"]["properties"]
-        arguments = {k: self.plausible(rnd, k, ids) for k in props if rnd.random() < 0.6}
-        if rnd.random() < 0.3:
-            arguments[rnd.choice(self.WORDS)] = self.value(rnd, 1, ids)
-        message = {"jsonrpc": "2.0", "id": n, "method": "tools/call",
-                   "params": {"name": tool, "arguments": arguments}}
-        roll = rnd.random()
-        if roll < 0.15:
-            message = {rnd.choice(self.WORDS): self.value(rnd, 0, ids) for _ in range(4)}
-        elif roll < 0.25:
-            message["method"] = rnd.choice(self.WORDS)
-            message["params"] = self.value(rnd, 1, ids)
-        data = json.dumps(message).encode()
-        if rnd.random() < 0.2:  # mangle the bytes
-            data = bytearray(data)
-            for _ in range(rnd.randint(1, 4)):
-                i = rnd.randrange(len(data))
-                data[i:i + 1] = bytes([rnd.randrange(256)]) if rnd.random() < 0.7 else b""
-            data = bytes(data).replace(b"\n", b" ").replace(b"\r", b" ")
-        return data
-
-    def test_random_messages_to_the_stdio_loop(self):
-        rnd = random.Random(20261122)
-        s = Store(self.path)
-        ids = [s.add(f"seed memory {i}", ["seed"])["id"] for i in range(5)]
-        s.close()
-        log_path = os.path.join(self.dir, "server.log")
-        proc = ServerProcess(self.dir, log_path)
-        proc.send(request("initialize", {"protocolVersion": "2025-03-26"}))
-        messages = [self.message(rnd, ids, n) for n in range(3000)]
-        lines = b"".join(m + b"\n" for m in messages)
-        feeder = threading.Thread(target=lambda: (proc.proc.stdin.write(lines),
-                                                  proc.proc.stdin.close()))
-        feeder.start()
-        replies = [json.loads(line) for line in proc.proc.stdout]
-        feeder.join(60)
-        self.assertEqual(proc.close(), 0)
-        self.assertGreater(len(replies), 2000)
-        codes = collections.Counter(outcome(r) if isinstance(outcome(r), int) else
-                                    "tool error" if outcome(r) else "result"
-                                    for r in replies if isinstance(r, dict))
-        self.assertNotIn(server.INTERNAL_ERROR, codes)
-        self.assertGreater(codes["result"], 100, codes)
-        self.assertGreater(codes["tool error"], 100, codes)
-        with open(log_path, "rb") as f:
-            self.assertNotIn(b"Traceback", f.read())
+        self.assertEqual(errors, [])
+        stored = {row[0]: row[1] for row in nodes_table(self.path)}
+        expected = {i: c for mine in made.values() for i, c in mine.items()}
+        self.assertGreater(len(expected), 200)
+        self.assertEqual(set(stored), set(expected) | set(hubs))
+        self.assertEqual({i: stored[i] for i in expected}, expected)
+        self.assertFalse(forgotten & set(stored))
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
         self.assertEqual(index_problems(self.path), [])
-        db = sqlite3.connect(self.path)
-        self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
-        db.close()
+        with open(log_path, "rb") as f:
+            log_text = f.read()
+        self.assertNotIn(b"Traceback", log_text)
+        self.assertNotIn(b"locked", log_text)
 
-    def test_random_arguments_to_the_store(self):
-        rnd = random.Random(11)
+    def test_stdio_and_remote_share_one_directory_without_losses(self):
         s = self.open_store()
-        ids = [s.add(f"seed memory {i}")["id"] for i in range(5)]
-        calls = {"add": ("content", "tags", "links", "source"), "search": ("query", "tags", "limit"),
-                 "neighbors": ("node_id", "depth", "offset", "limit"), "delete": ("node_id",),
-                 "update": ("node_id", "content", "tags", "links"), "get": ("node_id",)}
-        outcomes = collections.Counter()
-        quiet = self.assertLogs("flood-memory.store", "WARNING")  # links to nowhere are logged, and skipped
-        quiet.__enter__()
-        self.addCleanup(quiet.__exit__, None, None, None)
-        for i in range(1500):
-            name = rnd.choice(list(calls))
-            arguments = {k: self.plausible(rnd, k, ids) for k in calls[name] if rnd.random() < 0.7}
-            try:
-                result = getattr(s, name)(**arguments)
-                outcomes["ok"] += 1
-                if name == "add":
-                    ids.append(result["id"])
-                elif name == "delete":
-                    ids.remove(arguments["node_id"])
-            except TypeError as exc:  # a required argument left out: a caller's bug
-                self.assertIn("required positional argument", str(exc))
-            except StoreError:
-                outcomes["refused"] += 1
-        self.assertGreater(outcomes["ok"], 100, outcomes)
-        self.assertGreater(outcomes["refused"], 100, outcomes)
+        hub = s.add("shared hub")
+        port = self.serve_http(s).server_address[1]
+        proc = self.server_process(self.dir, timeout=60)
+        n = 60
+        remote_ids = []
+
+        def remote_writes():
+            for i in range(n):
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                try:
+                    status, _, body = http_post(conn, call("remember", {
+                        "content": f"remote {i}", "links": [hub["id"]]}))
+                finally:
+                    conn.close()
+                self.assertEqual(status, 200, body)
+                remote_ids.append(self.succeeded(json.loads(body))["id"])
+
+        writer = threading.Thread(target=remote_writes)
+        writer.start()
+        proc.feed([call("remember", {"content": f"stdio {i}", "links": [hub["id"]]}, id=i)
+                   for i in range(n)])
+        stdio_ids = [self.succeeded(reply)["id"] for reply in proc.replies()]
+        writer.join()
+        proc.close()
+        self.assertEqual((len(stdio_ids), len(remote_ids)), (n, n))
+        self.assertEqual(set(s.get(hub["id"])["links"]), set(stdio_ids + remote_ids))
+        self.assertEqual(s.count(), 2 * n + 1)
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
+
+    def test_processes_opening_a_new_database_at_once_all_get_in(self):
+        # Switching a new file to WAL does not wait for the lock as other statements do.
+        opener = ("import sys, time, store\n"
+                  "time.sleep(max(0, float(sys.argv[2]) - time.time()))\n"
+                  "with store.Store(sys.argv[1]) as s:\n"
+                  "    s.add('opened at once')\n")
+        for round_ in range(3):
+            path = os.path.join(self.dir, f"new-{round_}.db")
+            start = time.time() + 0.5
+            procs = [subprocess.Popen([sys.executable, "-c", opener, path, str(start)], cwd=HERE,
+                                      stderr=subprocess.PIPE) for _ in range(6)]
+            errors = [p.communicate(timeout=60)[1] for p in procs]
+            self.assertEqual([p.returncode for p in procs], [0] * 6, errors)
+            self.assertEqual(len(nodes_table(path)), 6)
+
+    def test_a_stuck_writer_gives_a_clear_error_not_a_hang(self):
+        s = Store(self.path, timeout=0.3)
+        self.addCleanup(s.close)
+        kept = s.add("written before the lock")
+        peer = sqlite3.connect(self.path, isolation_level=None)
+        self.addCleanup(peer.close)
+        peer.execute("BEGIN IMMEDIATE")  # a peer that holds the write lock and never lets go
+        started = time.monotonic()
+        with self.assertRaises(StoreError) as cm:
+            s.add("waits for the lock")
+        self.assertLess(time.monotonic() - started, 5)
+        self.assertIn("locked by another process for more than 0.3 s", str(cm.exception))
+        self.assertEqual(s.get(kept["id"])["content"], "written before the lock")  # reads go on
+        # Recall and connections find what they find all the same, only the access is not
+        # counted (a long import holds the lock for many seconds).
+        with self.assertLogs("flood-memory.store", "WARNING") as logged:
+            found = s.search("written before")
+            around = s.neighbors(kept["id"])["nodes"]
+        self.assertEqual([n["id"] for n in found], [kept["id"]])
+        self.assertEqual([n["id"] for n in around], [kept["id"]])
+        self.assertEqual(found[0]["access_count"], 0)
+        self.assertIn("accesses not counted", logged.output[0])
+        peer.execute("ROLLBACK")
+        self.assertEqual(s.add("after the lock")["content"], "after the lock")
+        self.assertEqual(s.search("written before")[0]["access_count"], 1)
+
+
+class KillTest(TempDirTest):
+    """A server killed with SIGKILL at random moments keeps every write it acknowledged."""
+
+    def test_acknowledged_writes_survive_sigkill(self):
+        rnd = random.Random(7)
+        acknowledged = {}  # id -> the contents it may hold
+        log_path = os.path.join(self.dir, "server.log")
+        rounds = []
+        for round_ in range(5):
+            server_proc = self.server_process(self.dir, log_path)
+            ids = list(acknowledged)
+            # Requests stream in without waiting for replies, so a write is always under way.
+            lines = []
+            for i in range(400):
+                if ids and rnd.random() < 0.3:
+                    lines.append(call("update", {"node_id": rnd.choice(ids),
+                                                 "content": f"round {round_} edit {i}"}, id=i))
+                else:
+                    lines.append(call("remember", {"content": f"round {round_} note {i}",
+                                                   "links": rnd.sample(ids, min(2, len(ids)))},
+                                      id=i))
+
+            for line in lines:  # until its reply comes, an update may or may not land
+                arguments = line["params"]["arguments"]
+                if "node_id" in arguments:
+                    acknowledged[arguments["node_id"]].add(arguments["content"])
+
+            feeder = server_proc.feed(lines, close=False)
+            kill_after = rnd.randint(20, 300)
+            got = 0
+            for reply in server_proc.replies():
+                sent = lines[reply["id"]]
+                node = self.succeeded(reply["result"])
+                # Its content, or that of a later update whose reply the kill cut off.
+                acknowledged[node["id"]] = {sent["params"]["arguments"]["content"]} | {
+                    later["params"]["arguments"]["content"] for later in lines[reply["id"] + 1:]
+                    if later["params"]["arguments"].get("node_id") == node["id"]}
+                got += 1
+                if got == kill_after:
+                    time.sleep(rnd.random() * 0.01)  # land somewhere inside a later write
+                    server_proc.proc.send_signal(signal.SIGKILL)
+            server_proc.proc.wait(10)
+            feeder.join(10)
+            self.assertEqual(server_proc.close(), -signal.SIGKILL)
+            rounds.append(got)
+            db = sqlite3.connect(self.path)
+            try:
+                self.assertEqual(db.execute("PRAGMA integrity_check").fetchone()[0], "ok")
+                stored = dict(db.execute("SELECT id, content FROM nodes"))
+            finally:
+                db.close()
+            missing = {i: c for i, c in acknowledged.items() if stored.get(i) not in c}
+            self.assertEqual(missing, {}, f"round {round_}: acknowledged writes lost")
+            self.assertTrue(fts_agrees(self.path))
+            self.assertTrue(links_are_mutual(self.path))
+        self.assertGreater(sum(rounds), 100)
         self.assertEqual(index_problems(self.path), [])
 
 
 # ----------------------------------------------------------------------------- benchmark
 #
-# python3 test.py bench [--sizes 10000,100000,1000000] [--quick]: a synthetic corpus that
-# behaves like text (Zipf-distributed words), bulk-loaded through Store, then every tool
-# timed end to end through server.py over stdio, as a client sees it.
+# python3 test.py bench [--sizes 10000,100000,1000000] [--quick] [--project DIR]: a synthetic
+# corpus that behaves like text (Zipf-distributed words), bulk-loaded with Store.load, then
+# every tool timed end to end through server.py over stdio (a ServerProcess), as a client
+# sees it. Beside remember, the same memories go to server.py's stdio loop over a PlainStore:
+# SPEC.md's schema and nothing more, so that what a write costs over a plain insert stays in
+# view at every size.
 
 # (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
 TARGETS = {
@@ -2851,30 +3011,19 @@ class Corpus:
         return self.text(rnd, 1, 6)
 
 
-LOADER = """
+# Loads the corpus into another checkout (--project) with its own Store.load.
+LOAD = """
 import json, sys
 import store
 s = store.Store(sys.argv[1])
-lines = [json.loads(line) for line in sys.stdin]
-if hasattr(s, "load"):
-    s.load(lines)
-else:  # a checkout from before Store.load: insert, then mirror the links
-    db = s._db()
-    db.execute("BEGIN")
-    for r in lines:
-        db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed)"
-                   " VALUES (?, ?, ?, ?, ?, ?, ?)", (r["id"], r["content"], json.dumps(r["tags"]),
-                   json.dumps(r["links"]), r["source"], r["created_at"], r["created_at"]))
-        for target in r["links"]:
-            db.execute("UPDATE nodes SET links = json_insert(links, '$[#]', ?) WHERE id = ?",
-                       (r["id"], target))
-    db.execute("COMMIT")
+s.load([json.loads(line) for line in sys.stdin])
 s.close()
 """
 
 
 def build_corpus(corpus, size, path, project):
-    """Bulk-load `size` memories into a new database at `path`; their ids."""
+    """Bulk-load `size` memories into a new database at `path` with `project`'s Store.load;
+    (their ids, seconds taken)."""
     ids, batch = [], []
     started = time.perf_counter()
     if os.path.abspath(project) == HERE:
@@ -2888,7 +3037,7 @@ def build_corpus(corpus, size, path, project):
         s.load(batch)
         s.close()
     else:
-        proc = subprocess.Popen([sys.executable, "-c", LOADER, path], cwd=project,
+        proc = subprocess.Popen([sys.executable, "-c", LOAD, path], cwd=project,
                                 stdin=subprocess.PIPE, text=True)
         for record in corpus.memories(size):
             ids.append(record["id"])
@@ -2899,45 +3048,68 @@ def build_corpus(corpus, size, path, project):
     return ids, time.perf_counter() - started
 
 
-class StdioClient:
-    """server.py as a subprocess, one request at a time, each round trip timed."""
+PLAIN = "plain insert (SPEC.md schema)"
+NODE_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
 
-    def __init__(self, project, data_dir):
-        env = dict(os.environ, FLOOD_MEMORY_DIR=data_dir)
-        self.started = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "server.py"], cwd=project, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL)
-        self.next_id = 0
 
-    def request(self, method, params=None):
-        self.next_id += 1
-        message = {"jsonrpc": "2.0", "id": self.next_id, "method": method, "params": params or {}}
-        started = time.perf_counter()
-        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-        self.proc.stdin.flush()
-        reply = json.loads(self.proc.stdout.readline())
-        elapsed = (time.perf_counter() - started) * 1000
-        if "error" in reply or reply["result"].get("isError"):
-            raise SystemExit(f"{method} {params} failed: {reply}")
-        return reply["result"], elapsed
+class PlainStore:
+    """SPEC.md's schema and nothing more, behind the one method remember calls: the reference
+    a remember is measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
+    transaction per memory that inserts its row (the triggers index it) and appends the
+    back-link to the links of each memory it links to. No checks, no ranking statistics."""
 
-    def call(self, name, arguments):
-        result, elapsed = self.request("tools/call", {"name": name, "arguments": arguments})
-        return json.loads(result["content"][0]["text"]), elapsed
+    def __init__(self, path):
+        self.db = sqlite3.connect(path, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
 
-    def memory_mb(self):
-        """(current, peak) resident set size in MB, from /proc where there is one."""
+    def add(self, content, tags=(), links=(), source=""):
+        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        node = {"id": str(uuid.uuid4()), "content": content, "tags": list(tags),
+                "links": list(links), "source": source, "created_at": now,
+                "last_accessed": now, "access_count": 0}
+        self.db.execute("BEGIN IMMEDIATE")
         try:
-            with open(f"/proc/{self.proc.pid}/status") as f:
-                fields = dict(line.split(":", 1) for line in f)
-            return tuple(int(fields[k].split()[0]) / 1024 for k in ("VmRSS", "VmHWM"))
-        except OSError:
-            return (float("nan"), float("nan"))
+            self.db.execute(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                            (node["id"], content, json.dumps(node["tags"]),
+                             json.dumps(node["links"]), source, now, now, 0))
+            for target in node["links"]:
+                self.db.execute("UPDATE nodes SET links = json_insert(links, '$[#]', ?) "
+                                "WHERE id = ?", (node["id"], target))
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        return node
 
     def close(self):
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        self.db.close()
+
+
+def plain_copy(source, target):
+    """A new database at `target` in SPEC.md's schema, holding the memories of `source`."""
+    db = sqlite3.connect(target, isolation_level=None)
+    try:
+        db.executescript(SPEC_SCHEMA)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("ATTACH DATABASE ? AS corpus", (source,))
+        db.execute("BEGIN")
+        db.execute(f"INSERT INTO nodes ({NODE_COLUMNS}) SELECT {NODE_COLUMNS} FROM corpus.nodes "
+                   f"ORDER BY rowid")
+        db.execute("COMMIT")
+        db.execute("DETACH DATABASE corpus")
+    finally:
+        db.close()
+
+
+def plain_server(path):
+    """python3 test.py plain-server PATH: server.py's stdio loop over a PlainStore."""
+    s = PlainStore(path)
+    try:
+        server.serve_stdio(s)
+    finally:
+        s.close()
+    return 0
 
 
 def percentile(values, q):
@@ -2945,16 +3117,47 @@ def percentile(values, q):
     return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
 
 
+INITIALIZE = request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
+                                    "clientInfo": {"name": "bench", "version": "1"}})
+
+
+def handshake(client, *more):
+    """initialize, and any further requests, as a client opens a session; the run stops if
+    the server refuses one."""
+    for message in (INITIALIZE, *more):
+        reply = client.send(message)
+        if "error" in reply:
+            raise SystemExit(f"{message['method']} failed: {reply}")
+
+
+def timed(client, name, arguments):
+    """One tools/call that must succeed; its round trip in ms."""
+    _, error = client.call(name, arguments)
+    if error:
+        raise SystemExit(f"{name} {arguments} failed: {error}")
+    return client.elapsed
+
+
 def cold_starts(project, data_dir, runs):
     times = []
     for _ in range(runs):
-        client = StdioClient(project, data_dir)
-        client.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
-                                      "clientInfo": {"name": "bench", "version": "1"}})
-        client.request("tools/list")
+        client = ServerProcess(data_dir, cwd=project)
+        handshake(client, request("tools/list"))
         times.append((time.perf_counter() - client.started) * 1000)
-        client.close()
+        client.close(60)
     return times
+
+
+def plain_inserts(path, memories):
+    """remember with each of `memories`, answered by this checkout's server.py over a
+    PlainStore at `path`; the round trips in ms."""
+    client = ServerProcess(command=[sys.executable, os.path.abspath(__file__), "plain-server",
+                                    path])
+    try:
+        handshake(client)
+        return [timed(client, "remember", m) for m in memories]
+    finally:
+        client.close(60)
 
 
 def agreement(path, queries):
@@ -2978,15 +3181,6 @@ def agreement(path, queries):
         s.close()
 
 
-def agree(got, want):
-    """Same top set, where memories with exactly the cut-off score may differ (FTS5 orders
-    ties among themselves as it likes)."""
-    if [round(x, 9) for x, _ in got] != [round(x, 9) for x, _ in want]:
-        return False
-    cut = round(want[-1][0], 9) if want else None
-    return {r for x, r in got if round(x, 9) != cut} == {r for x, r in want if round(x, 9) != cut}
-
-
 def bench_size(corpus, size, calls, args):
     keep = args.keep
     work = tempfile.mkdtemp(prefix="flood-bench-")
@@ -3004,19 +3198,22 @@ def bench_size(corpus, size, calls, args):
             if cached:
                 os.makedirs(keep, exist_ok=True)
                 shutil.copyfile(path, cached)
+        plain = os.path.join(work, "plain.db")
+        plain_copy(path, plain)
         rnd = random.Random(size)
         rows = {}
         rows["cold start"] = cold_starts(args.project, data_dir, 3 if args.quick else 7)
-        client = StdioClient(args.project, data_dir)
-        client.request("initialize", {"protocolVersion": "2024-11-05", "capabilities": {},
-                                      "clientInfo": {"name": "bench", "version": "1"}})
+        client = ServerProcess(data_dir, cwd=args.project)
+        handshake(client)
 
         def run(label, name, make):
-            rows[label] = [client.call(name, make())[1] for _ in range(calls)]
+            rows[label] = [timed(client, name, make()) for _ in range(calls)]
 
-        run("remember", "remember", lambda: {
-            "content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
-            "links": rnd.sample(ids, 2)})
+        memories = [{"content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
+                     "links": rnd.sample(ids, 2)} for _ in range(calls)]
+        fresh = iter(memories)
+        run("remember", "remember", lambda: next(fresh))
+        rows[PLAIN] = plain_inserts(plain, memories)
         queries = [corpus.query(rnd) for _ in range(calls)]
         it = iter(queries)
         run("recall query", "recall", lambda: {"query": next(it), "limit": 10})
@@ -3031,7 +3228,7 @@ def bench_size(corpus, size, calls, args):
         it2 = iter(doomed)
         run("forget", "forget", lambda: {"node_id": next(it2)})
         rss, peak = client.memory_mb()
-        client.close()
+        client.close(60)
         size_mb = sum(os.path.getsize(os.path.join(data_dir, f)) for f in os.listdir(data_dir)) / 2**20
         checked = queries[:args.agreement]
         same, literal, skims, paths = (agreement(path, checked) if args.project == HERE
@@ -3042,6 +3239,12 @@ def bench_size(corpus, size, calls, args):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def plain_ratio(rows):
+    """(remember p50, plain insert p50, their ratio)."""
+    mine, plain = percentile(rows["remember"], 0.5), percentile(rows[PLAIN], 0.5)
+    return mine, plain, mine / plain
+
+
 def report(result):
     size, rows = result["size"], result["rows"]
     targets = TARGETS.get(size, {})
@@ -3049,7 +3252,7 @@ def report(result):
     load = f", bulk load {result['load_s']:.0f} s" if result["load_s"] else ""
     print(f"\n{size:,} memories: database {result['db_mb']:.1f} MB, server RSS "
           f"{result['rss']:.1f} MB (peak {result['peak']:.1f} MB){load}")
-    print(f"  {'operation':24} {'p50 ms':>8} {'p95 ms':>8}   reference p50 / p95")
+    print(f"  {'operation':29} {'p50 ms':>8} {'p95 ms':>8}   reference p50 / p95")
     for label, times in rows.items():
         p50, p95 = percentile(times, 0.5), percentile(times, 0.95)
         goal = targets.get(label)
@@ -3059,10 +3262,13 @@ def report(result):
             verdict = f"   {goal[0] or '-'} / {goal[1]}  {'within' if ok else 'over'}"
             if not ok:
                 missed.append(f"{label} {p50:.1f}/{p95:.1f} ms")
-        print(f"  {label:24} {p50:8.2f} {p95:8.2f}{verdict}")
+        print(f"  {label:29} {p50:8.2f} {p95:8.2f}{verdict}")
+    mine, plain, ratio = plain_ratio(rows)
+    print(f"  remember takes {ratio:.1f}x a plain insert in SPEC.md's schema at p50 "
+          f"({mine:.2f} against {plain:.2f} ms)")
     if "rss" in targets:
         ok = result["peak"] < targets["rss"]
-        print(f"  {'server peak RSS':24} {result['peak']:8.1f} MB          < {targets['rss']} MB  "
+        print(f"  {'server peak RSS':29} {result['peak']:8.1f} MB          < {targets['rss']} MB  "
               f"{'within' if ok else 'over'}")
         if not ok:
             missed.append(f"RSS {result['peak']:.0f} MB")
@@ -3087,7 +3293,8 @@ def bench(argv):
     parser.add_argument("--agreement", type=int, default=200,
                         help="queries checked against the exact bm25 ranking")
     parser.add_argument("--project", default=HERE,
-                        help="another checkout whose server.py to measure (before/after)")
+                        help="another checkout whose server.py to measure (before/after); "
+                             "its corpus is loaded with its own Store.load")
     parser.add_argument("--keep", metavar="DIR",
                         help="keep built corpora in DIR and reuse them on later runs")
     args = parser.parse_args(argv)
@@ -3105,11 +3312,13 @@ def bench(argv):
         result = bench_size(corpus, size, calls, args)
         missed = report(result)
         rows = result["rows"]
+        mine, plain, ratio = plain_ratio(rows)
         summary.append(f"{size:,}: recall {percentile(rows['recall query'], .5):.1f}/"
                        f"{percentile(rows['recall query'], .95):.1f} ms, remember "
                        f"{percentile(rows['remember'], .5):.1f}/{percentile(rows['remember'], .95):.1f}"
-                       f" ms, " + (f"over the reference: {'; '.join(missed)}" if missed
-                                   else "within every reference figure"))
+                       f" ms ({ratio:.1f}x a plain insert), " +
+                       (f"over the reference: {'; '.join(missed)}" if missed
+                        else "within every reference figure"))
     print("\nbench: " + " | ".join(summary))
     print("The reference figures come from an idle 2-core machine. On a busy or slower machine "
           "the same code takes longer: compare runs on one machine, not against the table.")
@@ -3120,6 +3329,8 @@ def main(argv=None):
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["bench"]:
         return bench(argv[2:])
+    if argv[1:2] == ["plain-server"]:
+        return plain_server(argv[2])
     result = unittest.main(argv=argv, verbosity=1, exit=False).result
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     passed = result.testsRun - failed - len(result.skipped)
