@@ -31,15 +31,22 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+SERVER_ERROR = -32000       # a request the server chose not to run (JSON-RPC's server range)
+
+MAX_BATCH = 100                 # messages in one JSON-RPC batch
+BATCH_REPLY_BUDGET = 4_000_000  # characters of replies one batch may produce
 
 INSTRUCTIONS = (
     "Flood Memory is your long-term memory of this user and their work. Call recall before "
     "answering anything that may depend on earlier conversations, and remember durable facts, "
     "preferences and decisions as short self-contained statements. Recall matches words, not "
     "meanings: put synonyms and related words into one query, and if nothing fits, retry with "
-    "other words or list by tags before concluding that nothing is remembered. Link related "
-    "memories, and when a fact changes, update the memory that holds it instead of storing a "
-    "duplicate. When a reply leaves something out, its note says how to get the rest."
+    "other words or list by tags before concluding that nothing is remembered. For a question "
+    "about a time ('last week', 'since the release'), give recall since and until; to see what "
+    "was stored lately, call recall with no query. Link related memories, and when a fact "
+    "changes, update the memory that holds it instead of storing a duplicate; when remember "
+    "lists similar memories, check whether one already says it. When a reply leaves "
+    "something out, its note says how to get the rest."
 )
 
 
@@ -126,6 +133,19 @@ _WRITTEN_SCHEMA = {
             "items": {"type": "object",
                       "properties": {"id": {"type": "string"}, "reason": {"type": "string"}},
                       "required": ["id", "reason"]}},
+        "already_remembered": {
+            "type": "boolean",
+            "description": "Present (true) when the memory was stored before, with the same "
+                           "content and tags: this is that memory, and nothing new was stored"},
+        "similar": {
+            "type": "array",
+            "description": "Present when stored memories are very close to the new one: if "
+                           "one says the same thing, update or forget instead of keeping both",
+            "items": {"type": "object",
+                      "properties": {"id": {"type": "string"},
+                                     "content": {"type": "string",
+                                                 "description": "The first characters"}},
+                      "required": ["id", "content"]}},
         "note": _NOTE,
     },
 }
@@ -224,6 +244,16 @@ def _skipped_note(node):
 
 def _single(node, notes=()):
     """A reply holding one memory (remember, update)."""
+    notes = list(notes)
+    if node.get("already_remembered"):
+        notes.append(f"Already remembered: a memory with this content and these tags was "
+                     f"stored at {node['created_at']}, so nothing new was stored"
+                     f"{' (the links given were added to it)' if node['links'] else ''}.")
+    if node.get("similar"):
+        notes.append(f"{len(node['similar'])} stored memor"
+                     f"{'y is' if len(node['similar']) == 1 else 'ies are'} very close to this "
+                     f"one (listed in similar): if one says the same thing, update it or forget "
+                     f"one of them rather than keep both.")
     out = shown(node)
     skipped = out.get("skipped_links")
     if skipped and len(skipped) > SHOWN_LINKS:
@@ -239,7 +269,7 @@ def _remember(store, args):
 def _recall(store, args):
     budget = Budget()
     found = store.search(args["query"], args["tags"], args["limit"], offset=args["offset"],
-                         fit=budget.fit)
+                         since=args.get("since"), until=args.get("until"), fit=budget.fit)
     results = budget.show(found)
     notes = _cut_notes(results)
     value = {"results": results}
@@ -291,7 +321,10 @@ TOOLS = {
             "when). Tags are short labels such as a person or project that recall can filter "
             "by. Links are ids of related memories; every link is made in both directions, "
             "and any that cannot be made are listed in skipped_links. Returns the new memory "
-            "with its id."),
+            "with its id. Storing the same content and tags again returns the memory already "
+            "stored (already_remembered), so a retried call is safe; memories very close to "
+            "the new one are listed in similar: if one says the same thing, update or forget "
+            "instead of keeping both."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -316,15 +349,17 @@ TOOLS = {
     "recall": {
         "title": "Recall",
         "description": (
-            "Search memory by words, tags, or both. Use it before answering anything that may "
-            "depend on earlier conversations: the user's preferences, people, projects, past "
-            "decisions. Recall matches words and their forms ('painting' finds 'paint'), not "
-            "meanings: put synonyms and related words into one query ('holiday vacation trip "
-            "travel'); the words are OR-ed, so memories matching more of them, and rarer "
-            "ones, rank first. If nothing fits, retry with other words or list by tags before "
-            "concluding that nothing is remembered. Tags filter: a memory must carry every "
-            "tag given; tags without a query list the newest tagged memories. Each memory "
-            "returned counts as accessed."),
+            "Search memory by words, tags, time, or any mix. Use it before answering anything "
+            "that may depend on earlier conversations: the user's preferences, people, "
+            "projects, past decisions. Recall matches words and their forms ('painting' finds "
+            "'paint'), not meanings: put synonyms and related words into one query ('holiday "
+            "vacation trip travel'); the words are OR-ed, so memories matching more of them, "
+            "and rarer ones, rank first. If nothing fits, retry with other words or list by "
+            "tags before concluding that nothing is remembered. Tags filter: a memory must "
+            "carry every tag given. since and until keep memories created in that window, "
+            "for questions like 'what did we decide last week?'. Without a query, the newest "
+            "memories come first: call it with no arguments to see what was stored lately "
+            "('what do you remember about me?'). Each memory returned counts as accessed."),
         "inputSchema": {
             "type": "object",
             "properties": {
@@ -339,13 +374,22 @@ TOOLS = {
                            "maximum": MAX_OFFSET,
                            "description": "Results to skip: the next_offset of a reply "
                                           "that did not hold them all"},
+                "since": {"type": "string",
+                          "description": "Only memories created at or after this time: an "
+                                         "ISO 8601 date or date-time (2026-11-16, "
+                                         "2026-11-16T09:00, 2026-11-16T09:00+01:00); UTC "
+                                         "unless it gives an offset"},
+                "until": {"type": "string",
+                          "description": "Only memories created before this time (same "
+                                         "forms as since)"},
             },
             "additionalProperties": False,
         },
         "outputSchema": {
             "type": "object",
             "properties": {"results": {"type": "array", "items": _NODE_SCHEMA,
-                                       "description": "Best match first"},
+                                       "description": "Best match first; newest first "
+                                                      "without a query"},
                            "next_offset": _NEXT_OFFSET, "note": _NOTE},
             "required": ["results"],
         },
@@ -606,8 +650,24 @@ def handle_payload(payload, store, session):
                                              f"revision {session.version}")
     if not payload:
         return rpc_error(None, INVALID_REQUEST, "an empty batch")
-    replies = [handle_message(m, store, session, in_batch=True) for m in payload]
-    return [r for r in replies if r is not None] or None
+    if len(payload) > MAX_BATCH:
+        return rpc_error(None, INVALID_REQUEST, f"a batch may hold at most {MAX_BATCH} messages, "
+                                                f"got {len(payload):,}")
+    replies, size = [], 0
+    for message in payload:
+        if size > BATCH_REPLY_BUDGET and isinstance(message, dict) and "method" in message \
+                and "id" in message:
+            # What a batch may cost is bounded: 1,000 recalls once made a 242 MB reply.
+            replies.append(rpc_error(message["id"] if _valid_id(message["id"]) else None,
+                                     SERVER_ERROR, f"not run: this batch's replies passed "
+                                                   f"{BATCH_REPLY_BUDGET:,} characters; send "
+                                                   f"the rest in another batch"))
+            continue
+        reply = handle_message(message, store, session, in_batch=True)
+        if reply is not None:
+            size += len(_dumps(reply))
+            replies.append(reply)
+    return replies or None
 
 
 def decode(data):

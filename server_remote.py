@@ -6,11 +6,14 @@ same `handle_payload` as the stdio server. Stateless: no sessions, each POST sta
 Each request runs in its own thread with its own SQLite connection.
 """
 
+import contextlib
+import errno
 import hmac
 import ipaddress
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -28,6 +31,8 @@ MCP_PATH = "/mcp"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 REQUEST_TIMEOUT = 30.0      # seconds a client may take to send one request, headers and body
+MAX_HEADER_BYTES = 32_768   # the request line and headers together
+MAX_CONNECTIONS = 256       # open at once, fewer if the descriptor limit asks (see main)
 SHUTDOWN_GRACE = 10.0       # seconds in-flight requests get to finish on SIGTERM
 # Revision assumed for a request without an MCP-Protocol-Version header (transport spec).
 HEADERLESS_VERSION = "2025-03-26"
@@ -63,16 +68,23 @@ def origin_host(origin):
         return None
 
 
-class _Deadline:
-    """Wraps a request's input so that reading it as a whole cannot outlast a deadline.
+class HeadersTooLarge(Exception):
+    """The request line and headers passed MAX_HEADER_BYTES."""
 
-    A per-read socket timeout alone lets a client trickle one byte at a time forever.
+
+class _Deadline:
+    """Wraps a request's input so that reading it as a whole cannot outlast a deadline, and
+    its request line and headers cannot pass a size.
+
+    A per-read socket timeout alone lets a client trickle one byte at a time forever, and
+    http.server bounds each header line (64 KiB) and their number (100), not their total.
     """
 
-    def __init__(self, rfile, sock, seconds):
+    def __init__(self, rfile, sock, seconds, header_bytes):
         self._rfile = rfile
         self._sock = sock
         self._end = time.monotonic() + seconds
+        self._header_bytes = header_bytes  # left for the lines before the body
 
     def _arm(self):
         left = self._end - time.monotonic()
@@ -82,7 +94,11 @@ class _Deadline:
 
     def readline(self, *args):
         self._arm()
-        return self._rfile.readline(*args)
+        line = self._rfile.readline(*args)
+        self._header_bytes -= len(line)
+        if self._header_bytes < 0:
+            raise HeadersTooLarge
+        return line
 
     def read(self, *args):
         self._arm()
@@ -111,12 +127,28 @@ class Handler(BaseHTTPRequestHandler):
         self._raw_rfile = self.rfile
 
     def handle_one_request(self):
-        self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.request_timeout)
+        self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.request_timeout,
+                               MAX_HEADER_BYTES)
         try:
             super().handle_one_request()
+        except HeadersTooLarge:
+            self.send_error(HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE,
+                            f"the request line and headers may take {MAX_HEADER_BYTES} bytes")
         except (TimeoutError, ConnectionError) as exc:
             log.info("%s: connection dropped: %s", self.client_address[0], exc)
             self.close_connection = True
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server's own refusals (a malformed request line, a header too long, an
+        unknown method) as JSON with the CORS headers, like every other error here."""
+        self.close_connection = True
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            # No request line parsed yet, or one too broken to tell: answer in HTTP/1.0.
+            self.request_version = "HTTP/1.0"
+            self.requestline = getattr(self, "requestline", "")
+            self.command = getattr(self, "command", "")
+        status = HTTPStatus(code)
+        self.send(status, encode(rpc_error(None, TRANSPORT_ERROR, message or status.phrase)))
 
     def log_message(self, format, *args):
         log.info("%s %s", self.client_address[0], format % args)
@@ -184,7 +216,8 @@ class Handler(BaseHTTPRequestHandler):
                                                       ("Allow", ALLOW)])
 
     def do_POST(self):
-        if not self.on_mcp_path() or not self.origin_allowed() or not self.authorized():
+        if not self.on_mcp_path() or not self.well_formed() or not self.origin_allowed() or \
+                not self.authorized():
             return
         version = self.headers.get("Mcp-Protocol-Version")
         if version is not None and version not in PROTOCOL_VERSIONS:
@@ -203,20 +236,23 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
             return
+        # In flight until the reply is written out, so that a shutdown waits for it: a
+        # client whose reply to committed writes was cut off would retry them.
         try:
             session = Session(version or HEADERLESS_VERSION)
             reply = handle_payload(payload, self.server.store, session)
+            if reply is None:
+                self.send(HTTPStatus.ACCEPTED)
+                return
+            data = encode(reply)
+            if "text/event-stream" in self.headers.get("Accept", ""):
+                self.send(HTTPStatus.OK, b"data: " + data + b"\n\n", "text/event-stream",
+                          [("Cache-Control", "no-cache")])
+            else:
+                self.send(HTTPStatus.OK, data)
+            self.wfile.flush()
         finally:
             self.server.end_request()
-        if reply is None:
-            self.send(HTTPStatus.ACCEPTED)
-            return
-        data = encode(reply)
-        if "text/event-stream" in self.headers.get("Accept", ""):
-            self.send(HTTPStatus.OK, b"data: " + data + b"\n\n", "text/event-stream",
-                      [("Cache-Control", "no-cache")])
-        else:
-            self.send(HTTPStatus.OK, data)
 
     def do_GET(self):
         if self.on_mcp_path():
@@ -238,6 +274,17 @@ class Handler(BaseHTTPRequestHandler):
     do_HEAD = do_PUT
 
     # -- checks
+
+    def well_formed(self):
+        """Headers that parsed cleanly: a line like "Transfer-Encoding : chunked" (space
+        before the colon) is no header to http.server, but may be one to a proxy in front."""
+        if not self.headers.defects and all(
+                name.strip() == name and " " not in name for name in self.headers.keys()):
+            return True
+        self.refuse(HTTPStatus.BAD_REQUEST, "malformed header: a header line must be "
+                                            "Name: value, with no space before the colon",
+                    drain=False)
+        return False
 
     def origin_allowed(self):
         """The DNS-rebinding defence: browsers on foreign pages may not reach an open server.
@@ -315,16 +362,22 @@ class RemoteServer(ThreadingHTTPServer):
     request_queue_size = 128  # the default of 5 resets connections under a burst of clients
 
     def __init__(self, address, store, *, token=None, allowed_origins=(),
-                 max_body=DEFAULT_MAX_BODY, request_timeout=REQUEST_TIMEOUT):
+                 max_body=DEFAULT_MAX_BODY, request_timeout=REQUEST_TIMEOUT,
+                 max_connections=MAX_CONNECTIONS):
         self.store = store
         self.token = token or None
         self.allowed_origins = frozenset(allowed_origins)
         self.max_body = max_body
         self.request_timeout = request_timeout
+        self.max_connections = max_connections
         self.loopback_only = is_loopback(address[0])
         self._busy = 0
         self._stopping = False
         self._idle = threading.Condition()
+        self._open = 0                  # connections being served
+        self._open_lock = threading.Lock()
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
 
     def begin_request(self):
@@ -346,10 +399,43 @@ class RemoteServer(ThreadingHTTPServer):
             self._stopping = True
             return self._idle.wait_for(lambda: self._busy == 0, timeout)
 
+    def get_request(self):
+        """Accept a connection; when the process has run out of file descriptors, wait a
+        moment first, or the accept loop spins on the connection it cannot take."""
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                log.warning("out of file descriptors: connections wait in the queue")
+                time.sleep(0.1)
+            raise
+
+    def process_request(self, request, client_address):
+        """Serve the connection in a thread, or, past max_connections at once, answer 503 at
+        once: slow clients holding many connections must not starve the process of file
+        descriptors (about 1,000 did at ulimit -n 1024)."""
+        with self._open_lock:
+            full = self._open >= self.max_connections
+            if not full:
+                self._open += 1
+        if not full:
+            super().process_request(request, client_address)
+            return
+        body = encode(rpc_error(None, TRANSPORT_ERROR, "too many connections; try again soon"))
+        with contextlib.suppress(OSError):
+            request.settimeout(1.0)
+            request.sendall(b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\n" +
+                            "".join(f"{k}: {v}\r\n" for k, v in CORS_HEADERS.items()).encode() +
+                            b"Content-Type: application/json\r\nContent-Length: %d\r\n"
+                            b"Connection: close\r\n\r\n%s" % (len(body), body))
+        self.shutdown_request(request)
+
     def process_request_thread(self, request, client_address):
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._open_lock:
+                self._open -= 1
             self.store.close_thread()
 
     def handle_error(self, request, client_address):
@@ -413,6 +499,19 @@ def _settings(environ):
             "directory": environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR}
 
 
+def _connection_cap():
+    """MAX_CONNECTIONS, or fewer when the descriptor limit would run out first: a connection
+    takes one descriptor, and its thread's SQLite connection three more (-wal, -shm)."""
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return MAX_CONNECTIONS
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(8, min(MAX_CONNECTIONS, (soft - 64) // 4))
+
+
 def main(argv=None):
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="flood-memory: %(levelname)s: %(message)s")
@@ -430,7 +529,7 @@ def main(argv=None):
     try:
         httpd = RemoteServer((host, port), store, token=settings["token"],
                              allowed_origins=settings["allowed_origins"],
-                             max_body=settings["max_body"])
+                             max_body=settings["max_body"], max_connections=_connection_cap())
     except (OSError, OverflowError) as exc:
         store.close()
         print(f"flood-memory: cannot listen on {host}:{port}: "
@@ -443,7 +542,8 @@ def main(argv=None):
         log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set and %s is not a loopback address: "
                     "ANYONE who can reach %s:%d can read and change every memory. Set a "
                     "token, or listen on 127.0.0.1", host, host, port)
-    log.info("listening on http://%s:%d%s", host, httpd.server_address[1], MCP_PATH)
+    log.info("listening on http://%s:%d%s", f"[{host}]" if ":" in host else host,
+             httpd.server_address[1], MCP_PATH)
 
     def stop(signum, frame):
         log.info("stopping: letting requests in flight finish")

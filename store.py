@@ -23,6 +23,7 @@ and lists back. The module reads top down:
 import collections
 import contextlib
 import functools
+import hashlib
 import heapq
 import io
 import json
@@ -51,10 +52,13 @@ CREATE TABLE nodes (
     tags TEXT DEFAULT '[]',      -- JSON array of strings
     links TEXT DEFAULT '[]',     -- JSON array of node ids; every link has its back-link
     source TEXT DEFAULT '',      -- conversation label or id
-    created_at TEXT NOT NULL,    -- ISO 8601, UTC
-    last_accessed TEXT NOT NULL, -- ISO 8601, UTC; set by every recall or traversal hit
+    created_at TEXT NOT NULL,    -- ISO 8601 in UTC, always 2026-11-23T14:00:00.000Z, so that
+                                 -- comparing the text compares the times
+    last_accessed TEXT NOT NULL, -- the same form; set by every recall or traversal hit
     access_count INTEGER DEFAULT 0
 );
+-- A time window (recall's since and until) and the newest-first listing read this index.
+CREATE INDEX nodes_created ON nodes (created_at);
 
 -- External-content index over nodes.content: the text lives once, in nodes.
 CREATE VIRTUAL TABLE nodes_fts USING fts5(
@@ -74,32 +78,44 @@ CREATE TRIGGER nodes_au AFTER UPDATE OF content ON nodes BEGIN
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
 END;
 
--- Tag index, one row per tag of a memory, kept by triggers: tag filters read no JSON.
+-- Tag index, one row per tag of a memory, kept by triggers: tag filters read no JSON. Keyed by
+-- time, so that a tag's memories list newest first, and within a window, straight from it.
 CREATE TABLE node_tags (
     tag TEXT NOT NULL,
+    created_at TEXT NOT NULL,    -- the memory's
     node INTEGER NOT NULL,       -- nodes.rowid
-    PRIMARY KEY (tag, node)
+    PRIMARY KEY (tag, created_at, node)
 ) WITHOUT ROWID;
+-- Whether one memory carries a tag (a search filtering by tags asks this of each match).
+CREATE INDEX node_tags_node ON node_tags (node, tag);
 CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
-    INSERT OR IGNORE INTO node_tags (tag, node)
-        SELECT value, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+    INSERT OR IGNORE INTO node_tags (tag, created_at, node)
+        SELECT value, new.created_at, new.rowid FROM json_each(new.tags) WHERE type = 'text';
 END;
 CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
-    DELETE FROM node_tags
-        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+    DELETE FROM node_tags WHERE node = old.rowid;
 END;
-CREATE TRIGGER node_tags_au AFTER UPDATE OF tags ON nodes BEGIN
-    DELETE FROM node_tags
-        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
-    INSERT OR IGNORE INTO node_tags (tag, node)
-        SELECT value, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+CREATE TRIGGER node_tags_au AFTER UPDATE OF tags, created_at ON nodes BEGIN
+    DELETE FROM node_tags WHERE node = old.rowid;
+    INSERT OR IGNORE INTO node_tags (tag, created_at, node)
+        SELECT value, new.created_at, new.rowid FROM json_each(new.tags) WHERE type = 'text';
 END;
+
+-- Which memories hold the same text and tags, for remember to find an exact duplicate.
+CREATE TABLE fingerprints (
+    hash INTEGER NOT NULL,       -- 64 bits of BLAKE2b over the content with its whitespace
+                                 -- collapsed and the sorted tags (see _fingerprint)
+    node INTEGER NOT NULL,       -- nodes.rowid
+    PRIMARY KEY (hash, node)
+) WITHOUT ROWID;
 
 -- How many memories hold each term the index holds (a porter stem), as of the last fold of
 -- `pending`. A df lookup here takes 0.014 ms; through FTS5's fts5vocab, 3-10 ms at 100,000.
 CREATE TABLE terms (
     term TEXT PRIMARY KEY,
-    df INTEGER NOT NULL
+    df INTEGER NOT NULL,
+    nodes TEXT                   -- while df <= RARE: the rowids of the memories holding the
+                                 -- term, space-separated (remember's near-duplicate hint)
 ) WITHOUT ROWID;
 
 -- Terms so common ("hot") that ranking them through FTS5 would read much of the index. Each
@@ -138,7 +154,9 @@ CREATE TABLE pending (
 # 3: no new tables: terms re-counted where memories hold non-ASCII text, whose words version 2
 #    folded differently from unicode61 (Hangul split into letters, Greek accents dropped).
 # 4: pending, the log of changes the ranking statistics have yet to count.
-SCHEMA_VERSION = 4
+# 5: time and duplicates: created_at in one UTC form and indexed (nodes_created); node_tags
+#    keyed by time; fingerprints; terms.nodes, the holders of rare terms.
+SCHEMA_VERSION = 5
 
 
 def _statements(script):
@@ -171,9 +189,11 @@ def _migrate_from_1(db):
     """SPEC.md's schema: the tag index and the ranking tables, links made two-way, terms
     counted."""
     db.execute("DROP TRIGGER nodes_au")
-    _create(db, "nodes_au", "node_tags", "terms", "hot_")
-    db.execute("INSERT OR IGNORE INTO node_tags (tag, node) SELECT j.value, n.rowid "
-               "FROM nodes n, json_each(n.tags) j WHERE json_valid(n.tags) AND j.type = 'text'")
+    _create(db, "nodes_au", "hot_")
+    # node_tags and terms as version 2 had them; version 5 remakes them.
+    db.execute("CREATE TABLE node_tags (tag TEXT NOT NULL, node INTEGER NOT NULL, "
+               "PRIMARY KEY (tag, node)) WITHOUT ROWID")
+    db.execute("CREATE TABLE terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID")
     _repair_links(db)  # written by tools that may not have mirrored them
     _recount(db)
 
@@ -190,9 +210,39 @@ def _migrate_from_3(db):
     _create(db, "pending")
 
 
+def _migrate_from_4(db):
+    """Time and duplicates: created_at in one UTC form, indexed, and in node_tags; the
+    fingerprint of every memory; the holders of every rare term."""
+    changed = []
+    for rowid, created, accessed in db.execute(
+            "SELECT rowid, created_at, last_accessed FROM nodes"):
+        try:
+            fixed = (_utc(created), _utc(accessed))
+        except ValueError:
+            continue  # not a time at all: left as it was, and outside every window
+        if fixed != (created, accessed):
+            changed.append((*fixed, rowid))
+    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?",
+                   changed)
+    for trigger in ("node_tags_ai", "node_tags_ad", "node_tags_au"):
+        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    db.execute("DROP TABLE node_tags")
+    _create(db, "nodes_created", "node_tags", "fingerprints")
+    db.execute("INSERT OR IGNORE INTO node_tags (tag, created_at, node) SELECT j.value, "
+               "n.created_at, n.rowid FROM nodes n, json_each(n.tags) j "
+               "WHERE json_valid(n.tags) AND j.type = 'text'")
+    cursor = db.execute("SELECT rowid, content, tags FROM nodes")
+    while rows := cursor.fetchmany(5000):
+        db.executemany("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
+                       [(_fingerprint(content, _tag_list(tags)), rowid)
+                        for rowid, content, tags in rows])
+    db.execute("ALTER TABLE terms ADD COLUMN nodes TEXT")
+    _list_rare(db)
+
+
 # MIGRATIONS[v] takes a version-v database to version v + 1, inside the one transaction that
 # also sets the new version. Impact lists a migration leaves missing are built after it.
-MIGRATIONS = {1: _migrate_from_1, 2: _migrate_from_2, 3: _migrate_from_3}
+MIGRATIONS = {1: _migrate_from_1, 2: _migrate_from_2, 3: _migrate_from_3, 4: _migrate_from_4}
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
@@ -210,6 +260,20 @@ def _recount(db):
     db.execute("INSERT INTO terms (term, df) SELECT term, doc FROM temp.nodes_vocab")
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending'").fetchone():
         db.execute("DELETE FROM pending")
+    if "nodes" in {row[1] for row in db.execute("PRAGMA table_info(terms)")}:
+        _list_rare(db)
+
+
+def _list_rare(db):
+    """Fill terms.nodes for every rare term, from FTS5's own record of where each term is."""
+    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
+               "USING fts5vocab(main, nodes_fts, instance)")
+    holders = collections.defaultdict(set)
+    for term, doc in db.execute(f"SELECT v.term, v.doc FROM temp.nodes_vocab_instance v "
+                                f"JOIN terms t ON t.term = v.term WHERE t.df <= {int(RARE)}"):
+        holders[term].add(doc)
+    db.executemany("UPDATE terms SET nodes = ? WHERE term = ?",
+                   [(_rowid_list(docs), term) for term, docs in holders.items()])
 
 
 def _repair_links(db):
@@ -245,8 +309,11 @@ MAX_CONTENT = 100_000   # characters in one memory
 MAX_TAGS = 100          # tags on one memory
 MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
+MAX_SOURCE = 1_000      # characters in a memory's source label
+MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
+LOAD_CHUNK = 1_000      # memories a load inserts per transaction
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
-UPKEEP_EVERY = 64       # write transactions between two rounds of background upkeep...
+UPKEEP_EVERY = 16       # write transactions between two rounds of background upkeep...
 UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
 WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
@@ -281,9 +348,20 @@ def _code(exc):
     return None if code is None else code & 0xFF
 
 
-def _translated(exc, doing, timeout):
-    """The StoreError that says what SQLite's exception `exc` means for a user."""
+# What SQLite reports when the disk or the file system refuses a write.
+_CANNOT_WRITE = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY,
+                 sqlite3.SQLITE_CANTOPEN)
+
+
+def _translated(exc, doing, timeout, path=None):
+    """The StoreError that says what SQLite's exception `exc` means for a user. SQLite says
+    "disk I/O error" for a full disk or a file-size limit: with the database's `path`, the
+    cause is looked for (see _write_trouble). Messages name no path (they reach clients)."""
     code = _code(exc)
+    if path is not None and code in _CANNOT_WRITE:
+        trouble = _write_trouble(path)
+        if trouble is not None:
+            return StoreError(f"could not {doing}: {trouble}")
     if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
         return Busy(f"could not {doing}: the database stayed locked by another process for "
                     f"more than {timeout:g} s")
@@ -300,6 +378,33 @@ def _translated(exc, doing, timeout):
     if code == sqlite3.SQLITE_CANTOPEN:
         return StoreError(f"could not {doing}: the database file cannot be opened ({exc})")
     return StoreError(f"could not {doing}: {exc}")
+
+
+def _write_trouble(path):
+    """Why the database at `path` and its companions cannot be written, when the reason can
+    be seen: a full disk, this process's file-size limit, a read-only directory or file."""
+    directory = os.path.dirname(os.path.abspath(path))
+    with contextlib.suppress(OSError):
+        if shutil.disk_usage(directory).free < 64 * 1024:
+            return "the disk is full"
+    with contextlib.suppress(ImportError, OSError, ValueError):
+        import resource
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+        if limit != resource.RLIM_INFINITY:
+            largest = max((os.path.getsize(p) for p in (path, path + "-wal")
+                           if os.path.exists(p)), default=0)
+            if largest + (1 << 20) >= limit:
+                return (f"the file-size limit of this process is reached ({limit:,} bytes; "
+                        f"see ulimit -f)")
+    read_only_fs = False
+    with contextlib.suppress(OSError, AttributeError):
+        read_only_fs = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    if read_only_fs or not os.access(directory, os.W_OK):
+        return ("the data directory is read-only (SQLite writes memory.db-wal and "
+                "memory.db-shm beside the database)")
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return "memory.db is read-only"
+    return None
 
 
 # ----------------------------------------------------------------------------- words
@@ -417,6 +522,15 @@ def _m_gt1_s_or_t(s):
     return s[-1] in "st" and _m_gt1(s)
 
 
+def _by_last_letter(rules):
+    """Rules grouped by the last letter of their suffix, order kept: a word is only tried
+    against the rules that can match it (3 times faster than trying every one)."""
+    grouped = collections.defaultdict(list)
+    for rule in rules:
+        grouped[rule[0][-1]].append(rule)
+    return dict(grouped)
+
+
 # (suffix, condition on the stem, replacement), tried in order; the first suffix that
 # matches a word longer than itself decides, whether or not its condition holds.
 _STEP2 = [(suf, _m_gt0, rep) for suf, rep in (
@@ -433,8 +547,11 @@ _STEP4 = [(suf, _m_gt1_s_or_t if suf == "ion" else _m_gt1, "") for suf in (
     "ism", "ate", "iti", "ous", "ive", "ize")]
 
 
+_STEP2, _STEP3, _STEP4 = map(_by_last_letter, (_STEP2, _STEP3, _STEP4))
+
+
 def _apply(word, rules):
-    for suffix, condition, replacement in rules:
+    for suffix, condition, replacement in rules.get(word[-1], ()):
         if len(word) > len(suffix) and word.endswith(suffix):
             stem = word[:-len(suffix)]
             return stem + replacement if condition(stem) else word
@@ -498,6 +615,13 @@ class _Stems(dict):
 stem = _Stems().__getitem__
 
 
+def _distinctive(text):
+    """The terms of the words of `text` that are not stopwords (all its terms if it has no
+    other words)."""
+    words = tokenize(text)
+    return set(map(stem, [w for w in words if w not in STOPWORDS] or words))
+
+
 def term_counts(text):
     """How often each term occurs in `text`: a Counter keyed by term."""
     return collections.Counter(map(stem, tokenize(text)))
@@ -528,7 +652,61 @@ def fts_query(words):
 
 
 def _now():
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return _format_time(datetime.now(timezone.utc))
+
+
+def _format_time(moment):
+    """The one form times are stored in: UTC, milliseconds, Z (2026-11-23T14:00:00.000Z)."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def _utc(value):
+    """An ISO 8601 date or date-time, in UTC unless it gives an offset, in the stored form;
+    ValueError if it is not one."""
+    if not isinstance(value, str) or not value[:4].isdigit():
+        raise ValueError(value)
+    moment = datetime.fromisoformat(value.strip())
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return _format_time(moment)
+
+
+TIME_FORMS = ("an ISO 8601 date or date-time, such as 2026-11-23, 2026-11-23T14:30 or "
+              "2026-11-23T14:30:00+01:00 (UTC unless it gives an offset)")
+
+
+def _window_end(value, name):
+    """A since or until argument in the stored form, or None; InvalidInput if malformed."""
+    if value is None:
+        return None
+    _text(value, name)
+    try:
+        return _utc(value)
+    except ValueError:
+        raise InvalidInput(f"{name} must be {TIME_FORMS}; got {_shorten(value)}") from None
+
+
+def _fingerprint(content, tags):
+    """What makes two memories exact duplicates, as a signed 64-bit integer: the content with
+    its whitespace trimmed and collapsed, and the set of tags."""
+    key = " ".join(content.split()) + "\0" + "\0".join(
+        sorted({t for t in tags if isinstance(t, str)}))
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def _tag_list(tags_json):
+    """The tags of a `tags` column value, as a list (nothing, for a value that is not one)."""
+    try:
+        value = json.loads(tags_json or "[]")
+    except ValueError:
+        return []
+    return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
+
+
+def _rowid_list(rowids):
+    return " ".join(map(str, sorted(rowids)))
 
 
 def _kind(value):
@@ -598,6 +776,9 @@ def _tags(values):
         tag = _text(value, "each tag").strip()
         if not tag:
             raise InvalidInput("tags must not be empty strings")
+        if _CONTROL.search(tag):
+            # SQLite's JSON functions cut a string at NUL: the tag index would lose it.
+            raise InvalidInput(f"a tag must not hold control characters, got {_shorten(tag)}")
         if len(tag) > MAX_TAG_LENGTH:
             raise InvalidInput(f"a tag may have at most {MAX_TAG_LENGTH} characters, "
                                f"got one of {len(tag)}")
@@ -607,6 +788,8 @@ def _tags(values):
         raise InvalidInput(f"a memory may have at most {MAX_TAGS} tags, got {len(tags)}")
     return tags
 
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 NOT_AN_ID = "not a memory id"
 NO_SUCH_MEMORY = "no memory has this id"
@@ -653,12 +836,12 @@ def _int(value, name, low, high):
 
 
 def _timestamp(value, name):
+    """An imported time in the stored form (UTC, milliseconds, Z)."""
     _text(value, name)
     try:
-        datetime.fromisoformat(value)
+        return _utc(value)
     except ValueError:
-        raise InvalidInput(f"{name} must be an ISO 8601 time, got {_shorten(value)}") from None
-    return value
+        raise InvalidInput(f"{name} must be {TIME_FORMS}, got {_shorten(value)}") from None
 
 
 # A memory as an import file gives it, checked and completed.
@@ -675,14 +858,40 @@ def _record(value, number):
             raise InvalidInput("a memory needs an id and content")
         created = _timestamp(value.get("created_at") or _now(), "created_at")
         count = value.get("access_count", 0)
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise InvalidInput("access_count must be a whole number of at least 0")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_INT:
+            raise InvalidInput(f"access_count must be a whole number from 0 to {MAX_INT}")
         return Record(_node_id(value["id"], "id"), _content(value["content"]),
                       _tags(value.get("tags", [])), _link_ids(value.get("links", []), None),
-                      _text(value.get("source", ""), "source"), created,
+                      _source(value.get("source", "")), created,
                       _timestamp(value.get("last_accessed") or created, "last_accessed"), count)
     except InvalidInput as exc:
         raise InvalidInput(f"record {number}: {exc}") from None
+
+
+def check_records(values):
+    """The memory objects `values`, checked, as a list of Records (see _checked)."""
+    return list(_checked(values))
+
+
+def _checked(values):
+    """Records from memory objects, one by one; InvalidInput naming the first bad one, or an
+    id that an earlier record has too."""
+    first = {}  # id -> the number of the record that gave it
+    for number, value in enumerate(values, 1):
+        record = _record(value, number)
+        if record.id in first:
+            raise InvalidInput(f"record {number}: id {record.id} is also record "
+                               f"{first[record.id]}: each memory may come once")
+        first[record.id] = number
+        yield record
+
+
+def _source(value):
+    value = _text(value, "source")
+    if len(value) > MAX_SOURCE:
+        raise InvalidInput(f"source may have at most {MAX_SOURCE:,} characters, got "
+                           f"{len(value):,}")
+    return value
 
 
 _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
@@ -737,6 +946,40 @@ def _carrying(tags, column):
 # ----------------------------------------------------------------------------- connections
 
 
+class _Turns:
+    """A lock that threads get in the order they asked for it. A plain lock lets the thread
+    that releases it take it again at once, and SQLite's own wait for its write lock polls
+    with sleeps: under 80-100 HTTP clients either let some writes wait past any bound."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = 0          # the ticket handed out next
+        self._serving = 0       # the ticket whose holder may go
+        self._gave_up = set()   # tickets whose holders stopped waiting
+
+    def acquire(self, timeout):
+        """True once it is the caller's turn; False, and out of the line, after `timeout`."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            while self._serving != ticket:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._gave_up.add(ticket)
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def release(self):
+        with self._cond:
+            self._serving += 1
+            while self._serving in self._gave_up:
+                self._gave_up.discard(self._serving)
+                self._serving += 1
+            self._cond.notify_all()
+
+
 class Database:
     """The SQLite file as this process uses it.
 
@@ -758,6 +1001,7 @@ class Database:
         self._worker = None             # the background thread, while it runs
         self._wake = threading.Event()
         self._closing = False
+        self._turns = _Turns()          # one writer at a time within this process
 
     def connection(self):
         """The calling thread's connection, opened on first use."""
@@ -776,7 +1020,8 @@ class Database:
                 db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_PAGES)}")
                 db.execute(f"PRAGMA journal_size_limit={int(WAL_BYTES)}")
             except sqlite3.Error as exc:
-                raise _translated(exc, "open the memory database", self.timeout) from exc
+                raise _translated(exc, "open the memory database", self.timeout,
+                                  self.path) from exc
             self._local.db = db
             with self._lock:
                 self._open.add(db)
@@ -794,22 +1039,33 @@ class Database:
                 db.execute("COMMIT")
 
     @contextlib.contextmanager
-    def write(self):
-        """One write transaction: IMMEDIATE, so that it waits for other writers up front."""
-        db = self.connection()
-        db.execute("BEGIN IMMEDIATE")
+    def write(self, doing="write to the memory database"):
+        """One write transaction: IMMEDIATE, so that it waits for other writers up front.
+
+        The threads of this process take turns first (see _Turns), so that SQLite's wait of
+        `timeout` seconds only ever waits for another process; a thread that cannot get its
+        turn in twice that long gives up, saying the cause was this server's own load.
+        """
+        if not self._turns.acquire(2 * self.timeout):
+            raise Busy(f"could not {doing}: this server had more writes queued than it could "
+                       f"do in {2 * self.timeout:g} s")
         try:
-            yield db
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-            raise
-        try:
-            db.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-            raise
+            db = self.connection()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                yield db
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+            try:
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+        finally:
+            self._turns.release()
         self._wrote()
 
     @contextlib.contextmanager
@@ -822,7 +1078,7 @@ class Database:
                 raise  # a bug, for the transport to log
             raise _translated(exc, doing, self.timeout) from exc
         except sqlite3.Error as exc:
-            raise _translated(exc, doing, self.timeout) from exc
+            raise _translated(exc, doing, self.timeout, self.path) from exc
 
     def use_wal(self, db):
         """WAL, so that readers never block the writer; the mode persists in the file.
@@ -945,6 +1201,13 @@ TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories o
 TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties there
 TAG_SCAN_COST = 10              # scoring a memory in Python costs this many FTS5 matches
 FOLD_BATCH = 500                # pending changes folded in one transaction
+RARE = 16                       # terms.nodes lists the memories of a term held by this few
+NEAR_JACCARD = 0.42             # remember's hint: distinctive terms this similar...
+NEAR_SHARED = 2                 # ...and at least this many of them in common
+NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
+NEAR_CANDIDATES = 3             # ...and the memories sharing the most of them that are
+NEAR_LISTED = 3                 # similar memories listed at most...
+NEAR_SHOWN = 120                # ...each with this many characters of its content
 
 
 def _idf(df, n):
@@ -1002,6 +1265,7 @@ class RankingIndex:
     def __init__(self, hot_min_df=HOT_MIN_DF, hot_list=HOT_LIST):
         self.hot_min_df = hot_min_df
         self.hot_list = hot_list
+        self._common = set()  # terms seen held by more than RARE memories (see holders)
 
     # -- FTS5's own records
 
@@ -1076,39 +1340,40 @@ class RankingIndex:
         if not rows:
             return 0
         delta, words, touched, added = collections.Counter(), {}, set(), {}
+        held = collections.defaultdict(dict)  # term -> {rowid: sign of its last change}
         for _, node, sign, counts, length in rows:
             counts = json.loads(counts)
             for term, (_, word) in counts.items():
                 delta[term] += sign
                 words.setdefault(term, word)
+                held[term][node] = sign
             touched.add(node)
             if sign < 0:
                 added.pop(node, None)
             else:
                 added[node] = (counts, length)
-        self._count(db, delta, words, touched, added)
+        self._count(db, delta, words, held, touched, added)
         db.execute("DELETE FROM pending WHERE seq <= ?", (rows[-1][0],))
         return len(rows)
 
     def count_loaded(self, db, docs):
         """Count memories just inserted in bulk, [(rowid, text)], straight in (no log)."""
         delta, words, added = collections.Counter(), {}, {}
+        held = collections.defaultdict(dict)
         for rowid, text in docs:
             counts, length = _counted(text)
             added[rowid] = (counts, length)
             for term, (_, word) in counts.items():
                 delta[term] += 1
                 words.setdefault(term, word)
-        self._count(db, delta, words, (), added)
+                held[term][rowid] = 1
+        self._count(db, delta, words, held, (), added)
 
-    def _count(self, db, delta, words, touched, added):
-        """Apply df changes `delta`, drop the impacts of the memories at `touched`, add those
-        of `added` ({rowid: (counts, length)}), and keep every impact list to size."""
-        db.executemany("INSERT INTO terms (term, df) VALUES (?, ?) ON CONFLICT (term) "
-                       "DO UPDATE SET df = df + excluded.df",
-                       [(t, n) for t, n in delta.items() if n])
-        db.executemany("DELETE FROM terms WHERE term = ? AND df <= 0",
-                       [(t,) for t, n in delta.items() if n < 0])
+    def _count(self, db, delta, words, held, touched, added):
+        """Apply df changes `delta` and the changes `held` ({term: {rowid: +1 or -1}}) to the
+        holders of rare terms; drop the impacts of the memories at `touched`, add those of
+        `added` ({rowid: (counts, length)}), and keep every impact list to size."""
+        self._count_terms(db, delta, words, held)
         shrunk = collections.Counter()
         for chunk in _chunks(list(touched)):
             marks = _marks(chunk)
@@ -1141,6 +1406,66 @@ class RankingIndex:
             for term, df in self.df(db, fresh).items():
                 if df >= threshold:
                     self._build(db, term, words[term])
+
+    def _count_terms(self, db, delta, words, held):
+        """New df of the terms in `delta`, and their holders while they are rare."""
+        changed = list(held)  # a term's holders may change while its df stays the same
+        before = {}
+        for chunk in _chunks(changed):
+            before.update((t, (df, nodes)) for t, df, nodes in db.execute(
+                f"SELECT term, df, nodes FROM terms WHERE term IN ({_marks(chunk)})", chunk))
+        rows, gone = [], []
+        for term in changed:
+            df, nodes = before.get(term, (0, ""))
+            if not delta[term] and nodes is None:
+                continue  # common before and after: nothing to write
+            df += delta[term]
+            if df <= 0:
+                gone.append((term,))
+                continue
+            if df > RARE:
+                nodes = None
+            elif nodes is None:  # common until now: ask the index who holds it
+                nodes = _rowid_list(r for (r,) in db.execute(
+                    "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ?",
+                    (fts_query([words[term]]),)))
+            else:
+                holders = set(map(int, nodes.split()))
+                for rowid, sign in held[term].items():
+                    (holders.add if sign > 0 else holders.discard)(rowid)
+                nodes = _rowid_list(holders)
+            rows.append((term, df, nodes))
+        db.executemany("INSERT INTO terms (term, df, nodes) VALUES (?, ?, ?) ON CONFLICT (term) "
+                       "DO UPDATE SET df = excluded.df, nodes = excluded.nodes", rows)
+        db.executemany("DELETE FROM terms WHERE term = ?", gone)
+
+    def holders(self, db, terms):
+        """{term: rowids of the memories holding it} for the rare ones among `terms` (held
+        by RARE memories or fewer), the log included.
+
+        Terms seen to be common are remembered for a while and not looked up again: most
+        words of a memory are, and looking each up cost 0.1 ms of a remember at 100,000
+        memories. One that turns rare again is missed until the memory of them is cleared.
+        """
+        out, common = {}, self._common
+        asked = [t for t in terms if t not in common]
+        for chunk in _chunks(asked):
+            for term, nodes in db.execute(
+                    f"SELECT term, nodes FROM terms WHERE term IN ({_marks(chunk)})", chunk):
+                if nodes is None:
+                    if len(common) >= 100_000:
+                        common.clear()
+                    common.add(term)
+                else:
+                    out[term] = set(map(int, nodes.split())) if nodes else set()
+        needles = [(term, f'"{term}":[') for term in terms if term not in common]
+        for node, sign, counts in db.execute("SELECT node, sign, counts FROM pending "
+                                             "ORDER BY seq"):
+            for term, needle in needles:
+                if needle in counts:
+                    holders = out.setdefault(term, set())
+                    (holders.add if sign > 0 else holders.discard)(node)
+        return {t: h for t, h in out.items() if 0 < len(h) <= RARE}
 
     def build_missing(self, db):
         """Make the impact lists that terms common enough lack (after a recount)."""
@@ -1220,10 +1545,27 @@ class RankingIndex:
                    "USING fts5vocab(main, nodes_fts, row)")
         if dict(db.execute("SELECT term, doc FROM temp.nodes_vocab")) != dict(df):
             problems.append("the terms of the memories disagree with FTS5's vocabulary")
-        tags = {(t, rowid) for rowid, tagged in db.execute("SELECT rowid, tags FROM nodes")
-                for t in json.loads(tagged)}
-        if set(db.execute("SELECT tag, node FROM node_tags")) != tags:
+        stored = db.execute("SELECT rowid, content, tags, created_at FROM nodes").fetchall()
+        tags = {(t, created, rowid) for rowid, _, tagged, created in stored
+                for t in _tag_list(tagged)}
+        if set(db.execute("SELECT tag, created_at, node FROM node_tags")) != tags:
             problems.append("node_tags disagrees with nodes.tags")
+        prints = {(_fingerprint(text, _tag_list(tagged)), rowid)
+                  for rowid, text, tagged, _ in stored}
+        if set(db.execute("SELECT hash, node FROM fingerprints")) != prints:
+            problems.append("fingerprints disagree with the memories")
+        holders = collections.defaultdict(set)
+        for rowid, counts in counted.items():
+            for term in counts:
+                holders[term].add(rowid)
+        listed = {t: nodes for t, df, nodes in db.execute("SELECT term, df, nodes FROM terms")
+                  if df <= RARE or nodes is not None}
+        if any(nodes is None for nodes in listed.values()):
+            problems.append("a rare term has no list of its memories")
+        found = self.holders(db, [t for t, nodes in listed.items() if nodes is not None])
+        wrong = [t for t in found if found[t] != holders[t]]
+        if wrong:
+            problems.append(f"the lists of rare terms are wrong for {sorted(wrong)[:5]}")
         lengths = self.lengths(db, list(counted))
         for term, floor, avgdl, size in db.execute("SELECT * FROM hot_terms").fetchall():
             members = {r for (r,) in db.execute("SELECT node FROM hot_postings WHERE term = ?",
@@ -1244,8 +1586,8 @@ class RankingIndex:
 # ----------------------------------------------------------------------------- search
 
 # What a search reads of one memory: occurrences of each of its terms (in Search.terms
-# order), the memory's length in tokens, and its tags column (JSON).
-Features = collections.namedtuple("Features", "counts length tags")
+# order), the memory's length in tokens, its tags column (JSON) and its created_at.
+Features = collections.namedtuple("Features", "counts length tags created")
 
 
 class _ScanInstead(Exception):
@@ -1262,10 +1604,12 @@ class Search:
     `trace(path)`, when given, hears which way stage one answered (for the benchmark).
     """
 
-    def __init__(self, db, index, words, tags=(), trace=None):
+    def __init__(self, db, index, words, tags=(), trace=None, since=None, until=None):
         self.db = db
         self.index = index
         self.tags = list(tags)
+        self.since, self.until = since, until  # created_at window, in the stored form
+        self.filtered = bool(self.tags) or since is not None or until is not None
         self.trace = trace or (lambda path: None)
         self.count, tokens = index.averages(db)
         self.avgdl = tokens / self.count if self.count else 1.0
@@ -1284,7 +1628,7 @@ class Search:
         self.features = {}   # rowid -> Features, for both stages
         self.scored = {}     # stage one: rowid -> score, None when it lacks the tags
         self.best = []       # stage one: the n best so far, as (-score, rowid)
-        self.tagged = None   # how many memories carry the tags, once asked
+        self.kept = None     # how many memories pass the filter (at most what matters), once asked
 
     # -- reading memories
 
@@ -1299,7 +1643,7 @@ class Search:
         expression = fts_query(words)
         if within:
             expression = f"({fts_query(within)}) AND ({expression})"
-        joins, carrying = _carrying(self.tags, "nodes_fts.rowid")
+        joins, carrying = self._where("nodes_fts.rowid")
         extra = TIE_EXTRA if margin else 0
         rows = self.db.execute(
             f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
@@ -1310,24 +1654,41 @@ class Search:
             rows = rows[:limit] + [row for row in rows[limit:] if row[0] >= cut]
         return rows
 
-    def _read(self, rowids, tags=()):
-        """{rowid: Features} of the memories at `rowids` that carry every one of `tags`;
-        each memory is read once per search."""
+    def _where(self, column):
+        """(SQL, parameters) of joins that keep only the memories at `column` that carry the
+        tags and were created in the window."""
+        sql, parameters = _carrying(self.tags, column)
+        if self.since is not None or self.until is not None:
+            sql += f" JOIN nodes w ON w.rowid = {column}"
+            for bound, op in ((self.since, ">="), (self.until, "<")):
+                if bound is not None:
+                    sql += f" AND w.created_at {op} ?"
+                    parameters.append(bound)
+        return sql, parameters
+
+    def _in_window(self, created):
+        return (self.since is None or created >= self.since) and \
+            (self.until is None or created < self.until)
+
+    def _read(self, rowids, tags=(), window=False):
+        """{rowid: Features} of the memories at `rowids` that carry every one of `tags` (and,
+        with `window`, were created in the window); each memory is read once per search."""
         known, terms = self.features, self.terms
         missing = [r for r in rowids if r not in known]
         for chunk in _chunks(missing):
-            for rowid, content, tagged, size in self.db.execute(
-                    f"SELECT n.rowid, n.content, n.tags, d.sz FROM nodes n LEFT JOIN "
-                    f"nodes_fts_docsize d ON d.id = n.rowid WHERE n.rowid IN ({_marks(chunk)})",
-                    chunk):
+            for rowid, content, tagged, created, size in self.db.execute(
+                    f"SELECT n.rowid, n.content, n.tags, n.created_at, d.sz FROM nodes n LEFT "
+                    f"JOIN nodes_fts_docsize d ON d.id = n.rowid "
+                    f"WHERE n.rowid IN ({_marks(chunk)})", chunk):
                 counts = collections.Counter(map(stem, [
                     w for w in tokenize(content) if w.startswith(self.prefixes)]))
                 known[rowid] = Features([counts[t] for t in terms],
-                                        _varint(size)[0] if size else 0, tagged or "[]")
-        if not tags:
-            return {r: known[r] for r in rowids if r in known}
+                                        _varint(size)[0] if size else 0, tagged or "[]",
+                                        created)
         wanted = set(tags)
-        return {r: known[r] for r in rowids if r in known and wanted <= _tag_set(known[r].tags)}
+        return {r: known[r] for r in rowids if r in known and
+                (not wanted or wanted <= _tag_set(known[r].tags)) and
+                (not window or self._in_window(known[r].created))}
 
     # -- stage one
 
@@ -1389,7 +1750,7 @@ class Search:
         """Score the memories at `rowids` in full, and keep the n best of all scored."""
         idf, avgdl = self.idf, self.avgdl
         rowids = [r for r in rowids if r not in self.scored]
-        for rowid, features in self._read(rowids, self.tags).items():
+        for rowid, features in self._read(rowids, self.tags, window=True).items():
             self.scored[rowid] = sum(idf[t] * _impact(tf, features.length, avgdl)
                                      for t, tf in zip(self.terms, features.counts) if tf)
         for rowid in rowids:
@@ -1415,27 +1776,43 @@ class Search:
 
     def _postings(self, term, limit=-1):
         """The impact list of `term`, best first, less memories without the tags."""
-        joins, carrying = _carrying(self.tags, "p.node")
+        joins, carrying = self._where("p.node")
         return self.db.execute(f"SELECT p.node, p.impact FROM hot_postings p{joins} WHERE "
                                f"p.term = ? ORDER BY p.impact DESC LIMIT ?",
                                (*carrying, term, limit))
 
     def _scan_if_cheaper(self, matches):
-        """With tags: raise _ScanInstead when scoring every tagged memory costs less than
-        FTS5 scoring `matches` memories (it costs some ten times more per memory)."""
-        if not self.tags:
+        """With tags or a window: raise _ScanInstead when scoring every memory they keep
+        costs less than FTS5 scoring `matches` memories (it costs some ten times more per
+        memory)."""
+        if not self.filtered:
             return
-        if self.tagged is None:
-            self.tagged = min(self.db.execute("SELECT count(*) FROM node_tags WHERE tag = ?",
-                                              (tag,)).fetchone()[0] for tag in self.tags)
-        if self.tagged * TAG_SCAN_COST < matches:
+        if self.kept is None:
+            # Counted only as far as the largest df could make a scan worth it.
+            cap = max(self.df[t] for t in self.terms) // TAG_SCAN_COST + 1
+            self.kept = min(self.db.execute(f"SELECT count(*) FROM ({sql} LIMIT ?)",
+                                            (*parameters, cap)).fetchone()[0]
+                            for sql, parameters in self._kept_sql())
+        if self.kept * TAG_SCAN_COST < matches:
             raise _ScanInstead
 
+    def _kept_sql(self):
+        """[(SQL, parameters)] selecting the rowids of the memories with each tag (in the
+        window), or of those in the window when there are no tags."""
+        window, bounds = "", []
+        for bound, op in ((self.since, ">="), (self.until, "<")):
+            if bound is not None:
+                window += f" AND created_at {op} ?"
+                bounds.append(bound)
+        if not self.tags:
+            return [(f"SELECT rowid FROM nodes WHERE 1{window}", bounds)]
+        return [(f"SELECT node FROM node_tags WHERE tag = ?{window}", [tag, *bounds])
+                for tag in self.tags]
+
     def _scan(self):
-        """Score every memory carrying the tags: then nothing is left to settle."""
-        others, carrying = _carrying(self.tags[1:], "a.node")
-        cursor = self.db.execute(f"SELECT a.node FROM node_tags a{others} WHERE a.tag = ?",
-                                 (*carrying, self.tags[0]))
+        """Score every memory the tags and window keep: then nothing is left to settle."""
+        sql, parameters = self._kept_sql()[0]
+        cursor = self.db.execute(sql, parameters)
         while rows := cursor.fetchmany(500):
             self._admit([r for (r,) in rows])
 
@@ -1515,7 +1892,8 @@ class Search:
                 if _tag_set(stored[rowid]) == _tag_set(features[lender].tags):
                     lent[rowid] += share * scores[lender]
                     cap[rowid] = max(cap.get(rowid, 0.0), scores[lender])
-        extra_scores, extra_features = score([r for r in lent if r not in scores])
+        extra_scores, extra_features = score([r for r in lent if r not in scores and
+                                              r in self._read([r], window=True)])
         features.update(extra_features)
         scores.update(extra_scores)
         # Only a memory that matches the query itself gains: one holding a word that is not
@@ -1679,80 +2057,198 @@ class Store:
 
         Returns the memory. Links left out (not an id, or no memory has it) are listed under
         "skipped_links", each {"id", "reason"}.
+
+        An exact duplicate of a stored memory (the same content once whitespace is trimmed
+        and collapsed, and the same tags in any order) is not stored again: the stored one
+        comes back, with "already_remembered": True and the links given added to it, both
+        ways. Otherwise stored memories very close to the new one are listed under "similar"
+        (see _similar), never merged.
         """
         content = _content(content)
         tags = _tags(tags)
         skipped = []
         links = _link_ids(links, skipped=skipped)
-        source = _text(source, "source")
+        source = _source(source)
+        fingerprint = _fingerprint(content, tags)
         node_id, now = str(uuid.uuid4()), _now()
         with self.db.errors("save the memory"), self.db.write() as db:
             links = self._existing(db, links, skipped)
+            twin = self._twin(db, fingerprint, content, tags)
+            if twin is not None:
+                node = self._join(db, twin, links, skipped)
+                node["already_remembered"] = True
+                return _with_skipped(node, "remember", skipped)
+            similar = self._similar(db, content)
             rowid = db.execute(
                 "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
                 "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                 (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
+            db.execute("INSERT INTO fingerprints (hash, node) VALUES (?, ?)", (fingerprint, rowid))
             self.index.note(db, rowid, +1, content)
             for target in links:
                 self._relink(db, target, add=[node_id])
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
+        if similar:
+            node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
 
-    def load(self, records):
-        """Insert whole memories, ids and timestamps as given, in one transaction.
+    def _twin(self, db, fingerprint, content, tags):
+        """The id of the oldest stored memory that `content` and `tags` duplicate exactly."""
+        text, tagged = " ".join(content.split()), set(tags)
+        for node_id, stored, stored_tags in db.execute(
+                "SELECT n.id, n.content, n.tags FROM fingerprints f JOIN nodes n ON "
+                "n.rowid = f.node WHERE f.hash = ? ORDER BY n.rowid", (fingerprint,)):
+            if " ".join(stored.split()) == text and set(_tag_list(stored_tags)) == tagged:
+                return node_id
+        return None
 
-        For imports and benchmarks. A record whose id is already here is skipped; links to
-        ids found neither here nor among the records are dropped with a warning; every link
-        gets its back-link. A bad record refuses the whole load, naming its number.
-        Returns {"loaded": n, "skipped": n}.
+    def _join(self, db, node_id, links, skipped):
+        """The memory `node_id`, its links extended by `links` (both ways)."""
+        node = self._row(db, node_id)
+        if node_id in links:
+            links.remove(node_id)
+            skipped.append({"id": node_id, "reason": ITSELF})
+        new = [i for i in links if i not in node["links"]]
+        if new:
+            node["links"] += new
+            db.execute("UPDATE nodes SET links = ? WHERE id = ?", (_json(node["links"]), node_id))
+            for target in new:
+                self._relink(db, target, add=[node_id])
+        return node
+
+    def _similar(self, db, content):
+        """Stored memories very close to `content`, closest first: [{"id", "content"}], the
+        content cut to NEAR_SHOWN characters.
+
+        Very close: the Jaccard similarity of the two memories' distinctive terms (those of
+        words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in
+        common at least. Only memories sharing NEAR_RARE rare terms (held by RARE memories
+        or fewer) are compared, the NEAR_CANDIDATES sharing the most. Measured on the 1,210
+        LoCoMo facts, labelled by hand: the hint fires on 5.3% of stores, on 2.1% with no
+        restatement among those listed, and catches 28% of the restatements labelled; on
+        dialog turns it fires on 0.8% (the rare words keep it quiet on chit-chat). Comparing
+        memories that share one rare term caught 33% but cost 0.4 ms a remember at 100,000
+        memories, against 0.16 ms.
         """
-        loaded = skipped_records = 0
-        linked = []  # (id, links): checked once every record is in
-        with self.db.errors("load the memories"), self.db.write() as db:
-            batch = []
-            for number, value in enumerate(records, 1):
-                batch.append(_record(value, number))
-                if len(batch) == 2000:
-                    loaded, skipped_records = self._load_batch(db, batch, linked, loaded,
-                                                               skipped_records)
-                    batch = []
-            loaded, skipped_records = self._load_batch(db, batch, linked, loaded,
-                                                       skipped_records)
-            back = collections.defaultdict(list)  # target -> ids to add, each target once
-            skipped = []
-            for node_id, links in linked:
-                kept = self._existing(db, [i for i in links if i != node_id], skipped)
-                if kept != links:
-                    db.execute("UPDATE nodes SET links = ? WHERE id = ?", (_json(kept), node_id))
-                for target in kept:
-                    back[target].append(node_id)
-            for target, ids in back.items():
-                self._relink(db, target, add=ids)
-        _log_skipped("import", skipped)
-        return {"loaded": loaded, "skipped": skipped_records}
-
-    def _load_batch(self, db, batch, linked, loaded, skipped):
-        present = set()
-        for chunk in _chunks([r.id for r in batch]):
-            present.update(i for (i,) in db.execute(
-                f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-        added = []
-        for record in batch:
-            if record.id in present:
-                skipped += 1
+        mine = _distinctive(content)
+        if len(mine) < NEAR_SHARED:
+            return []
+        shared = collections.Counter(
+            r for rowids in self.index.holders(db, mine).values() for r in rowids)
+        candidates = heapq.nlargest(NEAR_CANDIDATES,
+                                    [r for r, n in shared.items() if n >= NEAR_RARE],
+                                    key=lambda r: (shared[r], r))
+        if not candidates:
+            return []
+        n = len(content)
+        # Only a word that starts like one of ours can stem to one of our terms: stemming
+        # the others (slow for words not seen before) can wait until their number matters.
+        prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
+        close = []
+        for rowid, node_id, text in db.execute(
+                f"SELECT rowid, id, content FROM nodes WHERE rowid IN ({_marks(candidates)}) "
+                f"AND length(content) BETWEEN ? AND ?", (*candidates, n // 4 - 40, 4 * n + 40)):
+            words = tokenize(text)
+            words = {w for w in words if w not in STOPWORDS} or set(words)
+            common = len(mine & {stem(w) for w in words if w.startswith(prefixes)})
+            if common < NEAR_SHARED:
                 continue
-            present.add(record.id)
-            rowid = db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
-                               "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                               (record.id, record.content, _json(record.tags),
-                                _json(record.links), record.source, record.created_at,
-                                record.last_accessed, record.access_count)).lastrowid
-            added.append((rowid, record.content))
+            # Their distinct words bound their distinct terms from above: stem them all only
+            # when the bound cannot tell.
+            most = common * (1 + NEAR_JACCARD) / NEAR_JACCARD - len(mine)
+            size = len(words) if len(words) <= most else len(set(map(stem, words)))
+            similarity = common / (len(mine) + size - common)
+            if similarity >= NEAR_JACCARD:
+                close.append((similarity, rowid, node_id, text))
+        close.sort(reverse=True)
+        return [{"id": node_id, "content": text[:NEAR_SHOWN]}
+                for _, _, node_id, text in close[:NEAR_LISTED]]
+
+    def load(self, records, *, checked=False):
+        """Insert whole memories, ids and timestamps as given; {"loaded": n, "skipped": n}.
+
+        For imports and benchmarks. Every record is checked before anything is written, and a
+        bad one, or an id given twice, refuses the load, naming the record (`checked` says the
+        records are Records from check_records already). Then the memories go in, LOAD_CHUNK
+        to a transaction so that other writers get their turns, and after them the links, in
+        one transaction that writes each memory once, so that a link never shows without its
+        back-link. A record whose id is stored already is skipped, though links it gives are
+        made; links to ids found neither here nor among the records are dropped, with one
+        warning. An interrupted load leaves whole memories: loading again completes it.
+        """
+        if not checked:
+            records = check_records(records)
+        loaded = skipped = 0
+        linked, chunk = [], []  # linked: (id, links) of every record that gives links
+        for record in records:
+            chunk.append(record)
             if record.links:
                 linked.append((record.id, record.links))
-        self.index.count_loaded(db, added)
+            if len(chunk) == LOAD_CHUNK:
+                loaded, skipped = self._load_chunk(chunk, loaded, skipped)
+                chunk = []
+        loaded, skipped = self._load_chunk(chunk, loaded, skipped)
+        if linked:
+            self._link_loaded(linked)
+        return {"loaded": loaded, "skipped": skipped}
+
+    def _load_chunk(self, chunk, loaded, skipped):
+        """Insert the Records of `chunk` not stored yet, without links, in one transaction."""
+        if not chunk:
+            return loaded, skipped
+        with self.db.errors("load the memories"), self.db.write() as db:
+            present = set()
+            for ids in _chunks([r.id for r in chunk]):
+                present.update(i for (i,) in db.execute(
+                    f"SELECT id FROM nodes WHERE id IN ({_marks(ids)})", ids))
+            added, fingerprints = [], []
+            for record in chunk:
+                if record.id in present:
+                    skipped += 1
+                    continue
+                rowid = db.execute(
+                    "INSERT INTO nodes (id, content, tags, links, source, created_at, "
+                    "last_accessed, access_count) VALUES (?, ?, ?, '[]', ?, ?, ?, ?)",
+                    (record.id, record.content, _json(record.tags), record.source,
+                     record.created_at, record.last_accessed, record.access_count)).lastrowid
+                added.append((rowid, record.content))
+                fingerprints.append((_fingerprint(record.content, record.tags), rowid))
+            db.executemany("INSERT INTO fingerprints (hash, node) VALUES (?, ?)", fingerprints)
+            self.index.count_loaded(db, added)
         return loaded + len(added), skipped
+
+    def _link_loaded(self, linked):
+        """Make the links [(id, links)] of loaded records, both ways, in one transaction.
+
+        Each memory's links are read and written once, whatever the number of links (a
+        record with 60,000 links to missing ids took 22 s when each was looked for alone).
+        A record's own links keep their order; back-links follow them.
+        """
+        skipped = []
+        with self.db.errors("link the loaded memories"), self.db.write() as db:
+            targets = list(dict.fromkeys(t for _, links in linked for t in links))
+            found = set(self._existing(db, targets, skipped))
+            wanted = {}  # id -> links it must have, in order
+            for node_id, links in linked:
+                own = wanted.setdefault(node_id, {})
+                for target in links:
+                    if target in found and target != node_id:
+                        own[target] = None
+            for node_id, links in linked:
+                for target in wanted[node_id]:
+                    wanted.setdefault(target, {})[node_id] = None
+            for ids in _chunks(list(wanted)):
+                stored = dict(db.execute(
+                    f"SELECT id, links FROM nodes WHERE id IN ({_marks(ids)})", ids))
+                changed = []
+                for node_id in ids:
+                    before = json.loads(stored.get(node_id) or "[]")
+                    after = before + [t for t in wanted[node_id] if t not in set(before)]
+                    if len(after) != len(before):
+                        changed.append((_json(after), node_id))
+                db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
+        _log_skipped("import", skipped)
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory; links keep their back-links in step.
@@ -1792,6 +2288,12 @@ class Store:
                 rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
                 db.execute(f"UPDATE nodes SET {', '.join(f'{k} = ?' for k in changes)} "
                            f"WHERE rowid = ?", (*changes.values(), rowid))
+                if "content" in changes or "tags" in changes:
+                    db.execute("DELETE FROM fingerprints WHERE hash = ? AND node = ?",
+                               (_fingerprint(old["content"], old["tags"]), rowid))
+                    db.execute("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
+                               (_fingerprint(content if content is not None else old["content"],
+                                             tags if tags is not None else old["tags"]), rowid))
                 if "content" in changes:
                     self.index.note(db, rowid, -1, old["content"])
                     self.index.note(db, rowid, +1, content)
@@ -1807,6 +2309,8 @@ class Store:
                 self._relink(db, target, remove=node_id)
             rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
             db.execute("DELETE FROM nodes WHERE rowid = ?", (rowid,))
+            db.execute("DELETE FROM fingerprints WHERE hash = ? AND node = ?",
+                       (_fingerprint(node["content"], node["tags"]), rowid))
             self.index.note(db, rowid, -1, node["content"])
         return {"id": node_id, "deleted": True}
 
@@ -1841,53 +2345,72 @@ class Store:
 
     # -- search
 
-    def search(self, query="", tags=(), limit=10, *, offset=0, fit=None):
-        """Memories matching the words of `query` and carrying every one of `tags`.
+    def search(self, query="", tags=(), limit=10, *, offset=0, since=None, until=None,
+               fit=None):
+        """Memories matching the words of `query`, carrying every one of `tags`, and created
+        in the window from `since` (inclusive) to `until` (exclusive), ISO 8601 dates or
+        date-times, UTC unless they give an offset.
 
-        Ranked by relevance with a query (see rank), newest first with tags alone; the
-        `limit` best after skipping `offset`. With `fit`, a function of the list of memories
-        found, only the first fit(memories) are returned (a caller's size budget). Every
-        memory returned counts as accessed.
+        Ranked by relevance with a query (see rank); without one, newest first. The `limit`
+        best after skipping `offset`, all of them passing the filters. With `fit`, a function
+        of the list of memories found, only the first fit(memories) are returned (a caller's
+        size budget). Every memory returned counts as accessed.
         """
         query = _text(query, "query")
         tags = _tags(tags)
         limit = _int(limit, "limit", 1, MAX_LIMIT)
         offset = _int(offset, "offset", 0, MAX_OFFSET)
+        since, until = _window_end(since, "since"), _window_end(until, "until")
+        if since is not None and until is not None and since >= until:
+            raise InvalidInput(f"since ({since}) must come before until ({until})")
         words = query_words(query)
-        if not words and not tags:
-            if query.strip():
-                return []  # nothing searchable in it: punctuation or symbols only
-            raise InvalidInput("recall needs a query, tags, or both")
+        if not words and query.strip():
+            return []  # nothing searchable in it: punctuation or symbols only
         with self.db.errors("search the memories"):
             if words:
-                rowids = [rowid for _, rowid in self.rank(words, tags, offset + limit)][offset:]
+                rowids = [rowid for _, rowid in
+                          self.rank(words, tags, offset + limit, since, until)][offset:]
             else:
-                rowids = self._tagged(tags, limit, offset)
+                rowids = self._newest(tags, since, until, limit, offset)
             return self._touch("rowid", rowids, fit)
 
-    def rank(self, words, tags=(), limit=10):
+    def rank(self, words, tags=(), limit=10, since=None, until=None):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
         stage one's exact bm25 (Search.top), re-scored by stage two (Search.rerank)."""
         with self.db.read() as db:
-            search = Search(db, self.index, words, tags, self.trace)
+            search = Search(db, self.index, words, tags, self.trace, since, until)
             return search.rerank(search.top(max(limit, RERANK_DEPTH)), limit)
 
-    def top(self, words, tags=(), limit=10):
+    def top(self, words, tags=(), limit=10, since=None, until=None):
         """Stage one alone: [(bm25 score, rowid)], as FTS5's bm25() would rank them."""
         with self.db.errors("search the memories"), self.db.read() as db:
-            return Search(db, self.index, words, tags, self.trace).top(limit)
+            return Search(db, self.index, words, tags, self.trace, since, until).top(limit)
 
-    def _tagged(self, tags, limit, offset=0):
-        """The newest memories carrying every tag: the rarest tag drives, the others filter."""
+    def _newest(self, tags, since, until, limit, offset):
+        """The rowids of the newest memories carrying every tag, created in the window.
+
+        Both indexes are ordered by time: the rarest tag's entries in node_tags (the other
+        tags checked per memory), or nodes_created without tags. Neither reads outside the
+        window.
+        """
         db = self.db.connection()
+        window, bounds = "", []
+        for bound, op in ((since, ">="), (until, "<")):
+            if bound is not None:
+                window += f" AND created_at {op} ?"
+                bounds.append(bound)
+        if not tags:
+            return [r for (r,) in db.execute(
+                f"SELECT rowid FROM nodes WHERE 1{window} ORDER BY created_at DESC, rowid DESC "
+                f"LIMIT ? OFFSET ?", (*bounds, limit, offset))]
         counts = sorted((db.execute("SELECT count(*) FROM node_tags WHERE tag = ?",
                                     (t,)).fetchone()[0], t) for t in tags)
         first, others = counts[0][1], [t for _, t in counts[1:]]
-        sql = ("SELECT a.node FROM node_tags a WHERE a.tag = ?" +
-               "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.tag = ? "
-                       f"AND t{i}.node = a.node)" for i in range(len(others))) +
-               " ORDER BY a.node DESC LIMIT ? OFFSET ?")
-        return [r for (r,) in db.execute(sql, (first, *others, limit, offset))]
+        sql = (f"SELECT node FROM node_tags a WHERE tag = ?{window}" +
+               "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.node = a.node "
+                       f"AND t{i}.tag = ?)" for i in range(len(others))) +
+               " ORDER BY created_at DESC, node DESC LIMIT ? OFFSET ?")
+        return [r for (r,) in db.execute(sql, (first, *bounds, *others, limit, offset))]
 
     # -- traversal
 
@@ -1959,11 +2482,14 @@ class Store:
                 for chunk in _chunks([node["id"] for node in nodes]):
                     db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
                                f"access_count + 1 WHERE id IN ({_marks(chunk)})", (now, *chunk))
-        except sqlite3.OperationalError as exc:
-            if _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+        except (sqlite3.OperationalError, Busy) as exc:
+            if isinstance(exc, sqlite3.OperationalError) and \
+                    _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, *_CANNOT_WRITE):
                 raise
-            log.warning("accesses not counted: the database stayed locked by another process "
-                        "for more than %g s", self.timeout)
+            reason = str(exc if isinstance(exc, Busy) else _translated(
+                exc, "count the access", self.timeout, self.path)).replace(
+                "could not count the access: ", "")
+            _warn_once(f"accesses not counted: {reason}")
             with self.db.read() as db:
                 return self._fitted(db, column, keys, fit, extra)
         for node in nodes:
@@ -2002,7 +2528,7 @@ class Store:
         Writers go on meanwhile (WAL readers do not block them). The copy is made next to
         `target` and renamed over it only once complete and checked.
         """
-        target = os.path.abspath(os.path.expanduser(os.fspath(target)))
+        target = _target_file(target, "a backup")
         if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
         directory = os.path.dirname(target)
@@ -2084,6 +2610,18 @@ class Store:
             return self.index.problems(db)
 
 
+_warned = {}  # warning -> when it was last logged
+
+
+def _warn_once(message, every=60.0):
+    """Log `message` as a warning, but not again within `every` seconds: a disk that stays
+    full would otherwise log a line per recall."""
+    now = time.monotonic()
+    if now - _warned.get(message, -every) >= every:
+        _warned[message] = now
+        log.warning("%s", message)
+
+
 def _with_skipped(node, doing, skipped):
     if skipped:
         _log_skipped(doing, skipped)
@@ -2131,6 +2669,21 @@ def _shared_mode(path):
 
 def _quoted(path):
     return path if re.fullmatch(r"[\w/.~+:@%-]+", path) else "'" + path.replace("'", "'\\''") + "'"
+
+
+def _target_file(target, what):
+    """The path `what` (a backup, an export) named `target` is written to: the regular file a
+    symbolic link points at (written through, so the link stays), or a new path in an
+    existing directory; InvalidInput for a directory, a device or any other kind of file."""
+    path = os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(target))))
+    if os.path.exists(path) and not os.path.isfile(path):
+        kind = "a directory" if os.path.isdir(path) else "a device or other special file"
+        raise InvalidInput(f"{target} is {kind}: {what} is written to a regular file or a "
+                           f"new path")
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        raise InvalidInput(f"the directory {directory} does not exist; create it first")
+    return path
 
 
 def _open_private(path):
@@ -2204,6 +2757,12 @@ def _check_file(path):
         return
     except OSError as exc:
         raise StoreError(f"cannot read the memory database {path}: {exc.strerror}") from exc
+    links = os.stat(path).st_nlink
+    if links > 1:
+        raise StoreError(f"{path} has {links} names (hard links, as cp -al or rsync --link-dest "
+                         f"make): SQLite locks the file by its name, so writes through the "
+                         f"other names would be lost. Give it a name of its own, with the "
+                         f"servers stopped: cp {path} {path}.copy && mv {path}.copy {path}")
     if not header:
         return  # empty: SQLite makes a new database in it
     if len(header) < 100 or not header.startswith(b"SQLite format 3\0"):
@@ -2248,6 +2807,8 @@ def read_records(lines):
     """Memories from JSON lines (bytes), blank lines skipped; a bad line is InvalidInput."""
     number = 0
     for line_number, line in enumerate(lines, 1):
+        if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]  # a byte-order mark, as some editors write
         if not line.strip():
             continue
         number += 1
@@ -2260,10 +2821,23 @@ def read_records(lines):
                                f"{exc}") from None
 
 
+def _spool(records, out):
+    """Write Records to the binary file `out`, one JSON array a line."""
+    for record in records:
+        out.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
+
+
+def _unspool(lines):
+    """The Records that _spool wrote."""
+    for line in lines:
+        yield Record(*json.loads(line))
+
+
 def _export_to(store, target):
     """Export to a file, written beside it and renamed into place once complete."""
+    named, target = target, _target_file(target, "an export")
     if store.owns(target):
-        raise InvalidInput(f"{target} is the memory database itself; export to another file")
+        raise InvalidInput(f"{named} is the memory database itself; export to another file")
     partial = f"{target}.{os.getpid()}.part"
     try:
         with open(_open_private(partial), "w", encoding="utf-8", newline="\n") as out:
@@ -2291,19 +2865,17 @@ def main(argv=None):
         if command in ("export", "backup") and not os.path.exists(
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
             raise StoreError(f"there is no memory database in {directory} to {command}")
-        source = None
-        if command == "import":  # the file first, so that a wrong name creates nothing
-            if rest[0] == "-":
-                # Spooled to disk before the load takes the write lock: a pipe may take its
-                # time, and servers must not wait for it.
-                source = tempfile.TemporaryFile()
-                shutil.copyfileobj(sys.stdin.buffer, source)
-                source.seek(0)
-            else:
-                source = open(rest[0], "rb")
-        with contextlib.ExitStack() as stack, open_directory(directory) as store:
-            if source is not None:
-                stack.enter_context(source)
+        with contextlib.ExitStack() as stack:
+            if command == "import":
+                # The whole file is read and checked before the store is opened, so that a
+                # wrong or broken file creates nothing and servers never wait for the
+                # parsing: the checked records wait in a temporary file.
+                source = stack.enter_context(sys.stdin.buffer if rest[0] == "-" else
+                                             open(rest[0], "rb"))
+                spool = stack.enter_context(tempfile.TemporaryFile())
+                _spool(_checked(read_records(source)), spool)
+                spool.seek(0)
+            store = stack.enter_context(open_directory(directory))
             if command == "export" and not rest:
                 out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
                 n = export(store, out)
@@ -2319,7 +2891,7 @@ def main(argv=None):
                 n = store.restore(rest[0])
                 print(f"flood-memory: restored {n} memories from {rest[0]}", file=sys.stderr)
             else:
-                done = store.load(read_records(source))
+                done = store.load(_unspool(spool), checked=True)
                 print(f"flood-memory: imported {done['loaded']} memories, skipped "
                       f"{done['skipped']} already stored", file=sys.stderr)
     except BrokenPipeError:

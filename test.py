@@ -23,6 +23,8 @@ Where the test for a behaviour lives:
       schemas, errors, batches; the server.py process itself
     setup.py: the data directory, the configuration it prints          SetupTest
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
+    recall's since and until, the newest-first listing, exact and      TimeAndDuplicatesTest
+      near duplicates in remember, over the store, stdio and HTTP
     HTTP: tokens, CORS, origins, headers, body lengths, slow and       RemoteTest
       vanishing clients, settings, server_remote.py as a process
     broken and hostile messages, over stdio and over HTTP              HostileInputTest
@@ -596,8 +598,9 @@ class RankingTest(StoreTestCase):
               "Grandma called to ask about the garden"]
 
     def fill(self, times=2):
-        for text in self.FILLER * times:
-            self.store.add(text)
+        for i in range(times):
+            for text in self.FILLER:
+                self.store.add(f"{text}, part {i}")
 
     def conversation(self, answer_tags=("chat 1",), answer="Yes, she went to the group on Friday"):
         self.fill()
@@ -777,17 +780,43 @@ class SchemaTest(StoreTestCase):
         upgraded.delete(c)
         self.assertEqual(upgraded.get(a)["links"], [b])
 
+    def as_version(self, version):
+        """Close the store and turn its file into what schema `version` (2 to 4) made."""
+        self.store.fold()
+        self.store.close()
+        db = sqlite3.connect(self.path)
+        db.executescript("""
+            DROP INDEX nodes_created;
+            DROP TABLE fingerprints;
+            DROP TRIGGER node_tags_ai;
+            DROP TRIGGER node_tags_ad;
+            DROP TRIGGER node_tags_au;
+            DROP TABLE node_tags;
+            CREATE TABLE node_tags (tag TEXT NOT NULL, node INTEGER NOT NULL,
+                                    PRIMARY KEY (tag, node)) WITHOUT ROWID;
+            INSERT INTO node_tags SELECT j.value, n.rowid FROM nodes n, json_each(n.tags) j;
+            CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
+                INSERT OR IGNORE INTO node_tags (tag, node)
+                    SELECT value, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+            END;
+            CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
+                DELETE FROM node_tags
+                    WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+            END;
+            ALTER TABLE terms DROP COLUMN nodes;""")
+        if version < 4:
+            db.execute("DROP TABLE pending")
+        db.execute(f"PRAGMA user_version = {int(version)}")
+        db.commit()
+        return db
+
     def test_version_2_is_recounted_where_text_is_not_ascii(self):
         korean = self.store.add("서울에서 친구를 만났다")["id"]
         self.store.add("plain ascii words")
-        self.store.fold()
-        self.store.close()
         # Version 2 split Hangul syllables into letters when counting terms, and had no log.
-        db = sqlite3.connect(self.path)
-        db.execute("DROP TABLE pending")
+        db = self.as_version(2)
         db.execute("DELETE FROM terms WHERE term = '서울에서'")
         db.execute("INSERT INTO terms (term, df) VALUES ('ᄉ', 1)")
-        db.execute("PRAGMA user_version = 2")
         db.commit()
         db.close()
         upgraded = self.open_store()
@@ -797,19 +826,38 @@ class SchemaTest(StoreTestCase):
 
     def test_version_3_gets_the_log_of_changes(self):
         self.store.add("written by version 3")
-        self.store.fold()
-        self.store.close()
-        db = sqlite3.connect(self.path)
-        db.execute("DROP TABLE pending")
-        db.execute("PRAGMA user_version = 3")
-        db.commit()
-        db.close()
+        self.as_version(3).close()
         upgraded = self.open_store()
         self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
         upgraded.add("written by version 4")
         self.assertEqual(len(self.raw("SELECT * FROM pending")), 1)
         self.assertEqual(index_problems(self.path), [])
         self.assertEqual(len(upgraded.search("written version")), 2)
+
+    def test_version_4_gets_times_in_one_form_fingerprints_and_rare_lists(self):
+        kept = self.store.add("Sam moved to Lisbon for the new job at the observatory", ["sam"])
+        other = self.store.add("the quarterly report is due on Friday", ["work"])
+        db = self.as_version(4)
+        db.execute("UPDATE nodes SET created_at = '2024-01-01', last_accessed = "
+                   "'2024-01-01T10:00:00+05:00' WHERE id = ?", (kept["id"],))
+        db.commit()
+        db.close()
+        upgraded = self.open_store()
+        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+        moved = upgraded.get(kept["id"])
+        self.assertEqual((moved["created_at"], moved["last_accessed"]),
+                         ("2024-01-01T00:00:00.000Z", "2024-01-01T05:00:00.000Z"))
+        self.assertEqual([n["id"] for n in upgraded.search(since="2023-12-31",
+                                                           until="2024-01-02")], [kept["id"]])
+        self.assertEqual([n["id"] for n in upgraded.search(tags=["sam"], until="2025-01-01")],
+                         [kept["id"]])
+        again = upgraded.add("Sam moved to  Lisbon for the new job at the observatory", ["sam"])
+        self.assertEqual(again["id"], kept["id"])  # found by the fingerprint made on upgrade
+        close = upgraded.add("Sam moved to Lisbon to start the job at the observatory")
+        self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
+        self.assertNotIn("similar", upgraded.add("lunch with the team"))
+        self.assertEqual(upgraded.get(other["id"])["tags"], ["work"])
+        self.assertEqual(index_problems(self.path), [])
 
     def test_foreign_database_is_refused(self):
         self.store.close()
@@ -1007,11 +1055,10 @@ class StoreTest(StoreTestCase):
         self.assertEqual({n["id"] for n in found}, {n["id"] for n in tagged})
         self.assertEqual(self.store.search("budget", tags=["finance", "other"]), [])
 
-    def test_recall_needs_a_query_or_tags(self):
-        for query in ("", "   \n"):
-            with self.subTest(query=query), self.assertRaises(InvalidInput) as cm:
-                self.store.search(query, [])
-            self.assertIn("needs a query, tags, or both", str(cm.exception))
+    def test_recall_refuses_bad_limits_and_finds_nothing_in_punctuation(self):
+        self.store.add("a memory")
+        self.assertEqual(self.store.search("?! ..."), [])
+        self.assertEqual(len(self.store.search("   \n")), 1)  # no query at all: the newest
         for limit, message in ((0, "between 1 and 100"), (101, "between 1 and 100"),
                                ("5", "must be an integer"), (True, "must be an integer")):
             with self.subTest(limit=limit), self.assertRaises(InvalidInput) as cm:
@@ -1330,7 +1377,7 @@ class StdioTest(StoreTestCase):
         by_name = {t["name"]: t for t in tools}
         self.assertEqual(by_name["remember"]["inputSchema"]["required"], ["content"])
         self.assertEqual(set(by_name["recall"]["inputSchema"]["properties"]),
-                         {"query", "tags", "limit", "offset"})
+                         {"query", "tags", "limit", "offset", "since", "until"})
         self.assertEqual(by_name["recall"]["inputSchema"]["properties"]["limit"]["default"], 10)
         self.assertEqual(by_name["connections"]["inputSchema"]["properties"]["depth"]["default"], 1)
         self.assertEqual(set(by_name["update"]["inputSchema"]["properties"]),
@@ -1381,7 +1428,6 @@ class StdioTest(StoreTestCase):
             ("remember", {"content": "x", "tags": "a"}, "tags must be an array"),
             ("remember", {"content": "x", "tags": [1]}, "must be an array of strings"),
             ("remember", {"content": "x", "colour": "red"}, "remember has no argument 'colour'"),
-            ("recall", {}, "recall needs a query, tags, or both"),
             ("recall", {"query": "x", "limit": "10"}, "limit must be an integer, got a string"),
             ("recall", {"query": "x", "limit": 0}, "limit must be between 1 and 100, got 0"),
             ("connections", {"node_id": ghost}, f"no memory has id {ghost}"),
@@ -2173,6 +2219,195 @@ class RemoteTest(StoreTestCase):
         self.assertIn(b"listening on http://127.0.0.1:%d/mcp" % port, err)
 
 
+# ----------------------------------------------------------------------------- time and duplicates
+
+
+class TimeAndDuplicatesTest(StoreTestCase):
+    """recall's since and until, the newest-first listing, and remember's duplicates: through
+    the store, server.py and server_remote.py."""
+
+    TIMES = ["2026-01-01T00:00:00.000Z", "2026-03-01T09:30:00.000Z", "2026-03-02T00:00:00.000Z",
+             "2026-03-02T23:59:59.999Z", "2026-03-03T00:00:00.000Z", "2026-06-30T12:00:00.000Z"]
+
+    def dated(self):
+        """One memory per time of TIMES, all about tea, every other one tagged 'work'; their
+        ids in that order."""
+        records = [{"id": str(uuid.UUID(int=i + 1, version=4)),
+                    "content": f"note {i} about green tea and decisions",
+                    "tags": ["work"] if i % 2 else ["home"], "created_at": t}
+                   for i, t in enumerate(self.TIMES)]
+        self.store.load(records)
+        return [r["id"] for r in records]
+
+    def window(self, **arguments):
+        return [n["id"] for n in self.store.search(**arguments)]
+
+    def test_since_is_inclusive_until_exclusive_at_the_edges(self):
+        ids = self.dated()
+        self.assertEqual(self.window(since="2026-03-02", until="2026-03-03"), [ids[3], ids[2]])
+        self.assertEqual(self.window(since="2026-03-02T00:00:00Z"), ids[:1:-1])
+        self.assertEqual(self.window(until="2026-03-02T00:00:00.000Z"), [ids[1], ids[0]])
+        self.assertEqual(self.window(since="2026-03-02T23:59:59.999Z", until="2026-03-03"),
+                         [ids[3]])
+        # UTC unless an offset is given: 01:00 at +01:00 is midnight UTC.
+        self.assertEqual(self.window(since="2026-03-03T01:00+01:00", until="2026-03-04"),
+                         [ids[4]])
+        self.assertEqual(self.window(since="2026-03-03T00:00", until="2026-03-03T00:00:00.001"),
+                         [ids[4]])
+
+    def test_the_window_composes_with_every_mode_and_filters_before_the_limit(self):
+        ids = self.dated()
+        window = {"since": "2026-03-01", "until": "2026-04-01"}
+        self.assertEqual(self.window(**window), [ids[4], ids[3], ids[2], ids[1]])
+        self.assertEqual(self.window(tags=["work"], **window), [ids[3], ids[1]])
+        found = self.window(query="green tea", **window)
+        self.assertEqual(sorted(found), sorted(ids[1:5]))
+        self.assertEqual(self.window(query="green tea", tags=["work"], **window),
+                         [i for i in found if i in (ids[1], ids[3])])
+        # The limit counts only memories in the window, however many lie outside it.
+        self.store.load([{"id": str(uuid.uuid4()), "content": f"later tea note {i}",
+                          "tags": ["work"], "created_at": "2026-09-01T00:00:00Z"}
+                         for i in range(30)])
+        self.assertEqual(len(self.window(query="tea", limit=3, **window)), 3)
+        self.assertEqual(self.window(tags=["work"], limit=1, **window), [ids[3]])
+        self.assertEqual(self.window(limit=2, **window), [ids[4], ids[3]])
+
+    def test_no_query_and_no_tags_lists_the_newest_first(self):
+        ids = self.dated()
+        later = self.store.add("written just now")
+        self.assertEqual(self.window(), [later["id"], *ids[::-1]])
+        self.assertEqual(self.window(limit=2, offset=1), [ids[5], ids[4]])
+        self.assertEqual(self.window(until="2026-01-02"), [ids[0]])
+        self.assertEqual(self.store.get(ids[0])["access_count"], 2)  # listed = accessed
+
+    def test_bad_times_are_refused_naming_the_accepted_forms(self):
+        self.dated()
+        for arguments, message in (
+                ({"since": "last week"}, "since must be an ISO 8601 date or date-time, such as "
+                                         "2026-11-23"),
+                ({"until": "2026-13-01"}, "until must be an ISO 8601 date"),
+                ({"since": "0"}, "since must be"),
+                ({"since": 20260101}, "since must be a string, got an integer"),
+                ({"since": "2026-03-02", "until": "2026-03-01"}, "must come before until"),
+                ({"since": "2026-03-02", "until": "2026-03-02"}, "must come before until")):
+            with self.subTest(arguments=arguments), self.assertRaises(InvalidInput) as cm:
+                self.store.search(**arguments)
+            self.assertIn(message, str(cm.exception))
+
+    def test_the_window_is_read_from_an_index(self):
+        db = self.store.db.connection()
+        plans = [db.execute("EXPLAIN QUERY PLAN " + sql, parameters).fetchall()
+                 for sql, parameters in (
+                     ("SELECT rowid FROM nodes WHERE 1 AND created_at >= ? AND created_at < ? "
+                      "ORDER BY created_at DESC, rowid DESC LIMIT 10", ("a", "b")),
+                     ("SELECT node FROM node_tags a WHERE tag = ? AND created_at >= ? ORDER BY "
+                      "created_at DESC, node DESC LIMIT 10", ("t", "a")))]
+        text = " ".join(str(p) for p in plans)
+        self.assertIn("nodes_created", text)
+        self.assertIn("PRIMARY KEY (tag=? AND created_at>?)", text)
+        self.assertNotIn("SCAN", text)
+        self.assertNotIn("TEMP B-TREE", text)
+
+    def test_an_exact_duplicate_is_not_stored_twice(self):
+        first = self.store.add("Sam prefers green tea", ["sam", "drinks"])
+        other = self.store.add("something else entirely")
+        again = self.store.add("  Sam   prefers green\ttea\n", ["drinks", "sam", "sam"],
+                               [other["id"]], source="a retried call")
+        self.assertEqual(again["id"], first["id"])
+        self.assertTrue(again["already_remembered"])
+        self.assertEqual(again["content"], "Sam prefers green tea")
+        self.assertEqual(again["links"], [other["id"]])  # the links given are made, both ways
+        self.assertEqual(self.store.get(other["id"])["links"], [first["id"]])
+        self.assertEqual(self.store.count(), 2)
+        # Other tags, or other words, make another memory.
+        self.assertNotEqual(self.store.add("Sam prefers green tea", ["sam"])["id"], first["id"])
+        self.assertNotEqual(self.store.add("Sam prefers green tea!", ["sam", "drinks"])["id"],
+                            first["id"])
+        self.assertEqual(self.store.count(), 4)
+        # A forgotten memory can be stored again; an updated one is found by its new text.
+        self.store.delete(first["id"])
+        self.assertNotIn("already_remembered", self.store.add("Sam prefers green tea",
+                                                              ["sam", "drinks"]))
+        self.store.update(other["id"], content="something new")
+        self.assertEqual(self.store.add("something new")["id"], other["id"])
+        self.assertEqual(self.store.problems(), [])
+
+    def test_identical_remembers_from_two_processes_end_as_one_memory(self):
+        self.store.add("a first memory, so the schema exists")
+        writer = ("import sys, time, store\n"
+                  "time.sleep(max(0, float(sys.argv[2]) - time.time()))\n"
+                  "with store.Store(sys.argv[1]) as s:\n"
+                  "    for i in range(20):\n"
+                  "        print(s.add(f'the same fact number {i}', ['both'])['id'])\n")
+        start = time.time() + 0.5
+        procs = [subprocess.Popen([sys.executable, "-c", writer, self.path, str(start)],
+                                  cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for _ in range(2)]
+        outputs = [p.communicate(timeout=60) for p in procs]
+        self.assertEqual([p.returncode for p in procs], [0, 0], outputs)
+        seen = [out.split() for out, _ in outputs]
+        self.assertEqual(seen[0], seen[1])  # both got the same memory for every fact
+        self.assertEqual(self.store.count(), 21)
+
+    def test_near_duplicates_are_shown_and_never_merged(self):
+        self.store.load([{"id": str(uuid.uuid4()), "content": f"filler memory {i} about "
+                          f"{w} and the weather", "created_at": "2026-01-01"}
+                         for i, w in enumerate(["rain", "snow", "wind", "fog"] * 10)])
+        kept = self.store.add("Gina lost her job at Door Dash.")
+        close = self.store.add("Gina lost her job at Door Dash during the month of June.")
+        self.assertEqual(close["similar"], [{"id": kept["id"],
+                                             "content": "Gina lost her job at Door Dash."}])
+        self.assertNotEqual(close["id"], kept["id"])
+        unrelated = self.store.add("Jon opened a dance studio downtown with two partners.")
+        self.assertNotIn("similar", unrelated)
+        related = self.store.add("Gina started an online clothing store after her job ended.")
+        self.assertNotIn("similar", related)
+        long_text = "Door Dash " + " ".join(f"word{i}" for i in range(300))
+        self.assertNotIn("similar", self.store.add(long_text))  # lengths too far apart
+        self.assertEqual(self.store.count(), 40 + 5)
+
+    def test_over_stdio_and_http(self):
+        self.dated()
+        self.store.close()
+        proc = self.server_process(self.dir)
+        proc.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+        s = self.open_store()
+        httpd = self.serve_http(s)
+        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=10)
+        self.addCleanup(conn.close)
+
+        def over_http(name, arguments):
+            status, _, body = http_post(conn, call(name, arguments),
+                                        headers={"MCP-Protocol-Version": "2025-06-18"})
+            self.assertEqual(status, 200, body)
+            return unwrap(json.loads(body))
+
+        for transport, send in (("stdio", proc.call), ("http", over_http)):
+            with self.subTest(transport=transport):
+                listed, _ = send("recall", {})
+                times = [n["created_at"] for n in listed["results"]]
+                self.assertEqual(times, sorted(times, reverse=True))
+                self.assertIn(self.TIMES[-1], times)
+                windowed, _ = send("recall", {"query": "tea", "since": "2026-03-02",
+                                              "until": "2026-03-03"})
+                self.assertEqual({n["created_at"] for n in windowed["results"]},
+                                 {self.TIMES[2], self.TIMES[3]})
+                _, error = send("recall", {"since": "yesterday"})
+                self.assertIn("ISO 8601", error)
+                first, _ = send("remember", {"content": f"a fact over {transport}"})
+                again, _ = send("remember", {"content": f"a fact  over {transport} "})
+                self.assertEqual(again["id"], first["id"])
+                self.assertTrue(again["already_remembered"])
+                self.assertIn("Already remembered", again["note"])
+        tools = {t["name"]: t for t in proc.send(request("tools/list"))["result"]["tools"]}
+        self.assertLessEqual({"since", "until"}, set(tools["recall"]["inputSchema"]["properties"]))
+        props = tools["remember"]["outputSchema"]["properties"]
+        self.assertLessEqual({"already_remembered", "similar", "note"}, set(props))
+        self.assertIn("since", tools["recall"]["description"])
+        self.assertIn("no arguments", tools["recall"]["description"])
+        self.assertIn("similar", tools["remember"]["description"])
+
+
 # ----------------------------------------------------------------------------- hostile input
 
 
@@ -2857,12 +3092,12 @@ class ConcurrencyTest(TempDirTest):
         opener = ("import sys, time, store\n"
                   "time.sleep(max(0, float(sys.argv[2]) - time.time()))\n"
                   "with store.Store(sys.argv[1]) as s:\n"
-                  "    s.add('opened at once')\n")
+                  "    s.add('opened at once by ' + sys.argv[3])\n")
         for round_ in range(3):
             path = os.path.join(self.dir, f"new-{round_}.db")
             start = time.time() + 0.5
-            procs = [subprocess.Popen([sys.executable, "-c", opener, path, str(start)], cwd=HERE,
-                                      stderr=subprocess.PIPE) for _ in range(6)]
+            procs = [subprocess.Popen([sys.executable, "-c", opener, path, str(start), str(i)],
+                                      cwd=HERE, stderr=subprocess.PIPE) for i in range(6)]
             errors = [p.communicate(timeout=60)[1] for p in procs]
             self.assertEqual([p.returncode for p in procs], [0] * 6, errors)
             self.assertEqual(len(nodes_table(path)), 6)
