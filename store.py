@@ -1192,7 +1192,9 @@ class Database:
 K1, B = 1.2, 0.75               # FTS5's bm25() constants
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores
-FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories
+FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
+PRECEDER = 0.2                  # ...and to the one memory stored just before it
+RAREST = 0.25                   # stage two: the query's rarest term weighs this much more
 LENDERS = 10                    # stage-two matches that lend
 HOT_MIN_DF = 500                # a term is hot once this many memories hold it...
 HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
@@ -1586,8 +1588,9 @@ class RankingIndex:
 # ----------------------------------------------------------------------------- search
 
 # What a search reads of one memory: occurrences of each of its terms (in Search.terms
-# order), the memory's length in tokens, its tags column (JSON) and its created_at.
-Features = collections.namedtuple("Features", "counts length tags created")
+# order), the memory's length in tokens, its tags column (JSON), its created_at, and whether
+# it asks something (holds a "?").
+Features = collections.namedtuple("Features", "counts length tags created asks")
 
 
 class _ScanInstead(Exception):
@@ -1625,6 +1628,15 @@ class Search:
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
+        # Stage two's weights: idf, and RAREST more for the rarest term (every one tied for
+        # it), the one most likely to name what the question is about ("turtles" in "When
+        # did Nate get his turtles?").
+        self.weight = dict(self.idf)
+        if len(self.terms) > 1:
+            rarest = max(self.idf.values())
+            for term in self.terms:
+                if self.idf[term] == rarest:
+                    self.weight[term] *= 1 + RAREST
         self.features = {}   # rowid -> Features, for both stages
         self.scored = {}     # stage one: rowid -> score, None when it lacks the tags
         self.best = []       # stage one: the n best so far, as (-score, rowid)
@@ -1684,7 +1696,7 @@ class Search:
                     w for w in tokenize(content) if w.startswith(self.prefixes)]))
                 known[rowid] = Features([counts[t] for t in terms],
                                         _varint(size)[0] if size else 0, tagged or "[]",
-                                        created)
+                                        created, "?" in content)
         wanted = set(tags)
         return {r: known[r] for r in rowids if r in known and
                 (not wanted or wanted <= _tag_set(known[r].tags)) and
@@ -1854,33 +1866,39 @@ class Search:
     def rerank(self, first, limit):
         """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
 
-        Scores use RERANK_K1/B, which judge a long memory less harshly by its length. Then
-        each of the best lends FOLLOWERS of its score to the next memories stored after it
-        that carry the same tags and match the query too: in a conversation, the memory
-        after a matching question is often its answer. Lent weight lifts a memory up to the
-        score of its strongest lender at most: a follower never overtakes the memory it
-        follows (it may pass a weaker lender, as the stronger one vouches for it).
-        Returns [(score, rowid)], best first.
+        Scores use RERANK_K1/B, which judge a long memory less harshly by its length, and
+        the stage-two weights (the rarest term weighs RAREST more). Then each of the best
+        lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
+        the one stored just before it, where they carry the same tags: memories stored
+        together share a context (in a conversation, the memory after a matching question
+        is often its answer; notes written from one exchange sit next to each other). Only
+        a memory holding a query term that is not faint gains, or one right after a memory
+        that asks something ("?"): an answer need not repeat the question's words. Lent
+        weight lifts a memory to just below the score of its strongest lender at most: a
+        neighbour never overtakes the memory it is next to (it may pass a weaker lender, as
+        the stronger one vouches for it). Returns [(score, rowid)], best first.
         """
         if not first:
             return []
-        terms, idf, avgdl = self.terms, self.idf, self.avgdl
+        terms, weight, avgdl = self.terms, self.weight, self.avgdl
 
         def score(rowids):
             features = self._read(rowids)
-            return {r: sum(idf[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+            return {r: sum(weight[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
                            for t, tf in zip(terms, f.counts) if tf)
                     for r, f in features.items()}, features
 
         scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
-        window = sorted({r + k for r in lenders for k in range(1, 2 * len(FOLLOWERS) + 1)})
+        ahead = 2 * len(FOLLOWERS)
+        window = sorted({r + k for r in lenders for k in range(-2, ahead + 1) if k})
         stored = dict(self.db.execute(
             f"SELECT rowid, tags FROM nodes WHERE rowid IN ({_marks(window)})", window))
         lent = collections.Counter()
         cap = {}
+        answers = set()  # memories right after one that asks: they need not match the query
         for lender in lenders:
-            following = [r for r in range(lender + 1, lender + 2 * len(FOLLOWERS) + 1)
+            following = [r for r in range(lender + 1, lender + ahead + 1)
                          if r in stored][:len(FOLLOWERS)]
             if len(following) < len(FOLLOWERS):  # a gap: memories forgotten in between
                 rows = self.db.execute("SELECT rowid, tags FROM nodes WHERE rowid > ? "
@@ -1888,20 +1906,35 @@ class Search:
                                        (lender, len(FOLLOWERS))).fetchall()
                 stored.update(rows)
                 following = [r for r, _ in rows]
-            for share, rowid in zip(FOLLOWERS, following):
-                if _tag_set(stored[rowid]) == _tag_set(features[lender].tags):
+            before = [r for r in (lender - 1, lender - 2) if r in stored][:1]
+            if not before:  # the first memory, or a gap
+                rows = self.db.execute("SELECT rowid, tags FROM nodes WHERE rowid < ? "
+                                       "ORDER BY rowid DESC LIMIT 1", (lender,)).fetchall()
+                stored.update(rows)
+                before = [r for r, _ in rows]
+            context, asks = _tag_set(features[lender].tags), features[lender].asks
+            neighbours = [(share, r, asks) for share, r in zip(FOLLOWERS, following)]
+            neighbours += [(PRECEDER, r, False) for r in before]
+            for share, rowid, answer in neighbours:
+                if _tag_set(stored[rowid]) == context:
                     lent[rowid] += share * scores[lender]
-                    cap[rowid] = max(cap.get(rowid, 0.0), scores[lender])
+                    # Just below the lender: one stored before it must not pass it on the
+                    # tie-break (older first) either.
+                    cap[rowid] = max(cap.get(rowid, 0.0), math.nextafter(scores[lender], 0.0))
+                    if answer:
+                        answers.add(rowid)
         extra_scores, extra_features = score([r for r in lent if r not in scores and
                                               r in self._read([r], window=True)])
         features.update(extra_features)
         scores.update(extra_scores)
-        # Only a memory that matches the query itself gains: one holding a word that is not
-        # faint, unless the query has nothing else.
+        # Only a memory that matches the query itself gains: one holding a term that is not
+        # faint (unless the query has nothing else), or one that follows a question.
+        idf = self.idf
         weighty = [i for i, t in enumerate(terms) if idf[t] > TINY_IDF] or range(len(terms))
         matched = {r for _, r in first}
         for rowid, extra in lent.items():
-            if rowid in features and any(features[rowid].counts[i] for i in weighty):
+            if rowid in features and (any(features[rowid].counts[i] for i in weighty)
+                                      or rowid in answers):
                 scores[rowid] = max(scores[rowid], min(scores[rowid] + extra, cap[rowid]))
             elif rowid not in matched:
                 scores.pop(rowid, None)

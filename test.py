@@ -671,10 +671,46 @@ class RankingTest(StoreTestCase):
         self.assertLess(found.index(rival), found.index(reply))
 
     def test_a_follower_that_matches_no_query_word_is_not_returned(self):
+        self.fill()
+        told = self.store.add("Caroline went to the LGBTQ support group", ["chat 1"])["id"]
+        after = self.store.add("Yes, on Friday with her mum", ["chat 1"])["id"]
+        found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
+        self.assertEqual(found[0], told)
+        self.assertNotIn(after, found)
+
+    def test_the_answer_to_a_matching_question_need_not_share_its_words(self):
         _, question, reply = self.conversation(answer="Yes, on Friday with her mum")
         found = [n["id"] for n in self.store.search("When did Caroline go to the support group?")]
         self.assertEqual(found[0], question)
-        self.assertNotIn(reply, found)
+        self.assertIn(reply, found)
+        self.assertLess(found.index(question), found.index(reply))
+
+    def test_the_memory_before_a_match_is_lifted_too(self):
+        self.fill()
+        before = self.store.add("We took the kids to the lake for a picnic", ["trip"])["id"]
+        match = self.store.add("At the lake the kids saw a heron", ["trip"])["id"]
+        rival = self.store.add("A lake is a large body of water", ["notes"])["id"]
+        found = [n["id"] for n in self.store.search("What did the kids see at the lake? heron")]
+        self.assertEqual(found[0], match)
+        self.assertLess(found.index(before), found.index(rival))
+
+    def test_the_rarest_word_of_a_question_weighs_more_in_stage_two(self):
+        self.fill()
+        turtles = self.store.add("Nate keeps his turtles in a big tank", ["a"])["id"]
+        got = self.store.add("Nate got a new gaming chair and a new desk", ["b"])["id"]
+        for i in range(3):
+            self.store.add(f"Nate went to the gaming cafe again, visit {i}", [f"c{i}"])
+        found = [n["id"] for n in self.store.search("When did Nate get his turtles?")]
+        self.assertEqual(found[0], turtles)
+        self.assertIn(got, found)
+        with unittest.mock.patch.object(store, "RAREST", 0.0):
+            with self.store.db.read() as db:
+                search = store.Search(db, self.store.index, store.query_words("Nate turtles"))
+        self.assertEqual(search.weight, search.idf)
+        with self.store.db.read() as db:
+            search = store.Search(db, self.store.index, store.query_words("Nate turtles"))
+        rare = max(search.idf, key=search.idf.get)
+        self.assertAlmostEqual(search.weight[rare], search.idf[rare] * (1 + store.RAREST))
 
     def test_the_tag_filter_ranks_within_the_tagged_memories(self):
         self.fill()
