@@ -311,8 +311,10 @@ MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
 MAX_SOURCE = 1_000      # characters in a memory's source label
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
-LOAD_CHUNK = 1_000      # memories a load inserts per transaction
+LOAD_CHUNK = 1_000      # memories a load inserts per transaction...
+LOAD_PAUSE = 0.025      # ...and seconds it leaves the write lock free between two
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
+BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 UPKEEP_EVERY = 16       # write transactions between two rounds of background upkeep...
 UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
@@ -1008,7 +1010,8 @@ class Database:
         db = getattr(self._local, "db", None)
         if db is None:
             try:
-                db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
+                # SQLite's own wait is kept short: write() waits for the write lock itself.
+                db = sqlite3.connect(self.path, timeout=BUSY_POLL, isolation_level=None,
                                      check_same_thread=False)
                 db.execute("PRAGMA foreign_keys=ON")
                 # In WAL mode NORMAL keeps every committed transaction across a killed process.
@@ -1051,7 +1054,7 @@ class Database:
                        f"do in {2 * self.timeout:g} s")
         try:
             db = self.connection()
-            db.execute("BEGIN IMMEDIATE")
+            self._begin(db)
             try:
                 yield db
             except BaseException:
@@ -1067,6 +1070,23 @@ class Database:
         finally:
             self._turns.release()
         self._wrote()
+
+    def _begin(self, db):
+        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
+
+        SQLite's own wait sleeps up to 100 ms between tries, and a process writing in bursts
+        (an import) leaves shorter gaps, so a writer could wait out its whole timeout between
+        them. Each try here waits BUSY_POLL at most, so the next one comes soon enough.
+        """
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or \
+                        time.monotonic() >= deadline:
+                    raise
 
     @contextlib.contextmanager
     def errors(self, doing):
@@ -2198,7 +2218,7 @@ class Store:
         return [{"id": node_id, "content": text[:NEAR_SHOWN]}
                 for _, _, node_id, text in close[:NEAR_LISTED]]
 
-    def load(self, records, *, checked=False):
+    def load(self, records, *, checked=False, pause=LOAD_PAUSE):
         """Insert whole memories, ids and timestamps as given; {"loaded": n, "skipped": n}.
 
         For imports and benchmarks. Every record is checked before anything is written, and a
@@ -2206,21 +2226,25 @@ class Store:
         records are Records from check_records already). Then the memories go in, LOAD_CHUNK
         to a transaction so that other writers get their turns, and after them the links, in
         one transaction that writes each memory once, so that a link never shows without its
-        back-link. A record whose id is stored already is skipped, though links it gives are
+        back-link; `pause` seconds between two chunks let another process's writer in. A
+        record whose id is stored already is skipped, though links it gives are
         made; links to ids found neither here nor among the records are dropped, with one
         warning. An interrupted load leaves whole memories: loading again completes it.
         """
         if not checked:
             records = check_records(records)
         loaded = skipped = 0
+        first = True
         linked, chunk = [], []  # linked: (id, links) of every record that gives links
         for record in records:
             chunk.append(record)
             if record.links:
                 linked.append((record.id, record.links))
             if len(chunk) == LOAD_CHUNK:
+                if not first:
+                    time.sleep(pause)  # another process's write may be waiting for its turn
                 loaded, skipped = self._load_chunk(chunk, loaded, skipped)
-                chunk = []
+                chunk, first = [], False
         loaded, skipped = self._load_chunk(chunk, loaded, skipped)
         if linked:
             self._link_loaded(linked)

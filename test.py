@@ -25,6 +25,8 @@ Where the test for a behaviour lives:
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
     recall's since and until, the newest-first listing, exact and      TimeAndDuplicatesTest
       near duplicates in remember, over the store, stdio and HTTP
+    a full disk, a file-size limit, a read-only directory, writers     FaultTest
+      of one process taking turns
     HTTP: tokens, CORS, origins, headers, body lengths, slow and       RemoteTest
       vanishing clients, settings, server_remote.py as a process
     broken and hostile messages, over stdio and over HTTP              HostileInputTest
@@ -48,6 +50,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -966,7 +969,10 @@ class StoreTest(StoreTestCase):
             ({"content": "x", "tags": ["x" * 500]}, "at most 200 characters"),
             ({"content": "\ud800 lone"}, "not valid Unicode"),
             ({"content": "x", "source": 7}, "source must be a string"),
+            ({"content": "x", "source": "s" * 1001}, "source may have at most 1,000 characters"),
+            ({"content": "x", "tags": ["a\x00b"]}, "must not hold control characters"),
             ({"content": "x", "links": "abc"}, "links must be an array"),
+            ({"content": "x", "links": ["abc", 5]}, "links must be an array of memory ids"),
         ]
         for kwargs, message in cases:
             with self.subTest(kwargs=str(kwargs)[:60]), self.assertRaises(InvalidInput) as cm:
@@ -1535,6 +1541,41 @@ class StdioTest(StoreTestCase):
         reply = self.exchange(request("server/discover", {"_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}))[0]
         self.assertEqual(reply["error"]["code"], server.METHOD_NOT_FOUND)
+
+    def test_what_a_batch_may_cost_is_bounded(self):
+        init = request("initialize", {"protocolVersion": "2025-03-26"}, id=0)
+        too_many = [request("ping", id=i) for i in range(server.MAX_BATCH + 1)]
+        reply = self.exchange(init, too_many)[1]
+        self.assertEqual(reply["error"]["code"], server.INVALID_REQUEST)
+        self.assertIn("at most 100 messages, got 101", reply["error"]["message"])
+        for i in range(12):
+            self.store.add(f"long note {i} " + "words and more words " * 500)
+        recalls = [call("recall", {"query": "long note words", "limit": 100}, id=i)
+                   for i in range(server.MAX_BATCH)]
+        with unittest.mock.patch.object(server, "BATCH_REPLY_BUDGET", 200_000):
+            replies = self.exchange(init, recalls)[1]
+        self.assertEqual([r["id"] for r in replies], list(range(server.MAX_BATCH)))
+        run = [r for r in replies if "result" in r]
+        refused = [r for r in replies if "error" in r]
+        self.assertTrue(run and refused)
+        self.assertLess(sum(len(json.dumps(r)) for r in run), 200_000 + 60_000)
+        self.assertEqual(refused[0]["error"]["code"], server.SERVER_ERROR)
+        self.assertIn("send the rest in another batch", refused[0]["error"]["message"])
+
+    def test_skipped_links_make_one_line_on_stderr(self):
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(self.dir, log_path)
+        proc.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+        node, error = proc.call("remember", {"content": "links to nowhere", "links": [
+            str(uuid.uuid4()) for _ in range(store.MAX_LINKS)]})
+        self.assertIsNone(error)
+        self.assertEqual(len(node["skipped_links"]), server.SHOWN_LINKS)
+        self.assertEqual(proc.close(), 0)
+        with open(log_path, "rb") as f:
+            lines = [l for l in f.read().splitlines() if b"WARNING" in l]
+        self.assertEqual(len(lines), 1)
+        self.assertIn(b"skipped 10000 links", lines[0])
+        self.assertLess(len(lines[0]), 300)
 
     def test_batches_only_in_2025_03_26(self):
         batch = [request("ping", id=1), {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -2180,6 +2221,147 @@ class RemoteTest(StoreTestCase):
         return remote_process(os.path.join(self.dir, "remote"), env, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, **kwargs)
 
+    # -- what the outside attack found
+
+    def raw_reply(self, data, port=None):
+        """Send raw bytes on a fresh connection; the whole reply (the server closes)."""
+        with socket.create_connection(("127.0.0.1", port or self.port), timeout=10) as sock:
+            sock.sendall(data)
+            reply = b""
+            while chunk := sock.recv(65536):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        headers = {k.lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:])}
+        return int(lines[0].split()[1]), headers, body
+
+    def test_errors_of_http_server_itself_are_json_with_cors(self):
+        for data, status in ((b"GET /" + b"a" * 70_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431),
+                             (b"BREW /mcp HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+                             (b"GARBAGE\r\n\r\n", 400),
+                             (b"POST /mcp HTTP/1.1\r\nHost: x\r\n" +
+                              b"".join(b"X-Pad-%d: %s\r\n" % (i, b"p" * 1000) for i in range(40))
+                              + b"\r\n", 431)):
+            with self.subTest(status=status):
+                got, headers, body = self.raw_reply(data)
+                self.assertEqual(got, status, body)
+                self.assertCors(headers)
+                self.assertEqual(headers["content-type"], "application/json")
+                self.assertEqual(json.loads(body)["error"]["code"], server_remote.TRANSPORT_ERROR)
+
+    def test_a_malformed_header_is_refused(self):
+        status, headers, body = self.raw_reply(
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n"
+            b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: 5\r\n\r\nhello")
+        self.assertEqual(status, 400, body)
+        self.assertIn(b"no space before the colon", body)
+        self.assertEqual(self.store.count(), 0)
+
+    def test_connections_past_the_cap_are_answered_at_once(self):
+        self.start(max_connections=2)
+        held = [socket.create_connection(("127.0.0.1", self.port), timeout=10) for _ in range(2)]
+        for sock in held:
+            self.addCleanup(sock.close)
+            sock.sendall(b"POST /mcp HTTP/1.1\r\n")  # slow clients, mid-request
+        time.sleep(0.2)
+        started = time.monotonic()
+        status, headers, body = self.raw_reply(b"POST /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
+        self.assertLess(time.monotonic() - started, 5)
+        self.assertEqual(status, 503, body)
+        self.assertEqual(headers["retry-after"], "1")
+        self.assertCors(headers)
+        for sock in held:
+            sock.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.httpd._open:
+            time.sleep(0.05)
+        self.assertEqual(self.rpc(request("ping"))["result"], {})
+
+    def test_an_ipv6_address_can_be_served(self):
+        port = free_port()
+        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port), "FLOOD_MEMORY_HOST": "::1"})
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        try:
+            with socket.socket(socket.AF_INET6) as probe:
+                probe.bind(("::1", 0))
+        except OSError:
+            # No IPv6 loopback here: the refusal is the usual one line, not a traceback.
+            _, err = proc.communicate(timeout=30)
+            self.assertEqual(proc.returncode, 1)
+            self.assertEqual(len(err.splitlines()), 1, err)
+            self.assertIn(b"cannot listen on ::1", err)
+            return
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                conn = http.client.HTTPConnection("::1", port, timeout=10)
+                status, _, body = http_post(conn, request("ping"), auth=False,
+                                            headers={"Host": f"[::1]:{port}"})
+                conn.close()
+                break
+            except OSError:
+                self.assertLess(time.monotonic(), deadline, "the server did not come up")
+                time.sleep(0.05)
+        self.assertEqual((status, json.loads(body)["result"]), (200, {}))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        self.assertIn(b"listening on http://[::1]:", err)
+
+    def test_an_open_server_on_a_public_address_says_so(self):
+        port = free_port()
+        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port), "FLOOD_MEMORY_HOST": "0.0.0.0"})
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.assertTrue(wait_for_port(port, proc))
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+        self.assertIn(b"ANYONE who can reach 0.0.0.0", err)
+        self.assertIn(b"can read and change every memory", err)
+
+    def test_a_request_is_in_flight_until_its_reply_is_sent(self):
+        # Shutdown waits for requests in flight (up to its grace); a reply to committed
+        # writes that was cut off would make the client retry them. Small socket buffers on
+        # both sides keep the reply from all waiting in the kernel.
+        setup = server_remote.Handler.setup
+
+        def small_buffers(handler):
+            setup(handler)
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+        patch = unittest.mock.patch.object(server_remote.Handler, "setup", small_buffers)
+        patch.start()
+        self.addCleanup(patch.stop)
+        self.start()
+        text = "filler words " * 1000
+        for i in range(12):
+            self.store.add(f"big {i} {text}")
+        batch = [call("recall", {"query": "big filler", "limit": 100}, id=i)
+                 for i in range(server.MAX_BATCH)]
+        body = json.dumps(batch).encode()
+        sock = socket.socket()
+        self.addCleanup(sock.close)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(30)
+        sock.connect(("127.0.0.1", self.port))
+        sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        reply = sock.recv(4096)  # the reply has begun
+        self.assertTrue(reply.startswith(b"HTTP/1.1 200"), reply[:200])
+        self.assertFalse(self.httpd.drain(0.5))  # still being written: still in flight
+        while len(reply) < 2 or not self.reply_complete(reply):
+            chunk = sock.recv(1 << 20)
+            self.assertTrue(chunk, "the reply was cut off")
+            reply += chunk
+        self.assertTrue(self.httpd.drain(5))  # sent: the shutdown may go on
+        payload = reply.partition(b"\r\n\r\n")[2]
+        self.assertEqual(len(json.loads(payload)), server.MAX_BATCH)
+
+    @staticmethod
+    def reply_complete(reply):
+        head, sep, payload = reply.partition(b"\r\n\r\n")
+        match = re.search(rb"Content-Length: (\d+)", head)
+        return bool(sep and match and len(payload) >= int(match.group(1)))
+
     def test_bad_port_or_port_in_use_is_one_line_and_exit_1(self):
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", 0))
@@ -2442,6 +2624,119 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertIn("since", tools["recall"]["description"])
         self.assertIn("no arguments", tools["recall"]["description"])
         self.assertIn("similar", tools["remember"]["description"])
+
+
+# ----------------------------------------------------------------------------- faults
+
+
+class FaultTest(StoreTestCase):
+    """When the disk, the file system or the process's limits refuse writes: reads still
+    answer, and every message says what is wrong."""
+
+    def capped(self):
+        """Make every write of this process's connections fail as on a full disk: SQLite's
+        own SQLITE_FULL, from a page cap at the size the file has now."""
+        db = self.store.db.connection()
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+        db.execute(f"PRAGMA max_page_count = {pages}")
+
+    def test_recall_and_connections_answer_when_nothing_can_be_written(self):
+        a = self.store.add("the boiler is in the cellar")
+        b = self.store.add("the cellar key hangs by the door", links=[a["id"]])
+        self.store.fold()
+        self.capped()
+        with self.assertRaises(StoreError) as cm:
+            self.store.add("x" * 60_000 + " " + "y" * 30_000)
+        self.assertIn("the disk is full", str(cm.exception))
+        # Nothing at all can be written now, as with a read-only memory.db.
+        self.store.db.connection().execute("PRAGMA query_only = 1")
+        with self.assertRaises(StoreError) as cm:
+            self.store.add("another")
+        self.assertIn("could not save the memory: the database cannot be written",
+                      str(cm.exception))
+        store._warned.clear()
+        with self.assertLogs("flood-memory.store", "WARNING") as logs:
+            for _ in range(3):
+                found = self.store.search("cellar")
+                walked = self.store.neighbors(a["id"])
+        self.assertEqual({n["id"] for n in found}, {a["id"], b["id"]})
+        self.assertEqual([n["id"] for n in walked["nodes"]], [a["id"], b["id"]])
+        self.assertEqual(found[0]["access_count"], 0)  # answered, not counted
+        self.assertEqual(len(logs.output), 1)  # one warning, not one per call
+        self.assertIn("accesses not counted", logs.output[0])
+
+    def test_a_file_size_limit_is_named(self):
+        script = ("import resource, sys, store\n"
+                  "resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))\n"
+                  "s = store.Store(sys.argv[1])\n"
+                  "try:\n"
+                  "    for i in range(100_000):\n"
+                  "        s.add(f'memory {i} ' + 'word ' * 200)\n"
+                  "except store.StoreError as exc:\n"
+                  "    print(exc)\n")
+        done = subprocess.run([sys.executable, "-c", script, os.path.join(self.dir, "f.db")],
+                              cwd=HERE, capture_output=True, text=True, timeout=60)
+        self.assertIn("the file-size limit of this process is reached (200,000 bytes; see "
+                      "ulimit -f)", done.stdout, done.stderr)
+
+    def test_a_full_disk_or_a_read_only_directory_is_named(self):
+        error = sqlite3.OperationalError("disk I/O error")
+        error.sqlite_errorcode = sqlite3.SQLITE_IOERR_WRITE
+        full = collections.namedtuple("usage", "total used free")(100, 100, 0)
+        with unittest.mock.patch("shutil.disk_usage", return_value=full):
+            message = str(store._translated(error, "save the memory", 5, self.path))
+        self.assertEqual(message, "could not save the memory: the disk is full")
+        with unittest.mock.patch("os.access", return_value=False):
+            message = str(store._translated(error, "open the memory database", 5, self.path))
+        self.assertIn("the data directory is read-only", message)
+        self.assertEqual(str(store._translated(error, "save", 5)), "could not save: disk I/O error")
+
+    def test_the_data_directory_must_be_a_directory(self):
+        self.store.close()
+        path = os.path.join(self.dir, "a-file")
+        with open(path, "w"):
+            pass
+        with self.assertRaises(StoreError) as cm:
+            store.open_directory(path)
+        self.assertIn("is a file, not a directory", str(cm.exception))
+        proc = subprocess.run([sys.executable, os.path.join(HERE, "server.py")], input=b"",
+                              env=dict(os.environ, FLOOD_MEMORY_DIR=path),
+                              capture_output=True, timeout=60)
+        self.assertEqual(proc.returncode, 1)
+        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
+        self.assertIn(b"is a file, not a directory", proc.stderr)
+
+    def test_writers_of_one_process_take_turns_and_name_their_own_queue(self):
+        turns = store._Turns()
+        order = []
+        self.assertTrue(turns.acquire(1))
+
+        def wait(name):
+            if turns.acquire(5):
+                order.append(name)
+                turns.release()
+
+        threads = [threading.Thread(target=wait, args=(i,)) for i in range(5)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)  # each asks after the one before
+        turns.release()
+        for t in threads:
+            t.join(10)
+        self.assertEqual(order, [0, 1, 2, 3, 4])  # first come, first served
+        self.assertTrue(turns.acquire(1))
+        self.assertFalse(turns.acquire(0.05))  # gives up after its timeout, out of the line
+        turns.release()
+        self.assertTrue(turns.acquire(1))
+        turns.release()
+        s = Store(os.path.join(self.dir, "q.db"), timeout=0.1)
+        self.addCleanup(s.close)
+        s.db._turns.acquire(1)  # a write of this process that never ends
+        with self.assertRaises(store.Busy) as cm:
+            s.add("waits its turn")
+        self.assertIn("this server had more writes queued than it could do", str(cm.exception))
+        s.db._turns.release()
+        self.assertEqual(s.add("after")["content"], "after")
 
 
 # ----------------------------------------------------------------------------- hostile input
@@ -2952,6 +3247,141 @@ class BackupTest(TempDirTest):
         self.assertEqual(len(logs.output), 1)
         self.assertIn("can be read by other users", logs.output[0])
         self.assertIn(f"chmod 600 {path}*", logs.output[0])
+
+    # -- what the reliability review found (targets, hard links, careless files)
+
+    def test_backup_and_export_write_through_a_symlink_and_refuse_special_files(self):
+        s = self.open_store()
+        self.fill(s)
+        elsewhere = os.path.join(self.dir, "nas")
+        os.mkdir(elsewhere)
+        for command, name in (("backup", "b.db"), ("export", "e.jsonl")):
+            with self.subTest(command=command):
+                real = os.path.join(elsewhere, name)
+                with open(real, "w") as f:
+                    f.write("an old copy")
+                link = os.path.join(self.dir, name)
+                os.symlink(real, link)
+                done = self.run_store(command, link)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertTrue(os.path.islink(link))  # the link stays, and leads to the copy
+                with open(real, "rb") as f:
+                    fresh = f.read()
+                self.assertNotEqual(fresh, b"an old copy")
+                self.assertEqual(os.stat(real).st_mode & 0o777, 0o600)
+        with open(os.path.join(elsewhere, "b.db"), "rb") as f:
+            self.assertTrue(f.read(16).startswith(b"SQLite format 3"))
+        before = os.stat(os.devnull)
+        for command, target, message in (
+                ("backup", os.devnull, b"is a device or other special file"),
+                ("export", os.devnull, b"is a device or other special file"),
+                ("backup", elsewhere, b"is a directory"),
+                ("backup", os.path.join(self.dir, "no", "such", "b.db"), b"does not exist")):
+            with self.subTest(command=command, target=target):
+                done = self.run_store(command, target)
+                self.assertEqual(done.returncode, 1)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(message, done.stderr)
+        after = os.stat(os.devnull)
+        self.assertEqual((before.st_ino, before.st_mode, before.st_rdev),
+                         (after.st_ino, after.st_mode, after.st_rdev))
+        self.assertEqual(self.run_store("export", "-").returncode, 0)  # standard output
+
+    def test_a_hard_linked_database_is_refused_with_the_fix(self):
+        s = self.open_store()
+        s.add("written through the first name")
+        s.close()
+        twin_dir = os.path.join(self.dir, "snapshot")
+        os.mkdir(twin_dir)
+        os.link(self.path, os.path.join(twin_dir, store.DB_NAME))
+        before = nodes_table(self.path)
+        for directory in (self.dir, twin_dir):
+            with self.subTest(directory=directory):
+                with self.assertRaises(StoreError) as cm:
+                    store.open_directory(directory)
+                self.assertIn("has 2 names (hard links", str(cm.exception))
+                self.assertIn("cp ", str(cm.exception))
+        self.assertEqual(nodes_table(self.path), before)
+        done = ServerProcess(twin_dir)
+        self.assertEqual(done.close(), 1)
+
+    def test_import_checks_everything_before_it_writes(self):
+        s = self.open_store()
+        self.fill(s)
+        before = nodes_table(self.path)
+        good = {"id": str(uuid.uuid4()), "content": "fine"}
+        twice = dict(good, content="the same id again")
+        cases = [([good, twice], b"record 2: id %s is also record 1" % good["id"].encode()),
+                 ([dict(good, access_count=2**63)], b"access_count must be a whole number"),
+                 ([dict(good, source="s" * 1001)], b"source may have at most 1,000"),
+                 ([dict(good, tags=["a\x00b"])], b"must not hold control characters"),
+                 ([dict(good, created_at="last Tuesday")], b"created_at must be an ISO 8601")]
+        for records, message in cases:
+            with self.subTest(message=message):
+                text = b"".join(json.dumps(r).encode() + b"\n" for r in records)
+                done = self.run_store("import", "-", stdin=text)
+                self.assertEqual(done.returncode, 1)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(message, done.stderr)
+                self.assertEqual(nodes_table(self.path), before)
+        # A broken file creates nothing, not even the data directory.
+        broken = os.path.join(self.dir, "broken.jsonl")
+        with open(broken, "w") as f:
+            f.write(json.dumps(good) + "\n{broken\n")
+        fresh = os.path.join(self.dir, "fresh")
+        self.assertEqual(self.run_store("import", broken, data_dir=fresh).returncode, 1)
+        self.assertFalse(os.path.exists(fresh))
+
+    def test_import_takes_a_bom_and_normalizes_times(self):
+        records = [{"id": str(uuid.uuid4()), "content": "dated by day",
+                    "created_at": "2024-01-01"},
+                   {"id": str(uuid.uuid4()), "content": "dated with an offset",
+                    "created_at": "2024-01-01T10:00:00+05:00",
+                    "last_accessed": "2024-02-01T00:00:00"}]
+        text = b"\xef\xbb\xbf" + b"".join(json.dumps(r).encode() + b"\n" for r in records)
+        done = self.run_store("import", "-", stdin=text)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        with Store(self.path) as s:
+            got = [(r["created_at"], r["last_accessed"]) for r in s.records()]
+        self.assertEqual(got, [("2024-01-01T00:00:00.000Z", "2024-01-01T00:00:00.000Z"),
+                               ("2024-01-01T05:00:00.000Z", "2024-02-01T00:00:00.000Z")])
+
+    def test_import_of_a_record_with_60000_missing_links_is_linear_and_quiet(self):
+        s = self.open_store()
+        hub = {"id": str(uuid.uuid4()), "content": "links to nowhere",
+               "links": [str(uuid.UUID(int=i + 1, version=4)) for i in range(60_000)]}
+        path = os.path.join(self.dir, "hub.jsonl")
+        with open(path, "w") as f:
+            f.write(json.dumps(hub) + "\n")
+        started = time.monotonic()
+        done = self.run_store("import", path)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertLess(time.monotonic() - started, 30)  # it took 22 s when quadratic
+        warnings = [l for l in done.stderr.splitlines() if b"WARNING" in l]
+        self.assertEqual(len(warnings), 1)
+        self.assertIn(b"skipped 60000 links", warnings[0])
+        self.assertEqual(s.get(hub["id"])["links"], [])
+
+    def test_import_lets_other_writers_in_between(self):
+        records = [{"id": str(uuid.uuid4()), "content": f"imported memory {i} " + "word " * 40}
+                   for i in range(6 * store.LOAD_CHUNK)]
+        path = os.path.join(self.dir, "many.jsonl")
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+        s = Store(self.path, timeout=0.5)
+        self.addCleanup(s.close)
+        s.add("the store exists")
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "store.py"), "import", path],
+                                env=dict(os.environ, FLOOD_MEMORY_DIR=self.dir),
+                                stderr=subprocess.PIPE)
+        written = []
+        while proc.poll() is None:
+            written.append(s.add(f"written during the import {len(written)}")["id"])
+        self.assertEqual(proc.wait(60), 0, proc.stderr.read())
+        proc.stderr.close()
+        self.assertGreater(len(written), 5)  # none waited past its 0.5 s timeout
+        self.assertEqual(s.count(), 1 + len(written) + len(records))
+        self.assertEqual(index_problems(self.path), [])
 
     def test_backup_of_a_live_database_is_consistent(self):
         self.open_store().add("first")
