@@ -181,6 +181,15 @@ def shown(node, content=SHOWN_CONTENT):
     return out
 
 
+def _most(node):
+    """The most characters a memory can take in a reply (JSON escapes a character into six
+    at most), found without encoding it: most replies are far below the budget."""
+    content = min(len(node["content"]), SHOWN_CONTENT)
+    links = min(len(node["links"]), SHOWN_LINKS)
+    return 6 * (content + len(node["source"]) + sum(map(len, node["tags"]))) + \
+        40 * (links + len(node["tags"])) + 400
+
+
 class Budget:
     """Decides how many of a list of memories fit in one reply (the store's `fit` hook)."""
 
@@ -191,6 +200,8 @@ class Budget:
 
     def fit(self, nodes):
         self.offered = len(nodes)
+        if sum(map(_most, nodes)) + NOTE_ROOM <= self.chars:
+            return len(nodes)  # all fit even at the most their JSON could take: no encoding
         used = NOTE_ROOM
         for n, node in enumerate(nodes):
             used += len(_dumps(shown(node, self.content))) + 1

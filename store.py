@@ -78,27 +78,29 @@ CREATE TRIGGER nodes_au AFTER UPDATE OF content ON nodes BEGIN
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
 END;
 
--- Tag index, one row per tag of a memory, kept by triggers: tag filters read no JSON. Keyed by
--- time, so that a tag's memories list newest first, and within a window, straight from it.
+-- Tag index, one row per tag of a memory, kept by triggers: tag filters read no JSON.
 CREATE TABLE node_tags (
     tag TEXT NOT NULL,
-    created_at TEXT NOT NULL,    -- the memory's
     node INTEGER NOT NULL,       -- nodes.rowid
-    PRIMARY KEY (tag, created_at, node)
+    created_at TEXT NOT NULL,    -- the memory's
+    PRIMARY KEY (tag, node)      -- whether a memory carries a tag: asked of every match
 ) WITHOUT ROWID;
--- Whether one memory carries a tag (a search filtering by tags asks this of each match).
-CREATE INDEX node_tags_node ON node_tags (node, tag);
+-- A tag's memories newest first, and within a window, straight from an index range. (Keyed
+-- by time instead, node_tags made a ranked search with a tag 30% slower.)
+CREATE INDEX node_tags_created ON node_tags (tag, created_at);
 CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
-    INSERT OR IGNORE INTO node_tags (tag, created_at, node)
-        SELECT value, new.created_at, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at)
+        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
 END;
 CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
-    DELETE FROM node_tags WHERE node = old.rowid;
+    DELETE FROM node_tags
+        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
 END;
 CREATE TRIGGER node_tags_au AFTER UPDATE OF tags, created_at ON nodes BEGIN
-    DELETE FROM node_tags WHERE node = old.rowid;
-    INSERT OR IGNORE INTO node_tags (tag, created_at, node)
-        SELECT value, new.created_at, new.rowid FROM json_each(new.tags) WHERE type = 'text';
+    DELETE FROM node_tags
+        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at)
+        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
 END;
 
 -- Which memories hold the same text and tags, for remember to find an exact duplicate.
@@ -140,7 +142,7 @@ CREATE INDEX hot_postings_node ON hot_postings (node);
 -- the memory (some 40 pages of the log per remember, against 1); the background thread folds
 -- them in, and a search counts the rows still here (see RankingIndex).
 CREATE TABLE pending (
-    seq INTEGER PRIMARY KEY,
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, so a process may keep what it read
     node INTEGER NOT NULL,       -- nodes.rowid
     sign INTEGER NOT NULL,       -- +1: the memory was added; -1: removed (or its content replaced)
     counts TEXT NOT NULL,        -- JSON object: term -> occurrences in the memory
@@ -154,8 +156,8 @@ CREATE TABLE pending (
 # 3: no new tables: terms re-counted where memories hold non-ASCII text, whose words version 2
 #    folded differently from unicode61 (Hangul split into letters, Greek accents dropped).
 # 4: pending, the log of changes the ranking statistics have yet to count.
-# 5: time and duplicates: created_at in one UTC form and indexed (nodes_created); node_tags
-#    keyed by time; fingerprints; terms.nodes, the holders of rare terms.
+# 5: time and duplicates: created_at in one UTC form and indexed (nodes_created), and in
+#    node_tags (node_tags_created); fingerprints; terms.nodes, the holders of rare terms.
 SCHEMA_VERSION = 5
 
 
@@ -228,8 +230,8 @@ def _migrate_from_4(db):
         db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
     db.execute("DROP TABLE node_tags")
     _create(db, "nodes_created", "node_tags", "fingerprints")
-    db.execute("INSERT OR IGNORE INTO node_tags (tag, created_at, node) SELECT j.value, "
-               "n.created_at, n.rowid FROM nodes n, json_each(n.tags) j "
+    db.execute("INSERT OR IGNORE INTO node_tags (tag, node, created_at) SELECT j.value, "
+               "n.rowid, n.created_at FROM nodes n, json_each(n.tags) j "
                "WHERE json_valid(n.tags) AND j.type = 'text'")
     cursor = db.execute("SELECT rowid, content, tags FROM nodes")
     while rows := cursor.fetchmany(5000):
@@ -315,7 +317,7 @@ LOAD_CHUNK = 1_000      # memories a load inserts per transaction...
 LOAD_PAUSE = 0.025      # ...and seconds it leaves the write lock free between two
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
-UPKEEP_EVERY = 16       # write transactions between two rounds of background upkeep...
+UPKEEP_EVERY = 128      # write transactions between two rounds of background upkeep...
 UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
 WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
@@ -1222,7 +1224,8 @@ HOT_LIST = 1000                 # length of a hot term's impact list
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties there
 TAG_SCAN_COST = 10              # scoring a memory in Python costs this many FTS5 matches
-FOLD_BATCH = 500                # pending changes folded in one transaction
+FOLD_BATCH = 64                 # pending changes folded in one transaction
+PENDING_MAX = 512               # a write folds a batch itself once the log holds this many
 RARE = 16                       # terms.nodes lists the memories of a term held by this few
 NEAR_JACCARD = 0.42             # remember's hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
@@ -1268,6 +1271,48 @@ def _counted(text):
     return counts, len(words)
 
 
+class _LogView:
+    """The pending log as this process has read it: each row parsed once, and found by term.
+
+    Rows never change once written, and their seq numbers only grow (AUTOINCREMENT); folding
+    removes the oldest. So a reader asks only for the range its snapshot holds, and reads
+    from the database just the rows of that range it has not seen. Reading and scanning the
+    whole log for every search and remember cost 0.3 ms with 60 rows in it.
+    """
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._rows = {}    # seq -> (node, sign, terms)
+        self._by_term = collections.defaultdict(set)  # term -> seqs
+        self._first = self._last = 0  # every row from _first to _last is in _rows
+
+    def changes(self, db, terms):
+        """[(seq, node, sign, terms held)] of the rows in the snapshot of `db` that hold
+        one of `terms`, oldest first."""
+        low, high = db.execute("SELECT min(seq), max(seq) FROM pending").fetchone()
+        if low is None:
+            return []
+        with self._lock:
+            if high > self._last or low < self._first or self._last == 0:
+                start = low if low < self._first or self._last == 0 else self._last + 1
+                for seq, node, sign, counts in db.execute(
+                        "SELECT seq, node, sign, counts FROM pending WHERE seq BETWEEN ? AND ?",
+                        (start, high)):
+                    if seq not in self._rows:
+                        held = frozenset(json.loads(counts))
+                        self._rows[seq] = (node, sign, held)
+                        for term in held:
+                            self._by_term[term].add(seq)
+                self._first = min(self._first, start) if self._last else start
+                self._last = max(self._last, high)
+            for seq in [q for q in self._rows if q < low]:  # folded: forget them
+                for term in self._rows.pop(seq)[2]:
+                    self._by_term[term].discard(seq)
+            self._first = max(self._first, low)
+            seqs = sorted({q for t in terms for q in self._by_term.get(t, ()) if q <= high})
+            return [(q, *self._rows[q][:2], self._rows[q][2] & terms) for q in seqs]
+
+
 # A hot term's entry: its list's floor, the average length its impacts were taken at, how
 # many memories the list holds, and (when asked for) its largest impact.
 HotTerm = collections.namedtuple("HotTerm", "floor avgdl size peak")
@@ -1288,6 +1333,8 @@ class RankingIndex:
         self.hot_min_df = hot_min_df
         self.hot_list = hot_list
         self._common = set()  # terms seen held by more than RARE memories (see holders)
+        self.log = _LogView()
+        self._writes = 0      # writes logged by this process (see keep_up)
 
     # -- FTS5's own records
 
@@ -1321,15 +1368,12 @@ class RankingIndex:
         """What the log adds for `terms`: (Counter of df changes, rowids of memories added
         since the last fold that hold one of the terms)."""
         delta, fresh = collections.Counter(), {}
-        needles = [(term, f'"{term}":[') for term in terms]  # keys of the counts JSON
-        for node, sign, counts in db.execute("SELECT node, sign, counts FROM pending "
-                                             "ORDER BY seq"):
-            held = [term for term, needle in needles if needle in counts]
+        for _, node, sign, held in self.log.changes(db, frozenset(terms)):
             for term in held:
                 delta[term] += sign
             if sign < 0:
                 fresh.pop(node, None)
-            elif held:
+            else:
                 fresh[node] = None
         return delta, list(fresh)
 
@@ -1353,6 +1397,16 @@ class RankingIndex:
         db.execute("INSERT INTO pending (node, sign, counts, length) VALUES (?, ?, ?, ?)",
                    (node, sign, json.dumps(counts, ensure_ascii=False, separators=(",", ":")),
                     length))
+
+    def keep_up(self, db):
+        """Fold a batch now, inside the caller's write, if the log has grown past PENDING_MAX
+        (the background thread fell behind, or is not running). Looked at every 32nd write."""
+        self._writes += 1
+        if self._writes % 32:
+            return
+        span = db.execute("SELECT max(seq) - min(seq) FROM pending").fetchone()[0]
+        if span is not None and span >= PENDING_MAX:
+            self.fold(db)
 
     def fold(self, db, limit=FOLD_BATCH):
         """Count up to `limit` logged changes, oldest first, into terms and the impact lists
@@ -1480,13 +1534,10 @@ class RankingIndex:
                     common.add(term)
                 else:
                     out[term] = set(map(int, nodes.split())) if nodes else set()
-        needles = [(term, f'"{term}":[') for term in terms if term not in common]
-        for node, sign, counts in db.execute("SELECT node, sign, counts FROM pending "
-                                             "ORDER BY seq"):
-            for term, needle in needles:
-                if needle in counts:
-                    holders = out.setdefault(term, set())
-                    (holders.add if sign > 0 else holders.discard)(node)
+        for _, node, sign, held in self.log.changes(db, frozenset(terms) - common):
+            for term in held:
+                holders = out.setdefault(term, set())
+                (holders.add if sign > 0 else holders.discard)(node)
         return {t: h for t, h in out.items() if 0 < len(h) <= RARE}
 
     def build_missing(self, db):
@@ -2125,21 +2176,26 @@ class Store:
         fingerprint = _fingerprint(content, tags)
         node_id, now = str(uuid.uuid4()), _now()
         with self.db.errors("save the memory"), self.db.write() as db:
-            links = self._existing(db, links, skipped)
             twin = self._twin(db, fingerprint, content, tags)
             if twin is not None:
-                node = self._join(db, twin, links, skipped)
+                node = self._join(db, twin, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
             similar = self._similar(db, content)
+            # A new id is in nobody's links yet: each back-link is one append, and a target
+            # that no memory has is the one the append finds nothing to change in.
+            linked = [target for target in links if db.execute(
+                "UPDATE nodes SET links = json_insert(links, '$[#]', ?) WHERE id = ?",
+                (node_id, target)).rowcount]
+            skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
+            links = linked
             rowid = db.execute(
                 "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
                 "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                 (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
             db.execute("INSERT INTO fingerprints (hash, node) VALUES (?, ?)", (fingerprint, rowid))
             self.index.note(db, rowid, +1, content)
-            for target in links:
-                self._relink(db, target, add=[node_id])
+            self.index.keep_up(db)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         if similar:
@@ -2354,6 +2410,7 @@ class Store:
                 if "content" in changes:
                     self.index.note(db, rowid, -1, old["content"])
                     self.index.note(db, rowid, +1, content)
+                    self.index.keep_up(db)
             node = self._row(db, node_id)
         return _with_skipped(node, "update", skipped)
 
@@ -2369,6 +2426,7 @@ class Store:
             db.execute("DELETE FROM fingerprints WHERE hash = ? AND node = ?",
                        (_fingerprint(node["content"], node["tags"]), rowid))
             self.index.note(db, rowid, -1, node["content"])
+            self.index.keep_up(db)
         return {"id": node_id, "deleted": True}
 
     # -- links
@@ -2535,10 +2593,11 @@ class Store:
         now = _now()
         try:
             with self.db.write() as db:
-                nodes = self._fitted(db, column, keys, fit, extra)
-                for chunk in _chunks([node["id"] for node in nodes]):
+                rowids, nodes = self._fitted(db, column, keys, fit, extra, with_rowids=True)
+                for chunk in _chunks(rowids):
                     db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
-                               f"access_count + 1 WHERE id IN ({_marks(chunk)})", (now, *chunk))
+                               f"access_count + 1 WHERE rowid IN ({_marks(chunk)})",
+                               (now, *chunk))
         except (sqlite3.OperationalError, Busy) as exc:
             if isinstance(exc, sqlite3.OperationalError) and \
                     _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, *_CANNOT_WRITE):
@@ -2554,21 +2613,25 @@ class Store:
             node["access_count"] += 1
         return nodes
 
-    def _fitted(self, db, column, keys, fit, extra):
+    def _fitted(self, db, column, keys, fit, extra, with_rowids=False):
         """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
-        `fit` allows."""
+        `fit` allows; with their rowids first, as ([rowid], [memory]), if asked."""
         found = {}
         for chunk in _chunks(keys):
-            found.update((row[0], _node(row[1:])) for row in db.execute(
-                f"SELECT {column}, {_COLUMNS} FROM nodes WHERE {column} IN ({_marks(chunk)})",
-                chunk))
-        nodes = []
+            found.update((row[0], (row[1], _node(row[2:]))) for row in db.execute(
+                f"SELECT {column}, rowid, {_COLUMNS} FROM nodes "
+                f"WHERE {column} IN ({_marks(chunk)})", chunk))
+        rowids, nodes = [], []
         for key in keys:
-            node = found.get(key)  # a memory forgotten meanwhile is gone
-            if node is not None:
+            if key in found:  # a memory forgotten meanwhile is gone
+                rowid, node = found[key]
                 node.update(extra[key] if extra else ())
+                rowids.append(rowid)
                 nodes.append(node)
-        return nodes[:fit(nodes)] if fit and nodes else nodes
+        if fit and nodes:
+            kept = fit(nodes)
+            rowids, nodes = rowids[:kept], nodes[:kept]
+        return (rowids, nodes) if with_rowids else nodes
 
     # -- the whole database
 
