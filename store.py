@@ -3027,8 +3027,9 @@ def read_records(lines):
 # Each entity becomes a memory ("John_Smith is a person."), each observation one of its own
 # that names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's
 # name and type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic")
-# tagged with both names and its type, and linked to both entities' memories, so that
-# connections from any of John's memories reaches Anthropic's within two hops. Ids are made
+# tagged with both names and its type, and linked to both entities' memories; the two
+# entities' own memories are linked too. So connections from any of John's memories reaches
+# Anthropic's within two hops. Ids are made
 # from what a memory says, so that importing a file again adds only what is new in it.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
@@ -3091,7 +3092,7 @@ def official_records(lines, source, report):
     report["entities"] = len(entities)
     now = _now()
     ids = {}  # entity name -> [its memory's id, ids of its observations' memories]
-    records = []
+    records, by_id = [], {}
     for name, entity in entities.items():
         tags = _tags([name, entity["type"]])
         own = _official_id(f"entity\0{name}")
@@ -3099,6 +3100,7 @@ def official_records(lines, source, report):
         article = "an" if kind_text[:1].lower() in "aeiou" else "a"
         records.append(Record(own, _content(f"{name} is {article} {kind_text}."), tags, [],
                               source, entity["created"] or now, entity["created"] or now, 0))
+        by_id[own] = records[-1]
         ids[name] = [own]
         for text, created in entity["observations"].items():
             node_id = _official_id(f"observation\0{name}\0{text}")
@@ -3110,8 +3112,13 @@ def official_records(lines, source, report):
                                   created or now, 0))
             ids[name].append(node_id)
         report["observations"] += len(entity["observations"])
+    entity_of = {name: records_of[0] for name, records_of in ids.items()}
     for (start, kind, end), created in relations.items():
         links = [i for name in (start, end) for i in ids.get(name, [])]
+        if start in entity_of and end in entity_of and start != end:
+            # Related entities' own memories link too: from a memory of one relation of
+            # John's, the other entities he is related to are two links away.
+            by_id[entity_of[start]].links.append(entity_of[end])
         missing = [name for name in (start, end) if name not in entities]
         if missing:
             report["relations naming an entity not in the file (kept as text, not linked "
@@ -3237,10 +3244,9 @@ def main(argv=None):
             elif command == "restore":
                 n = store.restore(rest[0])
                 print(f"flood-memory: restored {n} memories from {rest[0]}", file=sys.stderr)
-            elif records is not None:
-                done = store.load(records, checked=True)
             else:
-                done = store.load(_unspool(spool), checked=True, size=spooled)
+                done = store.load(records, checked=True) if records is not None else \
+                    store.load(_unspool(spool), checked=True, size=spooled)
                 print(f"flood-memory: imported {done['loaded']} memories, skipped "
                       f"{done['skipped']} already stored", file=sys.stderr)
                 if report is not None:

@@ -32,6 +32,7 @@ Where the test for a behaviour lives:
     broken and hostile messages, over stdio and over HTTP              HostileInputTest
     random messages and arguments (a seeded fuzzer)                    FuzzTest
     export, import, backup, restore, private files                     BackupTest
+    import from the official MCP memory server's memory.jsonl          OfficialImportTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL                              KillTest
     timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
@@ -3464,6 +3465,148 @@ class BackupTest(TempDirTest):
         done = self.run_store("backup", self.path)
         self.assertEqual(done.returncode, 1)
         self.assertIn(b"must not be the database itself", done.stderr)
+
+
+class OfficialImportTest(TempDirTest):
+    """python3 store.py import of the official MCP memory server's memory.jsonl."""
+
+    LINES = [
+        {"type": "entity", "name": "John_Smith", "entityType": "person",
+         "observations": ["Speaks fluent Spanish", "Prefers morning meetings",
+                          "Speaks fluent Spanish"]},
+        {"type": "entity", "name": "Anthropic", "entityType": "organization",
+         "observations": ["Builds AI systems", "Has an office in London"],
+         "createdAt": "2025-03-01T10:00:00Z", "version": 3, "mtime": 1740823200},
+        {"type": "entity", "name": "Rex", "entityType": "dog", "observations": []},
+        {"type": "relation", "from": "John_Smith", "to": "Anthropic", "relationType": "works_at"},
+        {"type": "relation", "from": "John_Smith", "to": "Rex", "relationType": "owns"},
+        {"type": "relation", "from": "John_Smith", "to": "Lisbon", "relationType": "lives_in"},
+        {"type": "relation", "from": "John_Smith", "to": "Anthropic", "relationType": "works_at"},
+    ]
+
+    def run_store(self, *args, stdin=None):
+        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir)
+        return subprocess.run([sys.executable, os.path.join(HERE, "store.py"), *args], env=env,
+                              input=stdin, capture_output=True, timeout=60)
+
+    def write(self, name="memory.jsonl", lines=None):
+        path = os.path.join(self.dir, name)
+        with open(path, "w") as f:
+            f.writelines(json.dumps(line) + "\n" for line in lines or self.LINES)
+        return path
+
+    def imported(self, name="memory.jsonl"):
+        done = self.run_store("import", self.write(name))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        s = self.open_store()
+        return s, done.stderr.decode(), {r["content"]: r for r in s.records()}
+
+    def test_every_observation_entity_and_relation_becomes_a_memory(self):
+        s, report, by_text = self.imported()
+        self.assertIn("imported 10 memories", report)
+        self.assertIn("3 entities, 4 observations, 3 relations", report)
+        self.assertIn("1 repeated observations", report)
+        self.assertIn("1 repeated relations", report)
+        self.assertIn("1 relations naming an entity not in the file", report)
+        spanish = by_text["John_Smith: Speaks fluent Spanish"]
+        self.assertEqual(spanish["tags"], ["John_Smith", "person"])
+        self.assertEqual(spanish["source"], "memory.jsonl")
+        self.assertIn("Rex is a dog.", by_text)
+        self.assertEqual(by_text["Anthropic is an organization."]["tags"],
+                         ["Anthropic", "organization"])
+        self.assertEqual(by_text["Anthropic: Builds AI systems"]["created_at"],
+                         "2025-03-01T10:00:00.000Z")  # a fork's createdAt
+        works = by_text["John_Smith works at Anthropic"]
+        self.assertEqual(works["tags"], ["John_Smith", "Anthropic", "works_at"])
+        lives = by_text["John_Smith lives in Lisbon"]  # kept as text, linked to John only
+        self.assertTrue(lives["links"])
+        self.assertTrue(all(s.get(i)["tags"][0] == "John_Smith" for i in lives["links"]))
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertEqual(index_problems(self.path), [])
+        # Tags list everything about one entity, or one type.
+        self.assertEqual(len(s.search(tags=["John_Smith"], limit=100)), 2 + 1 + 3)
+        self.assertEqual({n["content"] for n in s.search(tags=["organization"])},
+                         {"Anthropic is an organization.", "Anthropic: Builds AI systems",
+                          "Anthropic: Has an office in London"})
+
+    def test_natural_questions_find_observations_and_relations(self):
+        s, _, by_text = self.imported()
+        self.assertEqual(s.search("Who speaks Spanish?")[0]["content"],
+                         "John_Smith: Speaks fluent Spanish")
+        self.assertEqual(s.search("Where does John work?")[0]["content"],
+                         "John_Smith works at Anthropic")
+
+    def test_any_of_johns_memories_reaches_anthropics_within_two_hops(self):
+        s, _, by_text = self.imported()
+        anthropic = {r["id"] for r in by_text.values() if r["tags"][0] == "Anthropic"}
+        self.assertEqual(len(anthropic), 3)  # the entity and its two observations
+        johns = [r for r in by_text.values() if "John_Smith" in r["tags"]]
+        self.assertEqual(len(johns), 6)  # entity, 2 observations, 3 relations
+        for memory in johns:
+            with self.subTest(start=memory["content"]):
+                near = {n["id"] for n in s.neighbors(memory["id"], 2)["nodes"]}
+                self.assertIn(by_text["Anthropic is an organization."]["id"], near)
+                if memory["tags"][-1] == "person":  # John's entity and observations
+                    self.assertLessEqual(anthropic, near)
+
+    def test_importing_again_adds_nothing(self):
+        self.imported()
+        before = nodes_table(self.path)
+        done = self.run_store("import", self.write())
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"imported 0 memories, skipped 10 already stored", done.stderr)
+        self.assertEqual(nodes_table(self.path), before)
+        # A file with more in it adds what is new, and links it.
+        more = self.LINES + [{"type": "entity", "name": "John_Smith", "entityType": "person",
+                              "observations": ["Plays the cello"]}]
+        done = self.run_store("import", self.write(lines=more))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"imported 1 memories", done.stderr)
+        with Store(self.path) as s:
+            cello = s.search("cello")[0]
+            near = {n["content"] for n in s.neighbors(cello["id"], 2)["nodes"]}
+        self.assertIn("John_Smith works at Anthropic", near)
+        self.assertTrue(links_are_mutual(self.path))
+
+    def test_a_broken_line_refuses_the_whole_file(self):
+        s = self.open_store()
+        s.add("a memory from before")
+        before = nodes_table(self.path)
+        for lines, message in (
+                (self.LINES[:2] + ["{not json"], b"record 3 (line 3) is not JSON"),
+                (self.LINES[:2] + [{"type": "entity", "name": "X", "observations": ["y"]}],
+                 b"line 3: entity needs entityType"),
+                (self.LINES[:1] + [{"type": "relation", "from": "a", "to": ""}],
+                 b"line 2: relation needs"),
+                (self.LINES[:1] + [{"type": "entity", "name": "Y", "entityType": "person",
+                                    "observations": "not a list"}],
+                 b"line 2: observations must be a list of strings")):
+            with self.subTest(message=message):
+                path = os.path.join(self.dir, "broken.jsonl")
+                with open(path, "w") as f:
+                    f.writelines((l if isinstance(l, str) else json.dumps(l)) + "\n"
+                                 for l in lines)
+                done = self.run_store("import", path)
+                self.assertEqual(done.returncode, 1)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(message, done.stderr)
+                self.assertEqual(nodes_table(self.path), before)
+
+    def test_both_spellings_of_the_file_and_the_format_option(self):
+        _, _, by_text = self.imported("memory.json")  # what older versions wrote
+        self.assertEqual(by_text["John_Smith: Speaks fluent Spanish"]["source"], "memory.json")
+        # The format can be named, and Flood Memory's own export still imports as ever.
+        exported = self.run_store("export").stdout
+        other = os.path.join(self.dir, "other")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "store.py"), "import", "-",
+                               "--format", "flood"], input=exported, capture_output=True,
+                              timeout=60, env=dict(os.environ, FLOOD_MEMORY_DIR=other))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"imported 10 memories", done.stderr)
+        self.assertNotIn(b"entities", done.stderr)
+        done = self.run_store("import", self.write("x.jsonl"), "--format", "official")
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(self.run_store("import", "x", "--format", "yaml").returncode, 2)
 
 
 class ConcurrencyTest(TempDirTest):
