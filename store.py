@@ -2971,7 +2971,7 @@ USAGE = """usage: python3 store.py export [FILE] | import FILE [--format F] | ba
        restore FILE
 
   export [FILE]  write every memory as one JSON object per line, oldest first, keys in a
-                 fixed order (to standard output without FILE)
+                 fixed order (to standard output without FILE, or with -)
   import FILE    load memories from such a file (- reads standard input), or from the
                  official MCP memory server's memory.jsonl (or memory.json): the format is
                  told from the content, or given as --format flood or --format official.
@@ -3230,7 +3230,7 @@ def main(argv=None):
                     spooled = _spool(_checked(value for _, _, value in lines), spool)
                     spool.seek(0)
             store = stack.enter_context(open_directory(directory))
-            if command == "export" and not rest:
+            if command == "export" and rest in ([], ["-"]):
                 out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
                 n = export(store, out)
                 out.flush()

@@ -2385,10 +2385,10 @@ class RemoteTest(StoreTestCase):
             with open(f"/proc/{proc.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        before, started = cpu(), time.monotonic()
-        time.sleep(2)
+        before = cpu()
+        time.sleep(1)
         spent = cpu() - before
-        self.assertLess(spent, 1.0, "the accept loop spins")
+        self.assertLess(spent, 0.5, "the accept loop spins")  # a spinning one took all 1 s
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         status, _, body = http_post(conn, request("ping"), auth=False)  # answered at once
         conn.close()
@@ -3046,10 +3046,10 @@ class FuzzTest(TempDirTest):
 class BackupTest(TempDirTest):
     """python3 store.py export / import / backup / restore."""
 
-    def run_store(self, *args, data_dir=None, stdin=None):
+    def run_store(self, *args, data_dir=None, stdin=None, cwd=None):
         env = dict(os.environ, FLOOD_MEMORY_DIR=data_dir or self.dir)
         return subprocess.run([sys.executable, os.path.join(HERE, "store.py"), *args], env=env,
-                              input=stdin, capture_output=True, timeout=60)
+                              input=stdin, capture_output=True, timeout=60, cwd=cwd)
 
     def fill(self, s):
         a = s.add("Caroline went to the support group on 7 May", ["caroline"], source="chat 1")
@@ -3321,7 +3321,10 @@ class BackupTest(TempDirTest):
         after = os.stat(os.devnull)
         self.assertEqual((before.st_ino, before.st_mode, before.st_rdev),
                          (after.st_ino, after.st_mode, after.st_rdev))
-        self.assertEqual(self.run_store("export", "-").returncode, 0)  # standard output
+        done = self.run_store("export", "-", cwd=self.dir)  # - is standard output, not a file
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertEqual(len(done.stdout.splitlines()), 3)
+        self.assertFalse(os.path.exists(os.path.join(self.dir, "-")))
 
     def test_a_hard_linked_database_is_refused_with_the_fix(self):
         s = self.open_store()
@@ -3400,7 +3403,7 @@ class BackupTest(TempDirTest):
 
     def test_import_lets_other_writers_in_between(self):
         records = [{"id": str(uuid.uuid4()), "content": f"imported memory {i} " + "word " * 40}
-                   for i in range(6 * store.LOAD_CHUNK)]
+                   for i in range(3 * store.LOAD_CHUNK)]
         path = os.path.join(self.dir, "many.jsonl")
         with open(path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
@@ -3415,7 +3418,7 @@ class BackupTest(TempDirTest):
             written.append(s.add(f"written during the import {len(written)}")["id"])
         self.assertEqual(proc.wait(60), 0, proc.stderr.read())
         proc.stderr.close()
-        self.assertGreater(len(written), 5)  # none waited past its 0.5 s timeout
+        self.assertGreater(len(written), 2)  # none waited past its 0.5 s timeout
         self.assertEqual(s.count(), 1 + len(written) + len(records))
         self.assertEqual(index_problems(self.path), [])
 
