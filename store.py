@@ -252,9 +252,11 @@ _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_
                 "nodes_fts_config"}
 
 
-def _recount(db):
+def _recount(db, rare=True):
     """Count every term again from FTS5's own vocabulary (0.17 s at 100,000 memories, against
-    22.5 s re-tokenizing them in Python), and drop the impact lists, to be built anew."""
+    22.5 s re-tokenizing them in Python), and drop the impact lists, to be built anew. The
+    lists of rare terms are made too, unless `rare` is false: then they stay unknown (NULL)
+    until _list_rare makes them (2 s at 110,000 memories)."""
     log.info("counting the terms of every memory")
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab "
                "USING fts5vocab(main, nodes_fts, row)")
@@ -263,20 +265,36 @@ def _recount(db):
     db.execute("INSERT INTO terms (term, df) SELECT term, doc FROM temp.nodes_vocab")
     if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending'").fetchone():
         db.execute("DELETE FROM pending")
-    if "nodes" in {row[1] for row in db.execute("PRAGMA table_info(terms)")}:
+    if rare and "nodes" in {row[1] for row in db.execute("PRAGMA table_info(terms)")}:
         _list_rare(db)
 
 
-def _list_rare(db):
-    """Fill terms.nodes for every rare term, from FTS5's own record of where each term is."""
+def _list_rare(db, low="", high=None):
+    """Fill terms.nodes for the rare terms from `low` up to (not including) `high`, from
+    FTS5's own record of where each term is."""
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
                "USING fts5vocab(main, nodes_fts, instance)")
     holders = collections.defaultdict(set)
-    for term, doc in db.execute(f"SELECT v.term, v.doc FROM temp.nodes_vocab_instance v "
-                                f"JOIN terms t ON t.term = v.term WHERE t.df <= {int(RARE)}"):
+    for term, doc in db.execute(
+            f"SELECT v.term, v.doc FROM temp.nodes_vocab_instance v JOIN terms t ON "
+            f"t.term = v.term AND t.df <= {int(RARE)} WHERE v.term >= ?"
+            f"{'' if high is None else ' AND v.term < ?'}",
+            (low,) if high is None else (low, high)):
         holders[term].add(doc)
     db.executemany("UPDATE terms SET nodes = ? WHERE term = ?",
                    [(_rowid_list(docs), term) for term, docs in holders.items()])
+
+
+def _term_ranges(db, instances):
+    """Bounds [(low, high)] splitting the terms into ranges holding about `instances`
+    occurrences each (high None for the last)."""
+    bounds, total = [""], 0
+    for term, df in db.execute("SELECT term, df FROM terms ORDER BY term"):
+        if total >= instances:
+            bounds.append(term)
+            total = 0
+        total += df
+    return list(zip(bounds, bounds[1:] + [None]))
 
 
 def _repair_links(db):
@@ -316,6 +334,8 @@ MAX_SOURCE = 1_000      # characters in a memory's source label
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
 LOAD_CHUNK = 4_000      # memories a load inserts per transaction (about 0.4 s)...
 LOAD_PAUSE = 0.025      # ...and seconds it leaves the write lock free between two
+LOAD_INSTANCES = 250_000 # word occurrences whose rare terms one transaction lists
+LOAD_STEP = 0.25        # seconds after which a load's step of impact lists ends
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): 15 s -> 11.6 s
                         # for an 80,000-memory import
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
@@ -971,35 +991,43 @@ def _carrying(tags, column):
 class _Turns:
     """A lock that threads get in the order they asked for it. A plain lock lets the thread
     that releases it take it again at once, and SQLite's own wait for its write lock polls
-    with sleeps: under 80-100 HTTP clients either let some writes wait past any bound."""
+    with sleeps: under 80-100 HTTP clients either let some writes wait past any bound.
+
+    Each waiting thread blocks on a lock of its own, and release hands the turn to the first
+    of them alone: waking them all (a Condition's notify_all) made every write cost a wake-up
+    of every waiting thread, and 100 clients got 83 writes/s instead of hundreds.
+    """
 
     def __init__(self):
-        self._cond = threading.Condition()
-        self._next = 0          # the ticket handed out next
-        self._serving = 0       # the ticket whose holder may go
-        self._gave_up = set()   # tickets whose holders stopped waiting
+        self._lock = threading.Lock()          # guards the two fields below
+        self._taken = False
+        self._waiting = collections.deque()    # one held lock per waiting thread, in order
 
     def acquire(self, timeout):
         """True once it is the caller's turn; False, and out of the line, after `timeout`."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            ticket = self._next
-            self._next += 1
-            while self._serving != ticket:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    self._gave_up.add(ticket)
-                    return False
-                self._cond.wait(left)
-            return True
+        with self._lock:
+            if not self._taken:
+                self._taken = True
+                return True
+            if timeout <= 0:
+                return False
+            mine = threading.Lock()
+            mine.acquire()
+            self._waiting.append(mine)
+        if mine.acquire(timeout=timeout):
+            return True  # release() handed the turn over
+        with self._lock:
+            if mine in self._waiting:
+                self._waiting.remove(mine)
+                return False
+        return True  # handed over just as the wait ran out
 
     def release(self):
-        with self._cond:
-            self._serving += 1
-            while self._serving in self._gave_up:
-                self._gave_up.discard(self._serving)
-                self._serving += 1
-            self._cond.notify_all()
+        with self._lock:
+            if self._waiting:
+                self._waiting.popleft().release()
+            else:
+                self._taken = False
 
 
 class Database:
@@ -1024,6 +1052,7 @@ class Database:
         self._wake = threading.Event()
         self._closing = False
         self._turns = _Turns()          # one writer at a time within this process
+        self._riders = []               # changes for the next write transaction (see ride)
 
     def connection(self):
         """The calling thread's connection, opened on first use."""
@@ -1073,23 +1102,58 @@ class Database:
             raise Busy(f"could not {doing}: this server had more writes queued than it could "
                        f"do in {2 * self.timeout:g} s")
         try:
-            db = self.connection()
-            self._begin(db)
-            try:
+            with self._transaction() as db:
                 yield db
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                raise
-            try:
-                db.execute("COMMIT")
-            except BaseException:
-                with contextlib.suppress(sqlite3.Error):
-                    db.execute("ROLLBACK")
-                raise
         finally:
             self._turns.release()
         self._wrote()
+
+    def ride(self, change):
+        """Make the small write change(db) in a transaction of its own if no other thread
+        of this process is writing; else hand it to the transaction that writes next, and
+        return at once.
+
+        For counting accesses: with 100 HTTP clients, each recall waited for its turn behind
+        every remember queued, only to add one to a few counters.
+        """
+        if self._turns.acquire(0):
+            try:
+                with self._transaction() as db:
+                    change(db)
+            finally:
+                self._turns.release()
+            self._wrote()
+            return
+        with self._lock:
+            self._riders.append(change)
+        self.wake()  # in case no other write comes: the background thread writes it
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        """BEGIN IMMEDIATE, the caller's statements, the changes handed over by ride(),
+        COMMIT; all rolled back if one of the caller's fails."""
+        db = self.connection()
+        self._begin(db)
+        riders = []
+        try:
+            yield db
+            with self._lock:
+                riders, self._riders = self._riders, []
+            for change in riders:
+                db.execute("SAVEPOINT rider")
+                try:
+                    change(db)
+                except sqlite3.Error as exc:  # it fails alone
+                    log.debug("a change handed over failed: %s", exc)
+                    db.execute("ROLLBACK TO rider")
+                db.execute("RELEASE rider")
+            db.execute("COMMIT")
+        except BaseException:
+            with contextlib.suppress(sqlite3.Error):
+                db.execute("ROLLBACK")
+            with self._lock:
+                self._riders[:0] = riders  # for the next transaction
+            raise
 
     def _begin(self, db):
         """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
@@ -1150,8 +1214,16 @@ class Database:
                 self._open.discard(db)
             db.close()
 
+    def write_riders(self):
+        """Write the changes handed over by ride() that no transaction has taken yet."""
+        if self._riders:
+            with self.write():
+                pass
+
     def close(self):
         """Close every connection this process opened here. Using it again reopens it."""
+        with contextlib.suppress(sqlite3.Error, StoreError):
+            self.write_riders()
         with self._lock:
             self._closing = True
             worker = self._worker
@@ -1194,6 +1266,7 @@ class Database:
                 try:
                     while self.upkeep is not None and not self._closing and self.upkeep():
                         pass
+                    self.write_riders()
                     self.connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except (sqlite3.Error, StoreError) as exc:
                     # The next write wakes it again; a closing store ends it.
@@ -1244,6 +1317,7 @@ TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties th
 TAG_SCAN_COST = 10              # scoring a memory in Python costs this many FTS5 matches
 FOLD_BATCH = 64                 # pending changes folded in one transaction
 PENDING_MAX = 512               # a write folds a batch itself once the log holds this many
+FOLD_BUILDS = 2                 # impact lists a fold makes at most
 RARE = 16                       # terms.nodes lists the memories of a term held by this few
 NEAR_JACCARD = 0.42             # remember's hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
@@ -1497,9 +1571,12 @@ class RankingIndex:
         if fresh:
             count, _ = self.averages(db)
             threshold = max(self.hot_min_df, count // HOT_SHARE)
-            for term, df in self.df(db, fresh).items():
-                if df >= threshold:
-                    self._build(db, term, words[term])
+            # A few per fold: after a recount, one memory's words could call for dozens, each
+            # a search of its own, in one transaction. Until its list is made a term is
+            # searched through FTS5 (exact, only slower), and a later fold makes it.
+            due = [t for t, df in self.df(db, fresh).items() if df >= threshold]
+            for term in due[:FOLD_BUILDS]:
+                self._build(db, term, words[term])
 
     def _count_terms(self, db, delta, words, held):
         """New df of the terms in `delta`, and their holders while they are rare."""
@@ -1558,23 +1635,27 @@ class RankingIndex:
                 (holders.add if sign > 0 else holders.discard)(node)
         return {t: h for t, h in out.items() if 0 < len(h) <= RARE}
 
-    def build_missing(self, db):
-        """Make the impact lists that terms common enough lack (after a recount)."""
+    def build_missing(self, db, deadline=None):
+        """Make the impact lists that terms common enough lack (after a recount), the most
+        common first; past time.monotonic() `deadline`, stop, saying True if some are left."""
         count, _ = self.averages(db)
         threshold = max(self.hot_min_df, count // HOT_SHARE)
         missing = [t for (t,) in db.execute(
-            "SELECT term FROM terms WHERE df >= ? AND term NOT IN (SELECT term FROM hot_terms)",
-            (threshold,))]
+            "SELECT term FROM terms WHERE df >= ? AND term NOT IN (SELECT term FROM hot_terms) "
+            "ORDER BY df DESC", (threshold,))]
         if missing:
             db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
                        "USING fts5vocab(main, nodes_fts, instance)")
-        for term in missing:
+        for n, term in enumerate(missing):
+            if n and deadline is not None and time.monotonic() > deadline:
+                return True
             row = db.execute("SELECT doc FROM temp.nodes_vocab_instance WHERE term = ? LIMIT 1",
                              (term,)).fetchone()
             text = db.execute("SELECT content FROM nodes WHERE rowid = ?", (row[0],)).fetchone()
             # A word of that memory that stems to the term, for FTS5 to look the term up by.
             word = next((w for w in tokenize(text[0]) if stem(w) == term), term)
             self._build(db, term, word)
+        return False
 
     def _build(self, db, term, word):
         """Make the impact list of `term` (which `word` stems to) from the index."""
@@ -2313,7 +2394,7 @@ class Store:
         """
         if not checked:
             records = check_records(records)
-        self._loaded = set()  # ids this load inserted: their links need no reading
+        self._loaded = {}  # id -> rowid of the memories this load inserted
         self._into_empty = self.count() == 0
         # A load touches pages all over (random ids, hashes): a larger cache for it.
         self.db.connection().execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
@@ -2333,12 +2414,29 @@ class Store:
                 chunk, first = [], False
         loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
         if linked:
-            self._link_loaded(linked)
+            self._link_loaded(linked, pause)
         if recount and loaded:
-            with self.db.errors("count the loaded memories"), self.db.write() as db:
-                _recount(db)
-                self.index.build_missing(db)
+            self._count_loaded(pause)
         return {"loaded": loaded, "skipped": skipped}
+
+    def _count_loaded(self, pause):
+        """Count the terms of every memory from FTS5's vocabulary, then make the lists of
+        rare terms and the impact lists: each step a transaction short enough that other
+        writers keep their turns (in one, the last two held the lock 7.5 s after a
+        100,000-memory import)."""
+        with self.db.errors("count the loaded memories"):
+            with self.db.write() as db:
+                _recount(db, rare=False)
+                ranges = _term_ranges(db, LOAD_INSTANCES)
+            for low, high in ranges:
+                time.sleep(pause)
+                with self.db.write() as db:
+                    _list_rare(db, low, high)
+            more = True
+            while more:
+                time.sleep(pause)
+                with self.db.write() as db:
+                    more = self.index.build_missing(db, time.monotonic() + LOAD_STEP)
 
     def _load_chunk(self, chunk, loaded, skipped, count=True):
         """Insert the Records of `chunk` not stored yet, without links, in one transaction;
@@ -2378,23 +2476,29 @@ class Store:
                             for rowid, r in zip(rowids, fresh)])
             if count:
                 self.index.count_loaded(db, [(rowid, r.content) for rowid, r in zip(rowids, fresh)])
-            self._loaded.update(r.id for r in fresh)
+            self._loaded.update(zip((r.id for r in fresh), rowids))
         return loaded + len(fresh), skipped + len(chunk) - len(fresh)
 
-    def _link_loaded(self, linked):
-        """Make the links [(id, links)] of loaded records, both ways, in one transaction.
+    def _link_loaded(self, linked, pause):
+        """Make the links [(id, links)] of loaded records, both ways.
 
-        Each memory's links are written once, whatever their number (a record with 60,000
-        links to missing ids took 22 s when each was looked for alone), in one UPDATE from a
-        temporary table; only memories stored before the load have theirs read, to keep
-        what they had. A record's own links keep their order; back-links follow them.
+        A link and its back-link are written in one transaction, and the transactions are
+        short: the memories are taken LOAD_CHUNK at a time, in order, and each transaction
+        makes the links among the memories taken so far that the ones before lacked (100,000
+        memories linked in one transaction held the lock 2.6 s). Each memory's links are
+        written in one UPDATE from a temporary table, at most once per transaction, however
+        many (a record with 60,000 links to missing ids took 22 s when each was looked for
+        alone). A record's own links keep their order, back-links follow them; a memory
+        stored before the load keeps its links and gets the new ones after them.
         """
         skipped = []
-        with self.db.errors("link the loaded memories"), self.db.write() as db:
-            targets = [t for t in dict.fromkeys(t for _, links in linked for t in links)
-                       if t not in self._loaded]  # those this load inserted exist
-            found = self._loaded.union(self._existing(db, targets, skipped))
-            wanted = {}  # id -> links it must have, in order
+        loaded = self._loaded
+        with self.db.errors("link the loaded memories"):
+            with self.db.read() as db:
+                targets = [t for t in dict.fromkeys(t for _, links in linked for t in links)
+                           if t not in loaded]  # those this load inserted exist
+                found = loaded.keys() | set(self._existing(db, targets, skipped))
+            wanted = {}  # id -> {target: None}, in order
             for node_id, links in linked:
                 own = wanted.setdefault(node_id, {})
                 for target in links:
@@ -2403,30 +2507,81 @@ class Store:
             for node_id, links in linked:
                 for target in wanted[node_id]:
                     wanted.setdefault(target, {})[node_id] = None
-            older = [i for i in wanted if i not in self._loaded]
-            stored = {}
-            for ids in _chunks(older):
-                stored.update(db.execute(
-                    f"SELECT id, links FROM nodes WHERE id IN ({_marks(ids)})", ids))
-            rows = []
-            for node_id, want in wanted.items():
-                if node_id not in stored:  # loaded now, with no links yet
-                    rows.append((node_id, _id_list(want)))
+            # A link between the memories taken i-th and j-th is made in the step that takes
+            # the later of them: wanted[a][b] becomes that step. They are taken breadth
+            # first, so that most links fall within one step and a memory is written in few:
+            # in the order of the file, an import from the official memory server wrote each
+            # 3.3 times, and took 6.4 s to link instead of 2.5 (80,000 memories).
+            order = {}
+            for start in wanted:
+                if start in order:
                     continue
-                before = json.loads(stored[node_id])
-                new = [t for t in want if t not in set(before)]
-                if new:
-                    rows.append((node_id, _json(before + new)))
-            rows.sort()  # into the table's order: appends, not inserts all over it
-            db.execute("CREATE TEMP TABLE IF NOT EXISTS loaded_links "
-                       "(id TEXT PRIMARY KEY, links TEXT) WITHOUT ROWID")
-            db.execute("DELETE FROM temp.loaded_links")
-            db.executemany("INSERT INTO temp.loaded_links (id, links) VALUES (?, ?)", rows)
-            db.execute("UPDATE nodes SET links = l.links FROM temp.loaded_links l "
-                       "WHERE nodes.id = l.id")
-            db.execute("DELETE FROM temp.loaded_links")
-        self._loaded.clear()
+                order[start] = len(order) // LOAD_CHUNK
+                queue = collections.deque([start])
+                while queue:
+                    for target in wanted[queue.popleft()]:
+                        if target not in order:
+                            order[target] = len(order) // LOAD_CHUNK
+                            queue.append(target)
+            steps = collections.defaultdict(dict)  # step -> memories whose links it writes
+            for node_id, want in wanted.items():
+                mine = order[node_id]
+                for target in want:
+                    want[target] = step = max(mine, order[target])
+                    steps[step][node_id] = None
+            had = {}  # id -> links a memory stored before the load had
+            for n, step in enumerate(sorted(steps)):
+                if n:
+                    time.sleep(pause)
+                with self.db.write() as db:
+                    self._link_step(db, steps[step], wanted, step, had)
+        self._loaded = {}
         _log_skipped("import", skipped)
+
+    def _link_step(self, db, ids, wanted, step, had):
+        """Write the links of the memories `ids` that _link_loaded's steps up to `step`
+        make, keeping any that other writers gave or took away meanwhile. `had` keeps what
+        memories stored before the load had (read when first written)."""
+        loaded = self._loaded
+        stored = {}  # id -> (rowid, links) of those still there
+        mine = [loaded[i] for i in ids if i in loaded]
+        for chunk in _chunks(mine):
+            stored.update((node_id, (rowid, links)) for rowid, node_id, links in db.execute(
+                f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk))
+        older = [i for i in ids if i not in loaded]
+        for chunk in _chunks(older):
+            stored.update((node_id, (rowid, links)) for rowid, node_id, links in db.execute(
+                f"SELECT rowid, id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+        rows = []
+        for node_id in ids:
+            if node_id not in stored:
+                continue  # forgotten meanwhile
+            rowid, text = stored[node_id]
+            before = json.loads(text)
+            held = set(before)
+            want = wanted[node_id]
+            # Those wanted, in their order: made before and still there, or made now.
+            ours = [t for t, made in want.items()
+                    if made < step and t in held or made == step and t in stored]
+            if node_id in loaded:
+                # Its own links first, then any that others gave it meanwhile.
+                links = ours + [t for t in before if t not in want]
+            else:
+                # What it had stays first; those it had already are not ours.
+                kept = had.setdefault(node_id, held)
+                ours = [t for t in ours if t not in kept]
+                mine = set(ours)
+                links = [t for t in before if t not in mine] + ours
+            if links != before:
+                rows.append((rowid, _id_list(links)))
+        rows.sort()  # into the table's order
+        db.execute("CREATE TEMP TABLE IF NOT EXISTS loaded_links "
+                   "(node INTEGER PRIMARY KEY, links TEXT)")
+        db.execute("DELETE FROM temp.loaded_links")
+        db.executemany("INSERT INTO temp.loaded_links (node, links) VALUES (?, ?)", rows)
+        db.execute("UPDATE nodes SET links = l.links FROM temp.loaded_links l "
+                   "WHERE nodes.rowid = l.node")
+        db.execute("DELETE FROM temp.loaded_links")
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory; links keep their back-links in step.
@@ -2649,20 +2804,24 @@ class Store:
         fit(memories) of them are counted and returned. Both search and neighbors count
         through here.
 
-        Reading and counting share one write transaction. When another process holds the
+        The memories are read first; the count is a write of its own, which waits for no
+        other writer of this process (see Database.ride). When another process holds the
         write lock past the timeout (a long import, say), the memories are returned all the
         same, only not counted, with a warning.
         """
         if not keys:
             return []
         now = _now()
+        with self.db.read() as db:
+            nodes = self._fitted(db, column, keys, fit, extra)
+        ids = [node["id"] for node in nodes]
+
+        def count(db):
+            for chunk in _chunks(ids):
+                db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = access_count "
+                           f"+ 1 WHERE id IN ({_marks(chunk)})", (now, *chunk))
         try:
-            with self.db.write() as db:
-                rowids, nodes = self._fitted(db, column, keys, fit, extra, with_rowids=True)
-                for chunk in _chunks(rowids):
-                    db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
-                               f"access_count + 1 WHERE rowid IN ({_marks(chunk)})",
-                               (now, *chunk))
+            self.db.ride(count)
         except (sqlite3.OperationalError, Busy) as exc:
             if isinstance(exc, sqlite3.OperationalError) and \
                     _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, *_CANNOT_WRITE):
@@ -2671,32 +2830,29 @@ class Store:
                 exc, "count the access", self.timeout, self.path)).replace(
                 "could not count the access: ", "")
             _warn_once(f"accesses not counted: {reason}")
-            with self.db.read() as db:
-                return self._fitted(db, column, keys, fit, extra)
+            return nodes
         for node in nodes:
             node["last_accessed"] = now
             node["access_count"] += 1
         return nodes
 
-    def _fitted(self, db, column, keys, fit, extra, with_rowids=False):
+    def _fitted(self, db, column, keys, fit, extra):
         """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
-        `fit` allows; with their rowids first, as ([rowid], [memory]), if asked."""
+        `fit` allows."""
         found = {}
         for chunk in _chunks(keys):
-            found.update((row[0], (row[1], _node(row[2:]))) for row in db.execute(
-                f"SELECT {column}, rowid, {_COLUMNS} FROM nodes "
-                f"WHERE {column} IN ({_marks(chunk)})", chunk))
-        rowids, nodes = [], []
+            found.update((row[0], _node(row[1:])) for row in db.execute(
+                f"SELECT {column}, {_COLUMNS} FROM nodes WHERE {column} IN ({_marks(chunk)})",
+                chunk))
+        nodes = []
         for key in keys:
             if key in found:  # a memory forgotten meanwhile is gone
-                rowid, node = found[key]
+                node = found[key]
                 node.update(extra[key] if extra else ())
-                rowids.append(rowid)
                 nodes.append(node)
         if fit and nodes:
-            kept = fit(nodes)
-            rowids, nodes = rowids[:kept], nodes[:kept]
-        return (rowids, nodes) if with_rowids else nodes
+            nodes = nodes[:fit(nodes)]
+        return nodes
 
     # -- the whole database
 
