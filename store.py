@@ -2275,13 +2275,16 @@ class Store:
         source = _source(source)
         fingerprint = _fingerprint(content, tags)
         node_id, now = str(uuid.uuid4()), _now()
+        # The hint is looked for before the write, so that other writers do not wait for it.
+        with self.db.errors("save the memory"), self.db.read() as db:
+            similar = [] if self._twin(db, fingerprint, content, tags) else \
+                self._similar(db, content)
         with self.db.errors("save the memory"), self.db.write() as db:
             twin = self._twin(db, fingerprint, content, tags)
             if twin is not None:
                 node = self._join(db, twin, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            similar = self._similar(db, content)
             # A new id is in nobody's links yet: each back-link is one append, and a target
             # that no memory has is the one the append finds nothing to change in.
             linked = [target for target in links if db.execute(
