@@ -274,13 +274,17 @@ def _list_rare(db, low="", high=None):
     FTS5's own record of where each term is."""
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
                "USING fts5vocab(main, nodes_fts, instance)")
-    holders = collections.defaultdict(set)
+    within = lambda t: f"{t}term >= ?{'' if high is None else f' AND {t}term < ?'}"
+    bounds = (low,) if high is None else (low, high)
+    # A rare term no memory holds any more (forgotten since the count; the log holds its
+    # change, to be folded later) has an empty list, not an unknown one.
+    holders = {term: set() for (term,) in db.execute(
+        f"SELECT term FROM terms WHERE df <= {int(RARE)} AND nodes IS NULL AND {within('')}",
+        bounds)}
     for term, doc in db.execute(
             f"SELECT v.term, v.doc FROM temp.nodes_vocab_instance v JOIN terms t ON "
-            f"t.term = v.term AND t.df <= {int(RARE)} WHERE v.term >= ?"
-            f"{'' if high is None else ' AND v.term < ?'}",
-            (low,) if high is None else (low, high)):
-        holders[term].add(doc)
+            f"t.term = v.term AND t.df <= {int(RARE)} WHERE {within('v.')}", bounds):
+        holders.setdefault(term, set()).add(doc)
     db.executemany("UPDATE terms SET nodes = ? WHERE term = ?",
                    [(_rowid_list(docs), term) for term, docs in holders.items()])
 
@@ -961,6 +965,23 @@ def _id_list(ids):
 def _tag_set(tags_json):
     """The tags of a `tags` column value, as a frozenset."""
     return frozenset(json.loads(tags_json or "[]"))
+
+
+def _runs(numbers):
+    """(first, last, how many) of each run of consecutive numbers in sorted `numbers`."""
+    runs = []
+    for n in numbers:
+        if runs and runs[-1][1] == n - 1:
+            runs[-1][1:] = [n, runs[-1][2] + 1]
+        else:
+            runs.append([n, n, 1])
+    return [tuple(run) for run in runs]
+
+
+def _unwant(wanted, a, b):
+    """A link between a and b that a load no longer makes (see Store._link_loaded)."""
+    wanted.get(a, {}).pop(b, None)
+    wanted.get(b, {}).pop(a, None)
 
 
 def _chunks(items, size=500):
@@ -2383,9 +2404,9 @@ class Store:
         For imports and benchmarks. Every record is checked before anything is written, and a
         bad one, or an id given twice, refuses the load, naming the record (`checked` says the
         records are Records from check_records already). Then the memories go in, LOAD_CHUNK
-        to a transaction so that other writers get their turns, and after them the links, in
-        one transaction that writes each memory once, so that a link never shows without its
-        back-link; `pause` seconds between two chunks let another process's writer in. A
+        to a transaction so that other writers get their turns, and after them the links, a
+        link always with its back-link, in short steps (see _link_loaded); `pause` seconds
+        between two transactions let another process's writer in. A
         record whose id is stored already is skipped, though links it gives are
         made; links to ids found neither here nor among the records are dropped, with one
         warning. An interrupted load leaves whole memories: loading again completes it.
@@ -2398,6 +2419,7 @@ class Store:
         if not checked:
             records = check_records(records)
         self._loaded = {}  # id -> rowid of the memories this load inserted
+        self._runs = None  # their rowids as runs (see _gone_meanwhile)
         self._into_empty = self.count() == 0
         # A load touches pages all over (random ids, hashes): a larger cache for it.
         self.db.connection().execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
@@ -2486,13 +2508,15 @@ class Store:
         """Make the links [(id, links)] of loaded records, both ways.
 
         A link and its back-link are written in one transaction, and the transactions are
-        short: the memories are taken LOAD_CHUNK at a time, in order, and each transaction
-        makes the links among the memories taken so far that the ones before lacked (100,000
-        memories linked in one transaction held the lock 2.6 s). Each memory's links are
-        written in one UPDATE from a temporary table, at most once per transaction, however
-        many (a record with 60,000 links to missing ids took 22 s when each was looked for
-        alone). A record's own links keep their order, back-links follow them; a memory
-        stored before the load keeps its links and gets the new ones after them.
+        short: the memories are taken LOAD_CHUNK at a time, breadth first, and each step
+        makes the links among the memories taken so far that the steps before lacked; a
+        transaction takes steps for about LOAD_STEP seconds (100,000 memories linked in one
+        transaction held the lock 2.6 s). The links of a step are written in one UPDATE from
+        a temporary table (a record with 60,000 links to missing ids took 22 s when each was
+        looked for alone). A record's own links keep their order, back-links follow them; a
+        memory stored before the load keeps its links and gets the new ones after them.
+        What another writer does between two transactions stays done: a memory it forgot
+        is linked no more, a link it made or took away is kept so (see _link_step).
         """
         skipped = []
         loaded = self._loaded
@@ -2532,59 +2556,129 @@ class Store:
                 for target in want:
                     want[target] = step = max(mine, order[target])
                     steps[step][node_id] = None
-            had = {}  # id -> links a memory stored before the load had
-            for n, step in enumerate(sorted(steps)):
-                if n:
-                    time.sleep(pause)
+            had, written, dropped = {}, {}, set()
+            todo = collections.deque(sorted(steps))
+            while todo:
                 with self.db.write() as db:
-                    self._link_step(db, steps[step], wanted, step, had)
+                    deadline = time.monotonic() + LOAD_STEP
+                    gone = self._gone_meanwhile(db)
+                    for node_id in gone - dropped:  # another writer forgot it: no more links
+                        for target in list(wanted.get(node_id, ())):
+                            _unwant(wanted, node_id, target)
+                    dropped |= gone
+                    while True:  # at least one step, then more while time is left
+                        step = todo.popleft()
+                        self._link_step(db, steps[step], wanted, step, gone, had, written)
+                        if not todo or time.monotonic() > deadline:
+                            break
+                if todo:
+                    time.sleep(pause)
         self._loaded = {}
         _log_skipped("import", skipped)
 
-    def _link_step(self, db, ids, wanted, step, had):
+    def _link_step(self, db, ids, wanted, step, gone, had, written):
         """Write the links of the memories `ids` that _link_loaded's steps up to `step`
-        make, keeping any that other writers gave or took away meanwhile. `had` keeps what
-        memories stored before the load had (read when first written)."""
+        make, keeping any that other writers gave or took away meanwhile (`gone`: loaded
+        memories forgotten since).
+
+        `had` keeps what memories stored before the load had (read when first written);
+        `written` what a step last wrote for each loaded memory. A loaded memory's links are
+        not read back: each is written only if it still holds what was last written there,
+        and read only if not (another writer changed it meanwhile).
+        """
         loaded = self._loaded
-        stored = {}  # id -> (rowid, links) of those still there
-        mine = [loaded[i] for i in ids if i in loaded]
-        for chunk in _chunks(mine):
-            stored.update((node_id, (rowid, links)) for rowid, node_id, links in db.execute(
-                f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk))
-        older = [i for i in ids if i not in loaded]
-        for chunk in _chunks(older):
-            stored.update((node_id, (rowid, links)) for rowid, node_id, links in db.execute(
+        older = {}  # id -> (rowid, links) of the memories stored before the load
+        for chunk in _chunks([i for i in ids if i not in loaded]):
+            older.update((node_id, (rowid, links)) for rowid, node_id, links in db.execute(
                 f"SELECT rowid, id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-        rows = []
+        # The links this step cannot make are no longer wanted: to an older memory that
+        # another writer has forgotten (a loaded one is out of `wanted` already).
         for node_id in ids:
-            if node_id not in stored:
-                continue  # forgotten meanwhile
-            rowid, text = stored[node_id]
-            before = json.loads(text)
-            held = set(before)
+            if node_id not in loaded and node_id not in older:
+                for target in list(wanted[node_id]):
+                    _unwant(wanted, node_id, target)
+        rows, checked = [], []
+        for node_id in ids:
             want = wanted[node_id]
-            # Those wanted, in their order: made before and still there, or made now.
-            ours = [t for t, made in want.items()
-                    if made < step and t in held or made == step and t in stored]
             if node_id in loaded:
-                # Its own links first, then any that others gave it meanwhile.
-                links = ours + [t for t in before if t not in want]
-            else:
-                # What it had stays first; those it had already are not ours.
-                kept = had.setdefault(node_id, held)
-                ours = [t for t in ours if t not in kept]
+                if node_id in gone:
+                    continue
+                # Its own links first, in their order; those made before are still there,
+                # unless the memory changed meanwhile (then _relink_changed sees to it).
+                links = [t for t, made in want.items() if made <= step]
+                text = _id_list(links)
+                checked.append((loaded[node_id], text, written.get(node_id, "[]")))
+                written[node_id] = text
+            elif node_id in older:
+                rowid, text = older[node_id]
+                before = json.loads(text)
+                kept = had.setdefault(node_id, set(before))  # what it had stays first
+                held = set(before)
+                ours = [t for t, made in want.items() if t not in kept and
+                        (made < step and t in held or made == step)]
                 mine = set(ours)
                 links = [t for t in before if t not in mine] + ours
-            if links != before:
-                rows.append((rowid, _id_list(links)))
-        rows.sort()  # into the table's order
+                if links != before:
+                    rows.append((rowid, _id_list(links)))
         db.execute("CREATE TEMP TABLE IF NOT EXISTS loaded_links "
-                   "(node INTEGER PRIMARY KEY, links TEXT)")
+                   "(node INTEGER PRIMARY KEY, links TEXT, expected TEXT)")
         db.execute("DELETE FROM temp.loaded_links")
-        db.executemany("INSERT INTO temp.loaded_links (node, links) VALUES (?, ?)", rows)
-        db.execute("UPDATE nodes SET links = l.links FROM temp.loaded_links l "
-                   "WHERE nodes.rowid = l.node")
+        db.executemany("INSERT INTO temp.loaded_links (node, links, expected) VALUES (?, ?, ?)",
+                       sorted(checked + [(rowid, text, None) for rowid, text in rows]))
+        db.execute("UPDATE nodes SET links = l.links FROM temp.loaded_links l WHERE "
+                   "nodes.rowid = l.node AND (l.expected IS NULL OR nodes.links = l.expected)")
+        changed = db.execute("SELECT n.rowid, n.id, n.links FROM temp.loaded_links l JOIN nodes n "
+                             "ON n.rowid = l.node WHERE n.links <> l.links").fetchall()
         db.execute("DELETE FROM temp.loaded_links")
+        for rowid, node_id, text in changed:
+            self._relink_changed(db, rowid, node_id, text, wanted, step, written)
+
+    def _relink_changed(self, db, rowid, node_id, text, wanted, step, written):
+        """The links of a loaded memory that another writer changed between two steps.
+
+        A link made before that it no longer holds was taken away: no longer wanted. One it
+        holds that the load did not make yet (another writer's) is wanted from now on, so
+        that the next steps, which do not read it, keep it.
+        """
+        before = json.loads(text)
+        held = set(before)
+        want = wanted[node_id]
+        for target in [t for t, made in want.items() if made < step and t not in held]:
+            _unwant(wanted, node_id, target)
+        for target in before:
+            if want.get(target, step + 1) > step:
+                want[target] = wanted.setdefault(target, {})[node_id] = step
+                # Its back-link is another writer's too, and may go again before the next
+                # step writes there: read that memory before writing it (no text is "?").
+                written[target] = "?"
+        written[node_id] = _id_list([t for t, made in want.items() if made <= step])
+        db.execute("UPDATE nodes SET links = ? WHERE rowid = ?", (written[node_id], rowid))
+
+    def _gone_meanwhile(self, db):
+        """Ids of the memories this load inserted that another writer has forgotten since.
+
+        Counted by runs of rowids, so that nothing is read while none is gone. SQLite gives
+        a new row one past the largest rowid there is, so another memory can take a rowid of
+        this load only once the load's last is gone; then ids are compared, run by run."""
+        if not self._loaded:
+            return set()
+        if self._runs is None:
+            self._runs = _runs(sorted(self._loaded.values()))
+            self._by_rowid = {rowid: node_id for node_id, rowid in self._loaded.items()}
+        by_rowid = self._by_rowid
+        last = self._runs[-1][1]
+        reused = db.execute("SELECT id FROM nodes WHERE rowid = ?",
+                            (last,)).fetchone() != (by_rowid[last],)
+        gone = set()
+        for low, high, n in self._runs:
+            if not reused and db.execute("SELECT count(*) FROM nodes WHERE rowid BETWEEN ? AND ?",
+                                         (low, high)).fetchone()[0] == n:
+                continue
+            present = {rowid for rowid, node_id in db.execute(
+                "SELECT rowid, id FROM nodes WHERE rowid BETWEEN ? AND ?", (low, high))
+                if by_rowid[rowid] == node_id}
+            gone.update(by_rowid[r] for r in range(low, high + 1) if r not in present)
+        return gone
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory; links keep their back-links in step.
