@@ -3476,7 +3476,7 @@ class BackupTest(TempDirTest):
     def test_a_load_writes_in_short_steps_that_other_writers_get_between(self):
         # In one transaction each, linking and counting 100,000 imported memories held the
         # write lock 2.6 s and 7.5 s, and servers' writes failed. Here, with small steps:
-        # links LOAD_CHUNK memories at a time, rare terms by ranges, one impact list a step.
+        # links LINK_CHUNK memories at a time, rare terms by ranges, one impact list a step.
         s = Store(self.path, hot_min_df=20)
         self.addCleanup(s.close)
         s.add("the store was not empty")
@@ -3501,6 +3501,7 @@ class BackupTest(TempDirTest):
         done = threading.Event()
         writer = threading.Thread(target=meanwhile)
         with unittest.mock.patch.object(store, "LOAD_CHUNK", 50), \
+                unittest.mock.patch.object(store, "LINK_CHUNK", 50), \
                 unittest.mock.patch.object(store, "LOAD_INSTANCES", 300), \
                 unittest.mock.patch.object(store, "LOAD_STEP", 0), \
                 unittest.mock.patch.object(store.Database, "write", counted):
@@ -3520,7 +3521,7 @@ class BackupTest(TempDirTest):
         self.assertGreater(len(self.raw("SELECT term FROM hot_terms")), 10)
 
     def test_links_made_in_many_short_steps_come_out_as_in_one(self):
-        # A load makes links LOAD_CHUNK memories at a time; in steps of 3 the links, and
+        # A load makes links LINK_CHUNK memories at a time; in steps of 3 the links, and
         # their order, must be those of one step.
         rnd = random.Random(3)
         results = []
@@ -3535,7 +3536,7 @@ class BackupTest(TempDirTest):
             records = [{"id": node_id, "content": f"loaded {i}",
                         "links": rnd.sample(ids + older + ["missing-" + node_id], rnd.randint(0, 6))}
                        for i, node_id in enumerate(ids)]
-            with unittest.mock.patch.object(store, "LOAD_CHUNK", chunk), \
+            with unittest.mock.patch.object(store, "LINK_CHUNK", chunk), \
                     unittest.mock.patch.object(store, "LOAD_STEP", 0):
                 s.load(records)
             name = {node_id: f"older {i}" for i, node_id in enumerate(older)}
@@ -3580,7 +3581,7 @@ class BackupTest(TempDirTest):
             with write(db, *args, **kwargs) as conn:
                 yield conn
 
-        with unittest.mock.patch.object(store, "LOAD_CHUNK", 7), \
+        with unittest.mock.patch.object(store, "LINK_CHUNK", 7), \
                 unittest.mock.patch.object(store, "LOAD_STEP", 0), \
                 unittest.mock.patch.object(store.Store, "_link_step", counted), \
                 unittest.mock.patch.object(store.Database, "write", meddled):
