@@ -2527,6 +2527,39 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertEqual(self.window(tags=["work"], limit=1, **window), [ids[3]])
         self.assertEqual(self.window(limit=2, **window), [ids[4], ids[3]])
 
+    def test_a_window_finds_what_a_full_search_would_in_any_storage_order(self):
+        # A window narrows FTS5 to the rowids it spans and judges a scan by that span; the
+        # memories here are stored out of time order, with words common enough to have
+        # impact lists, and every windowed search must find what scoring all would.
+        s = Store(os.path.join(self.dir, "spread.db"), hot_min_df=20, hot_list=30)
+        self.addCleanup(s.close)
+        rnd = random.Random(4)
+        words = ["apple", "pear", "plum", "fig", "kiwi", "lime"]
+        days = [datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(hours=rnd.randrange(8760))
+                for _ in range(400)]
+        records = [{"id": str(uuid.UUID(int=i + 1, version=4)),
+                    "content": " ".join(rnd.sample(words, 2) + [f"note{i}"]),
+                    "tags": [rnd.choice(["a", "b"])],
+                    "created_at": day.strftime("%Y-%m-%dT%H:%M:%S.000Z")}
+                   for i, day in enumerate(days)]
+        records[:200] = sorted(records[:200], key=lambda r: r["created_at"])  # half in order
+        s.load(records)
+        self.assertTrue(s.index.hot_terms(s.db.connection(), ["appl", "pear"]))
+        for since, until, query, tags in (("2026-03-01", "2026-03-15", "apple", []),
+                                          ("2026-06-01", "2026-07-01", "pear plum", []),
+                                          ("2026-02-01", "2026-09-01", "fig", ["b"]),
+                                          ("2026-12-30", None, "kiwi lime", []),
+                                          ("2026-05-05", "2026-05-06", "apple", [])):
+            with self.subTest(since=since, query=query):
+                inside = {r["id"] for r in records if since <= r["created_at"][:10] and
+                          (until is None or r["created_at"][:10] < until) and
+                          set(tags) <= set(r["tags"]) and
+                          set(query.split()) & set(r["content"].split())}
+                found = [n["id"] for n in s.search(query, tags=tags, limit=100, since=since,
+                                                   until=until)]
+                self.assertEqual(set(found), inside)
+                self.assertEqual(len(found), len(inside))
+
     def test_no_query_and_no_tags_lists_the_newest_first(self):
         ids = self.dated()
         later = self.store.add("written just now")
