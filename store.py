@@ -336,8 +336,9 @@ MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
 MAX_SOURCE = 1_000      # characters in a memory's source label
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
-LOAD_CHUNK = 4_000      # memories a load inserts per transaction (about 0.4 s)...
-LOAD_PAUSE = 0.025      # ...and seconds it leaves the write lock free between two
+LOAD_CHUNK = 4_000      # memories in a load's first transaction of inserts...
+LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
+LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
 LOAD_INSTANCES = 250_000 # word occurrences whose rare terms one transaction lists
 LOAD_STEP = 0.25        # seconds after which a load's step of impact lists ends
 LINK_CHUNK = 16_000     # memories a load links per step (see Store._link_loaded)
@@ -2443,13 +2444,14 @@ class Store:
 
         For imports and benchmarks. Every record is checked before anything is written, and a
         bad one, or an id given twice, refuses the load, naming the record (`checked` says the
-        records are Records from check_records already). Then the memories go in, LOAD_CHUNK
-        to a transaction so that other writers get their turns, and after them the links, a
-        link always with its back-link, in short steps (see _link_loaded); `pause` seconds
-        between two transactions let another process's writer in. A
-        record whose id is stored already is skipped, though links it gives are
-        made; links to ids found neither here nor among the records are dropped, with one
-        warning. An interrupted load leaves whole memories: loading again completes it.
+        records are Records from check_records already). Then the memories go in, in chunks
+        of about LOAD_TXN seconds so that other writers get their turns (LOAD_CHUNK the first,
+        the next sized by its pace), and after them the links, a link always with its
+        back-link, in short steps (see _link_loaded); `pause` seconds between two
+        transactions let another process's writer in. A record whose id is stored already is
+        skipped, though links it gives are made; links to ids found neither here nor among
+        the records are dropped, with one warning. An interrupted load leaves whole
+        memories: loading again completes it.
 
         A load at least as large as the store it goes into (`size` records, known for a list)
         counts its terms once at the end, from FTS5's own vocabulary, instead of memory by
@@ -2466,16 +2468,21 @@ class Store:
         size = len(records) if size is None and hasattr(records, "__len__") else size
         recount = size is not None and size >= max(LOAD_CHUNK, self.count())
         loaded = skipped = 0
-        first = True
+        first, chunk_size = True, LOAD_CHUNK
         linked, chunk = [], []  # linked: (id, links) of every record that gives links
         for record in records:
             chunk.append(record)
             if record.links:
                 linked.append((record.id, record.links))
-            if len(chunk) == LOAD_CHUNK:
+            if len(chunk) == chunk_size:
                 if not first:
                     time.sleep(pause)  # another process's write may be waiting for its turn
+                started = time.monotonic()
                 loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
+                # The next chunk as large as LOAD_TXN seconds allow at this one's pace, within
+                # a quarter and four times LOAD_CHUNK (short memories go in 4,000 in 0.2 s).
+                pace = max(time.monotonic() - started, 1e-3) / len(chunk)
+                chunk_size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
                 chunk, first = [], False
         loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
         if linked:
@@ -2597,8 +2604,8 @@ class Store:
             steps = collections.defaultdict(dict)  # step -> memories whose links it writes
             for node_id, want in wanted.items():
                 mine = order[node_id]
-                for target in want:
-                    want[target] = step = max(mine, order[target])
+                wanted[node_id] = want = {t: mine if mine > order[t] else order[t] for t in want}
+                for step in set(want.values()):
                     steps[step][node_id] = None
             had, written, dropped = {}, {}, set()
             todo = collections.deque(sorted(steps))

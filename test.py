@@ -3543,7 +3543,7 @@ class BackupTest(TempDirTest):
             done.set()
             writer.join(10)
         mine = [i for i, main in enumerate(steps) if main]
-        # 8 chunks; the links 8 steps (breadth first); at least 3 ranges; a step a list
+        # 8 chunks at least; the links 8 steps (breadth first); 3 ranges; a step a list
         self.assertGreaterEqual(len(mine), 8 + 8 + 3 + 10)
         self.assertGreater(len(other), 2)
         self.assertTrue(any(b - a > 1 for a, b in zip(mine, mine[1:])))  # others got in
@@ -3552,6 +3552,31 @@ class BackupTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(index_problems(self.path), [])
         self.assertGreater(len(self.raw("SELECT term FROM hot_terms")), 10)
+
+    def test_a_loads_chunks_follow_its_pace_within_bounds(self):
+        # Chunks after the first are as large as LOAD_TXN seconds allow at the pace of the
+        # one before, from a quarter of LOAD_CHUNK to four times it.
+        sizes = []
+        load_chunk = store.Store._load_chunk
+
+        def measured(self, chunk, *args):
+            sizes.append(len(chunk))
+            return load_chunk(self, chunk, *args)
+
+        records = [{"id": str(uuid.UUID(int=i + 1, version=4)), "content": f"memory {i}"}
+                   for i in range(2_000)]
+        for seconds, expected in ((0, 10), (3600, 160)):
+            sizes.clear()
+            s = Store(os.path.join(self.dir, f"pace-{seconds}.db"))
+            self.addCleanup(s.close)
+            with unittest.mock.patch.object(store, "LOAD_CHUNK", 40), \
+                    unittest.mock.patch.object(store, "LOAD_TXN", seconds), \
+                    unittest.mock.patch.object(store.Store, "_load_chunk", measured):
+                s.load(records)
+            self.assertEqual(sizes[0], 40)
+            self.assertEqual(set(sizes[1:-1]), {expected})
+            self.assertEqual(sum(sizes), 2_000)
+            self.assertEqual(s.count(), 2_000)
 
     def test_links_made_in_many_short_steps_come_out_as_in_one(self):
         # A load makes links LINK_CHUNK memories at a time; in steps of 3 the links, and
