@@ -274,16 +274,16 @@ def _list_rare(db, low="", high=None):
     FTS5's own record of where each term is."""
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
                "USING fts5vocab(main, nodes_fts, instance)")
-    within = lambda t: f"{t}term >= ?{'' if high is None else f' AND {t}term < ?'}"
+    within = "{0}term >= ?" + ("" if high is None else " AND {0}term < ?")  # {0}: a table
     bounds = (low,) if high is None else (low, high)
     # A rare term no memory holds any more (forgotten since the count; the log holds its
     # change, to be folded later) has an empty list, not an unknown one.
     holders = {term: set() for (term,) in db.execute(
-        f"SELECT term FROM terms WHERE df <= {int(RARE)} AND nodes IS NULL AND {within('')}",
-        bounds)}
+        f"SELECT term FROM terms WHERE df <= {int(RARE)} AND nodes IS NULL AND "
+        f"{within.format('')}", bounds)}
     for term, doc in db.execute(
             f"SELECT v.term, v.doc FROM temp.nodes_vocab_instance v JOIN terms t ON "
-            f"t.term = v.term AND t.df <= {int(RARE)} WHERE {within('v.')}", bounds):
+            f"t.term = v.term AND t.df <= {int(RARE)} WHERE {within.format('v.')}", bounds):
         holders.setdefault(term, set()).add(doc)
     db.executemany("UPDATE terms SET nodes = ? WHERE term = ?",
                    [(_rowid_list(docs), term) for term, docs in holders.items()])
