@@ -2020,7 +2020,7 @@ class Search:
         """The impact list of `term`, best first, less memories without the tags."""
         joins, carrying = self._where("p.node")
         return self.db.execute(f"SELECT p.node, p.impact FROM hot_postings p{joins} WHERE "
-                               f"p.term = ? ORDER BY p.impact DESC LIMIT ?",
+                               f"p.term = ? ORDER BY p.impact DESC, p.node DESC LIMIT ?",
                                (*carrying, term, limit))
 
     def _scan_if_cheaper(self, matches):
@@ -2477,12 +2477,14 @@ class Store:
             if len(chunk) == chunk_size:
                 if not first:
                     time.sleep(pause)  # another process's write may be waiting for its turn
-                started = time.monotonic()
+                started, before = time.monotonic(), loaded
                 loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
                 # The next chunk as large as LOAD_TXN seconds allow at this one's pace, within
                 # a quarter and four times LOAD_CHUNK (short memories go in 4,000 in 0.2 s).
-                pace = max(time.monotonic() - started, 1e-3) / len(chunk)
-                chunk_size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
+                # Records stored already go fast: only those inserted tell the pace.
+                if loaded > before:
+                    pace = max(time.monotonic() - started, 1e-3) / (loaded - before)
+                    chunk_size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
                 chunk, first = [], False
         loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
         if linked:
@@ -2516,6 +2518,13 @@ class Store:
         if not chunk:
             return loaded, skipped
         with self.db.errors("load the memories"), self.db.write() as db:
+            if self._loaded:
+                # A memory of this load that another writer forgot is dropped from it now:
+                # its rowid may be taken again, by this chunk or by another writer.
+                self._runs = None
+                for node_id in self._gone_meanwhile(db):
+                    del self._loaded[node_id]
+                self._runs = None
             present = set()
             # Into a store that was empty: no id can be there (another writer adding one of
             # these ids meanwhile would make the insert fail, whole).
@@ -2658,7 +2667,7 @@ class Store:
                 # unless the memory changed meanwhile (then _relink_changed sees to it).
                 links = [t for t, made in want.items() if made <= step]
                 text = _id_list(links)
-                checked.append((loaded[node_id], text, written.get(node_id, "[]")))
+                checked.append((loaded[node_id], node_id, text, written.get(node_id, "[]")))
                 written[node_id] = text
             elif node_id in older:
                 rowid, text = older[node_id]
@@ -2670,16 +2679,20 @@ class Store:
                 mine = set(ours)
                 links = [t for t in before if t not in mine] + ours
                 if links != before:
-                    rows.append((rowid, _id_list(links)))
+                    rows.append((rowid, node_id, _id_list(links), None))
+        # Written by rowid, checking the id too (a rowid is taken again after its memory is
+        # forgotten), and, for a loaded memory, that it still holds what was written last.
         db.execute("CREATE TEMP TABLE IF NOT EXISTS loaded_links "
-                   "(node INTEGER PRIMARY KEY, links TEXT, expected TEXT)")
+                   "(node INTEGER PRIMARY KEY, id TEXT, links TEXT, expected TEXT)")
         db.execute("DELETE FROM temp.loaded_links")
-        db.executemany("INSERT INTO temp.loaded_links (node, links, expected) VALUES (?, ?, ?)",
-                       sorted(checked + [(rowid, text, None) for rowid, text in rows]))
+        db.executemany("INSERT INTO temp.loaded_links (node, id, links, expected) "
+                       "VALUES (?, ?, ?, ?)", sorted(checked + rows))
         db.execute("UPDATE nodes SET links = l.links FROM temp.loaded_links l WHERE "
-                   "nodes.rowid = l.node AND (l.expected IS NULL OR nodes.links = l.expected)")
+                   "nodes.rowid = l.node AND nodes.id = l.id AND "
+                   "(l.expected IS NULL OR nodes.links = l.expected)")
         changed = db.execute("SELECT n.rowid, n.id, n.links FROM temp.loaded_links l JOIN nodes n "
-                             "ON n.rowid = l.node WHERE n.links <> l.links").fetchall()
+                             "ON n.rowid = l.node AND n.id = l.id "
+                             "WHERE n.links <> l.links").fetchall()
         db.execute("DELETE FROM temp.loaded_links")
         for rowid, node_id, text in changed:
             self._relink_changed(db, rowid, node_id, text, wanted, step, written)

@@ -2560,6 +2560,25 @@ class TimeAndDuplicatesTest(StoreTestCase):
                 self.assertEqual(set(found), inside)
                 self.assertEqual(len(found), len(inside))
 
+    def test_a_window_that_holds_everything_ranks_as_no_window(self):
+        # Ties included: a window and tags change how the impact lists are read, never the
+        # order of what they hold (memories tied in impact, newest first).
+        s = Store(os.path.join(self.dir, "ties.db"), hot_min_df=6, hot_list=30)
+        self.addCleanup(s.close)
+        for k in range(6):
+            s.add("alpha beta " + " ".join(f"w{k}x{j}" for j in range(k + 1)))
+        s.fold()
+        for k in range(50):
+            s.add("alpha beta", tags=["t", f"u{k}"])  # tied, and more than a list holds
+        s.fold()
+        for query, tags in (("alpha beta", ["t"]), ("alpha", []), ("beta", ["t"])):
+            with self.subTest(query=query, tags=tags):
+                plain = [n["id"] for n in s.search(query, tags=tags, limit=3)]
+                windowed = [n["id"] for n in s.search(query, tags=tags, limit=3,
+                                                      since="2020-01-01")]
+                self.assertEqual(windowed, plain)
+                self.assertEqual(len(plain), 3)
+
     def test_no_query_and_no_tags_lists_the_newest_first(self):
         ids = self.dated()
         later = self.store.add("written just now")
@@ -3577,6 +3596,20 @@ class BackupTest(TempDirTest):
             self.assertEqual(set(sizes[1:-1]), {expected})
             self.assertEqual(sum(sizes), 2_000)
             self.assertEqual(s.count(), 2_000)
+        # Records stored already go fast and do not set the pace: loading again what is there
+        # keeps the first chunk's size until chunks insert.
+        sizes.clear()
+        s = Store(os.path.join(self.dir, "pace-again.db"))
+        self.addCleanup(s.close)
+        s.load(records[:400])
+        sizes.clear()
+        with unittest.mock.patch.object(store, "LOAD_CHUNK", 40), \
+                unittest.mock.patch.object(store, "LOAD_TXN", 0), \
+                unittest.mock.patch.object(store.Store, "_load_chunk", measured):
+            s.load(records)
+        self.assertEqual(sizes[:11], [40] * 11)  # 400 stored, then the first that inserts
+        self.assertEqual(set(sizes[11:-1]), {10})
+        self.assertEqual(s.count(), 2_000)
 
     def test_links_made_in_many_short_steps_come_out_as_in_one(self):
         # A load makes links LINK_CHUNK memories at a time; in steps of 3 the links, and
@@ -3656,6 +3689,46 @@ class BackupTest(TempDirTest):
             for target in record["links"]:
                 if target not in (forgotten, record["id"]):
                     self.assertIn(target, links)
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertEqual(index_problems(self.path), [])
+
+    def test_a_memory_forgotten_between_a_loads_chunks_lends_its_rowid_to_no_link(self):
+        # Another writer forgets the memory a load inserted last, between two of its insert
+        # chunks: the next insert takes that rowid. The load forgets it too: no link points
+        # at it, and the memory in its rowid gets none of its links.
+        s = Store(self.path)
+        self.addCleanup(s.close)
+        other = Store(self.path)
+        self.addCleanup(other.close)
+        other.add("stored before the load")
+        ids = [str(uuid.UUID(int=i + 1, version=4)) for i in range(6)]
+        records = [{"id": ids[0], "content": "zero"},
+                   {"id": ids[1], "content": "one", "links": [ids[0]]},
+                   {"id": ids[2], "content": "two", "links": [ids[0]]},
+                   {"id": ids[3], "content": "three", "links": [ids[1]]},
+                   {"id": ids[4], "content": "four", "links": [ids[2]]},
+                   {"id": ids[5], "content": "five"}]
+        write, forgotten = store.Database.write, []
+
+        @contextlib.contextmanager
+        def meddled(db, *args, **kwargs):
+            if db is s.db and len(s._loaded) == 2 and not forgotten:  # after the first chunk
+                other.delete(ids[1])  # the load's last so far
+                forgotten.append(other.add("written meanwhile, in the freed rowid")["id"])
+            with write(db, *args, **kwargs) as conn:
+                yield conn
+
+        with unittest.mock.patch.object(store, "LOAD_CHUNK", 2), \
+                unittest.mock.patch.object(store, "LOAD_TXN", 3600), \
+                unittest.mock.patch.object(store.Database, "write", meddled):
+            s.load(records)
+        self.assertEqual(len(forgotten), 1)
+        self.assertEqual(s.get(forgotten[0])["links"], [])
+        self.assertEqual(s.get(ids[0])["links"], [ids[2]])
+        self.assertEqual(s.get(ids[3])["links"], [])
+        self.assertEqual(s.get(ids[4])["links"], [ids[2]])
+        with self.assertRaises(NotFound):
+            s.get(ids[1])
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(index_problems(self.path), [])
 
