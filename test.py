@@ -3553,6 +3553,7 @@ class BackupTest(TempDirTest):
         done = threading.Event()
         writer = threading.Thread(target=meanwhile)
         with unittest.mock.patch.object(store, "LOAD_CHUNK", 50), \
+                unittest.mock.patch.object(store, "LOAD_TXN", 0), \
                 unittest.mock.patch.object(store, "LINK_CHUNK", 50), \
                 unittest.mock.patch.object(store, "LOAD_INSTANCES", 300), \
                 unittest.mock.patch.object(store, "LOAD_STEP", 0), \
@@ -3562,7 +3563,8 @@ class BackupTest(TempDirTest):
             done.set()
             writer.join(10)
         mine = [i for i, main in enumerate(steps) if main]
-        # 8 chunks at least; the links 8 steps (breadth first); 3 ranges; a step a list
+        # 8 chunks at least (12 memories after the first 50); the links 8 steps (breadth
+        # first); 3 ranges; a step a list
         self.assertGreaterEqual(len(mine), 8 + 8 + 3 + 10)
         self.assertGreater(len(other), 2)
         self.assertTrue(any(b - a > 1 for a, b in zip(mine, mine[1:])))  # others got in
