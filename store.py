@@ -2462,6 +2462,7 @@ class Store:
             records = check_records(records)
         self._loaded = {}  # id -> rowid of the memories this load inserted
         self._runs = None  # their rowids as runs (see _gone_meanwhile)
+        self._last = None  # (rowid, id) of the last memory it inserted
         self._into_empty = self.count() == 0
         # A load touches pages all over (random ids, hashes): a larger cache for it.
         self.db.connection().execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
@@ -2518,13 +2519,17 @@ class Store:
         if not chunk:
             return loaded, skipped
         with self.db.errors("load the memories"), self.db.write() as db:
-            if self._loaded:
-                # A memory of this load that another writer forgot is dropped from it now:
-                # its rowid may be taken again, by this chunk or by another writer.
+            # A memory of this load that another writer forgot is dropped from it now: its
+            # rowid may be taken again, by this chunk or by another writer. That can happen
+            # only once the load's last memory is gone (a new row takes the largest rowid
+            # plus one), so only that one is looked at while it is there.
+            if self._last and db.execute("SELECT id FROM nodes WHERE rowid = ?",
+                                         (self._last[0],)).fetchone() != (self._last[1],):
                 self._runs = None
                 for node_id in self._gone_meanwhile(db):
                     del self._loaded[node_id]
                 self._runs = None
+                self._last = max(((r, i) for i, r in self._loaded.items()), default=None)
             present = set()
             # Into a store that was empty: no id can be there (another writer adding one of
             # these ids meanwhile would make the insert fail, whole).
@@ -2558,6 +2563,8 @@ class Store:
             if count:
                 self.index.count_loaded(db, [(rowid, r.content) for rowid, r in zip(rowids, fresh)])
             self._loaded.update(zip((r.id for r in fresh), rowids))
+            if fresh:
+                self._last = (rowids[-1], fresh[-1].id)
         return loaded + len(fresh), skipped + len(chunk) - len(fresh)
 
     def _link_loaded(self, linked, pause):

@@ -118,6 +118,21 @@ def fts_agrees(path):
         db.close()
 
 
+def between_writes(store_, when, act):
+    """A patch of Database.write that calls act() once, before the first transaction of
+    `store_` for which when() holds: another writer's turn between two of its writes."""
+    write, done = store.Database.write, []
+
+    @contextlib.contextmanager
+    def meddled(db, *args, **kwargs):
+        if db is store_.db and not done and when():
+            done.append(act())
+        with write(db, *args, **kwargs) as conn:
+            yield conn
+
+    return unittest.mock.patch.object(store.Database, "write", meddled)
+
+
 def links_are_mutual(path):
     """Every link has its back-link and points at a memory that exists."""
     db = sqlite3.connect(path)
@@ -3585,7 +3600,7 @@ class BackupTest(TempDirTest):
             return load_chunk(self, chunk, *args)
 
         records = [{"id": str(uuid.UUID(int=i + 1, version=4)), "content": f"memory {i}"}
-                   for i in range(2_000)]
+                   for i in range(800)]
         for seconds, expected in ((0, 10), (3600, 160)):
             sizes.clear()
             s = Store(os.path.join(self.dir, f"pace-{seconds}.db"))
@@ -3593,11 +3608,11 @@ class BackupTest(TempDirTest):
             with unittest.mock.patch.object(store, "LOAD_CHUNK", 40), \
                     unittest.mock.patch.object(store, "LOAD_TXN", seconds), \
                     unittest.mock.patch.object(store.Store, "_load_chunk", measured):
-                s.load(records)
+                s.load(records, pause=0)
             self.assertEqual(sizes[0], 40)
             self.assertEqual(set(sizes[1:-1]), {expected})
-            self.assertEqual(sum(sizes), 2_000)
-            self.assertEqual(s.count(), 2_000)
+            self.assertEqual(sum(sizes), 800)
+            self.assertEqual(s.count(), 800)
         # Records stored already go fast and do not set the pace: loading again what is there
         # keeps the first chunk's size until chunks insert.
         sizes.clear()
@@ -3608,10 +3623,10 @@ class BackupTest(TempDirTest):
         with unittest.mock.patch.object(store, "LOAD_CHUNK", 40), \
                 unittest.mock.patch.object(store, "LOAD_TXN", 0), \
                 unittest.mock.patch.object(store.Store, "_load_chunk", measured):
-            s.load(records)
+            s.load(records, pause=0)
         self.assertEqual(sizes[:11], [40] * 11)  # 400 stored, then the first that inserts
         self.assertEqual(set(sizes[11:-1]), {10})
-        self.assertEqual(s.count(), 2_000)
+        self.assertEqual(s.count(), 800)
 
     def test_links_made_in_many_short_steps_come_out_as_in_one(self):
         # A load makes links LINK_CHUNK memories at a time; in steps of 3 the links, and
@@ -3655,29 +3670,24 @@ class BackupTest(TempDirTest):
                    for i, node_id in enumerate(ids)]
         steps, changed = [], {}
         link_step = store.Store._link_step
-        write = store.Database.write
 
         def counted(self, db, ids, *args):
             steps.append(len(ids))
             return link_step(self, db, ids, *args)
 
-        @contextlib.contextmanager
-        def meddled(db, *args, **kwargs):
-            if db is s.db and len(steps) == 2 and not changed:  # after the second step
-                now = {n: other.get(n)["links"] for n in ids}
-                linked = next(n for n in ids if now[n])
-                unlinked = next(n for n in ids if not now[n] and n != linked and
-                                any(n in r["links"] for r in records if r["id"] != n))
-                other.update(linked, links=now[linked] + [older])
-                other.delete(unlinked)
-                changed.update(linked=linked, forgotten=unlinked)
-            with write(db, *args, **kwargs) as conn:
-                yield conn
+        def meddle():  # after the second step
+            now = {n: other.get(n)["links"] for n in ids}
+            linked = next(n for n in ids if now[n])
+            unlinked = next(n for n in ids if not now[n] and n != linked and
+                            any(n in r["links"] for r in records if r["id"] != n))
+            other.update(linked, links=now[linked] + [older])
+            other.delete(unlinked)
+            changed.update(linked=linked, forgotten=unlinked)
 
         with unittest.mock.patch.object(store, "LINK_CHUNK", 7), \
                 unittest.mock.patch.object(store, "LOAD_STEP", 0), \
                 unittest.mock.patch.object(store.Store, "_link_step", counted), \
-                unittest.mock.patch.object(store.Database, "write", meddled):
+                between_writes(s, lambda: len(steps) == 2, meddle):
             s.load(records)
         self.assertGreater(len(steps), 3)
         linked, forgotten = changed["linked"], changed["forgotten"]
@@ -3710,19 +3720,15 @@ class BackupTest(TempDirTest):
                    {"id": ids[3], "content": "three", "links": [ids[1]]},
                    {"id": ids[4], "content": "four", "links": [ids[2]]},
                    {"id": ids[5], "content": "five"}]
-        write, forgotten = store.Database.write, []
+        forgotten = []
 
-        @contextlib.contextmanager
-        def meddled(db, *args, **kwargs):
-            if db is s.db and len(s._loaded) == 2 and not forgotten:  # after the first chunk
-                other.delete(ids[1])  # the load's last so far
-                forgotten.append(other.add("written meanwhile, in the freed rowid")["id"])
-            with write(db, *args, **kwargs) as conn:
-                yield conn
+        def meddle():  # after the first chunk
+            other.delete(ids[1])  # the load's last so far
+            forgotten.append(other.add("written meanwhile, in the freed rowid")["id"])
 
         with unittest.mock.patch.object(store, "LOAD_CHUNK", 2), \
                 unittest.mock.patch.object(store, "LOAD_TXN", 3600), \
-                unittest.mock.patch.object(store.Database, "write", meddled):
+                between_writes(s, lambda: len(s._loaded) == 2, meddle):
             s.load(records)
         self.assertEqual(len(forgotten), 1)
         self.assertEqual(s.get(forgotten[0])["links"], [])
@@ -3747,23 +3753,18 @@ class BackupTest(TempDirTest):
                     "content": f"loaded memory number {i} word{i}"} for i in range(30)]
         counted, forgotten = [], []
         ranges = store._term_ranges
-        write = store.Database.write
 
         def ranged(db, instances):
             counted.append(True)
             return ranges(db, instances)
 
-        @contextlib.contextmanager
-        def meddled(db, *args, **kwargs):
-            if db is s.db and counted and not forgotten:
-                forgotten.append(records[7]["id"])
-                other.delete(records[7]["id"])
-            with write(db, *args, **kwargs) as conn:
-                yield conn
+        def meddle():
+            forgotten.append(records[7]["id"])
+            other.delete(records[7]["id"])
 
         with unittest.mock.patch.object(store, "LOAD_CHUNK", 10), \
                 unittest.mock.patch.object(store, "_term_ranges", ranged), \
-                unittest.mock.patch.object(store.Database, "write", meddled):
+                between_writes(s, lambda: counted, meddle):
             s.load(records)
         s.close()
         other.close()
