@@ -3512,7 +3512,9 @@ class BackupTest(TempDirTest):
         self.assertEqual(s.get(hub["id"])["links"], [])
 
     def test_import_lets_other_writers_in_between(self):
-        s = Store(self.path, timeout=0.5)
+        # A load's transactions aim at LOAD_TXN (0.5 s) and stay under a second: a writer
+        # that waits up to 2 s always gets its turn between two of them.
+        s = Store(self.path, timeout=2.0)
         self.addCleanup(s.close)
         first = s.add("the store exists")
         rnd = random.Random(7)
@@ -3533,7 +3535,7 @@ class BackupTest(TempDirTest):
             written.append(s.add(f"written during the import {len(written)}")["id"])
         self.assertEqual(proc.wait(60), 0, proc.stderr.read())
         proc.stderr.close()
-        self.assertGreater(len(written), 2)  # none waited past its 0.5 s timeout
+        self.assertGreater(len(written), 2)  # none waited past its 2 s timeout
         self.assertEqual(s.count(), 1 + len(written) + len(records))
         self.assertEqual(len(s.get(first["id"])["links"]), len(records) // 100)
         self.assertEqual(s.get(records[1]["id"])["links"], [records[0]["id"], records[2]["id"]])
