@@ -610,6 +610,31 @@ class RankingTest(StoreTestCase):
                 with self.subTest(round=round_, words=words):
                     self.assertSameTop(words, self.rnd.choice([[], ["red"]]))
 
+    def test_stage_one_stays_exact_with_two_writers(self):
+        # Each store keeps the log rows it writes without reading them back (log.wrote):
+        # rows of the other store written in between, and folds by either, must not be
+        # missed or counted twice.
+        self.corpus()
+        other = Store(self.path, hot_min_df=6, hot_list=8)
+        self.addCleanup(other.close)
+        for s in (self.store, other):
+            s.db.upkeep = None
+        for round_ in range(8):
+            for _ in range(30):
+                s = self.rnd.choice([self.store, other])
+                if self.rnd.random() < 0.7:
+                    self.ids.append(s.add(" ".join(self.words(self.rnd.randint(1, 12))))["id"])
+                else:
+                    s.update(self.rnd.choice(self.ids),
+                             content=" ".join(self.words(self.rnd.randint(1, 12))))
+            if round_ % 3 == 2:
+                self.rnd.choice([self.store, other]).fold()
+            for i in range(15):
+                words = list(dict.fromkeys(self.words(self.rnd.randint(1, 3))))
+                with self.subTest(round=round_, words=words):
+                    self.assertSameTop(words, [])
+                    self.assertEqual(other.top(words, [], 10), self.store.top(words, [], 10))
+
     # -- stage two, and what a user sees
 
     FILLER = ["The weather was mild and grey all week long", "We talked about the new kitchen tiles",
