@@ -1704,13 +1704,29 @@ class RankingIndex:
         if not count:
             return
         avgdl = tokens / count
-        rowids = [r for (r,) in db.execute(
-            "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts) "
-            "LIMIT ?", (fts_query([word]), self.hot_list + 1))]
-        lengths = self.lengths(db, rowids)
-        impacts = []
+        query = fts_query([word])
+        found = db.execute("SELECT rowid, -bm25(nodes_fts) FROM nodes_fts WHERE nodes_fts MATCH ? "
+                           "ORDER BY bm25(nodes_fts) LIMIT ?", (query, self.hot_list + 1)).fetchall()
+        lengths = self.lengths(db, [r for r, _ in found])
+        # FTS5's score of a memory for the one term is idf times its impact: the term's
+        # occurrences in it follow, and the impact is taken from them as ever. Reading and
+        # tokenizing the memories instead took 0.3 s of an import of 80,000. A memory whose
+        # score does not give a whole number of occurrences (none seen) is read.
+        df = db.execute("SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
+                        (query,)).fetchone()[0]
+        idf = _idf(df, count)
+        impacts, unsure = [], []
+        for rowid, score in found:
+            dl, share = lengths[rowid], score / idf
+            spread = K1 * (1 - B + B * dl / avgdl)
+            tf = round(share * spread / (K1 + 1 - share)) if 0 < share < K1 + 1 else 0
+            impact = _impact(tf, dl, avgdl) if tf > 0 else None
+            if impact is not None and abs(impact - share) <= 1e-9 * share:
+                impacts.append((impact, rowid))
+            else:
+                unsure.append(rowid)
         prefix = term[:max(1, len(term) - 3)]  # only such words can stem to the term
-        for chunk in _chunks(rowids):
+        for chunk in _chunks(unsure):
             for rowid, content in db.execute(
                     f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
                 tf = sum(1 for w in tokenize(content) if w.startswith(prefix) and stem(w) == term)
@@ -2596,6 +2612,54 @@ class Store:
                 self._last = (rowids[-1], fresh[-1].id)
         return loaded + len(fresh), skipped + len(chunk) - len(fresh)
 
+    def _link_plan(self, linked, ours):
+        """(wanted, steps, skipped) for _link_loaded: the links [(id, links)] of the loaded
+        records to make, as {id: {target: step}}; {step: ids of the memories whose links it
+        writes}; and the links left out, to ids that no memory has. `ours`: ids of the
+        records of the load (they exist)."""
+        skipped = []
+        with self.db.read() as db:
+            targets = [t for t in dict.fromkeys(t for _, links in linked for t in links)
+                       if t not in ours]
+            found = set(ours)
+            found.update(self._existing(db, targets, skipped))
+        wanted = {}  # id -> {target: None}, in order
+        for node_id, links in linked:
+            own = wanted.setdefault(node_id, {})
+            for target in links:
+                if target in found and target != node_id:
+                    own[target] = None
+        for node_id, links in linked:
+            for target in wanted[node_id]:
+                wanted.setdefault(target, {})[node_id] = None
+        # A link between the memories taken i-th and j-th is made in the step that takes
+        # the later of them: wanted[a][b] becomes that step. They are taken breadth
+        # first, so that most links fall within one step and a memory is written in few:
+        # in the order of the file, an import from the official memory server wrote each
+        # 3.3 times, and took 6.4 s to link instead of 2.5 (80,000 memories). The larger
+        # the steps, the fewer memories are written again: steps of 4,000 memories took
+        # 4.4 s to link that import and 8.5 s for 100,000 synthetic ones, steps of 16,000
+        # 3.0 s and 5.3 s, with transactions of 0.5 s and 0.7 s at most (as long as a
+        # chunk's); steps of 32,000, 2.7 s and 4.0 s, but 1 s.
+        order = {}
+        for start in wanted:
+            if start in order:
+                continue
+            order[start] = len(order) // LINK_CHUNK
+            queue = collections.deque([start])
+            while queue:
+                for target in wanted[queue.popleft()]:
+                    if target not in order:
+                        order[target] = len(order) // LINK_CHUNK
+                        queue.append(target)
+        steps = collections.defaultdict(dict)  # step -> memories whose links it writes
+        for node_id, want in wanted.items():
+            mine = order[node_id]
+            wanted[node_id] = want = {t: mine if mine > order[t] else order[t] for t in want}
+            for step in set(want.values()):
+                steps[step][node_id] = None
+        return wanted, steps, skipped
+
     def _link_loaded(self, linked, pause):
         """Make the links [(id, links)] of loaded records, both ways.
 
@@ -2610,48 +2674,8 @@ class Store:
         What another writer does between two transactions stays done: a memory it forgot
         is linked no more, a link it made or took away is kept so (see _link_step).
         """
-        skipped = []
-        loaded = self._loaded
         with self.db.errors("link the loaded memories"):
-            with self.db.read() as db:
-                targets = [t for t in dict.fromkeys(t for _, links in linked for t in links)
-                           if t not in loaded]  # those this load inserted exist
-                found = loaded.keys() | set(self._existing(db, targets, skipped))
-            wanted = {}  # id -> {target: None}, in order
-            for node_id, links in linked:
-                own = wanted.setdefault(node_id, {})
-                for target in links:
-                    if target in found and target != node_id:
-                        own[target] = None
-            for node_id, links in linked:
-                for target in wanted[node_id]:
-                    wanted.setdefault(target, {})[node_id] = None
-            # A link between the memories taken i-th and j-th is made in the step that takes
-            # the later of them: wanted[a][b] becomes that step. They are taken breadth
-            # first, so that most links fall within one step and a memory is written in few:
-            # in the order of the file, an import from the official memory server wrote each
-            # 3.3 times, and took 6.4 s to link instead of 2.5 (80,000 memories). The larger
-            # the steps, the fewer memories are written again: steps of 4,000 memories took
-            # 4.4 s to link that import and 8.5 s for 100,000 synthetic ones, steps of 16,000
-            # 3.0 s and 5.3 s, with transactions of 0.5 s and 0.7 s at most (as long as a
-            # chunk's); steps of 32,000, 2.7 s and 4.0 s, but 1 s.
-            order = {}
-            for start in wanted:
-                if start in order:
-                    continue
-                order[start] = len(order) // LINK_CHUNK
-                queue = collections.deque([start])
-                while queue:
-                    for target in wanted[queue.popleft()]:
-                        if target not in order:
-                            order[target] = len(order) // LINK_CHUNK
-                            queue.append(target)
-            steps = collections.defaultdict(dict)  # step -> memories whose links it writes
-            for node_id, want in wanted.items():
-                mine = order[node_id]
-                wanted[node_id] = want = {t: mine if mine > order[t] else order[t] for t in want}
-                for step in set(want.values()):
-                    steps[step][node_id] = None
+            wanted, steps, skipped = self._link_plan(linked, self._loaded)
             had, written, dropped = {}, {}, set()
             todo = collections.deque(sorted(steps))
             while todo:
@@ -3423,8 +3447,9 @@ def official_records(lines, source, report):
                     raise InvalidInput("observations must be a list of strings")
                 if name in entities:
                     report["entity lines repeating a name (observations merged)"] += 1
+                created = _official_time(value)
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
-                                                    "created": _official_time(value)})
+                                                    "created": created})
                 for observation in observations:
                     text = observation.strip()
                     if not text:
@@ -3432,7 +3457,7 @@ def official_records(lines, source, report):
                     elif text in entity["observations"]:
                         report["repeated observations"] += 1
                     else:
-                        entity["observations"][text] = _official_time(value)
+                        entity["observations"][text] = created
             elif kind == "relation":
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:

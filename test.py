@@ -610,6 +610,32 @@ class RankingTest(StoreTestCase):
                 with self.subTest(round=round_, words=words):
                     self.assertSameTop(words, self.rnd.choice([[], ["red"]]))
 
+    def test_an_impact_list_is_the_same_from_scores_or_from_the_text(self):
+        # _build takes each memory's occurrences of the term from FTS5's score; a memory
+        # whose score does not give a whole number of them is read and tokenized instead.
+        self.corpus()
+        s = self.store
+        hot = [t for (t,) in self.raw("SELECT term FROM hot_terms ORDER BY term")]
+        self.assertGreater(len(hot), 5)
+
+        def lists():
+            return [self.raw("SELECT impact, node FROM hot_postings WHERE term = ? "
+                             "ORDER BY impact DESC, node", t) for t in hot]
+
+        word = {store.stem(w): w for w in self.VOCABULARY}
+
+        def rebuild():
+            with s.db.write() as db:
+                for term in hot:
+                    s.index._build(db, term, word[term])
+
+        rebuild()
+        from_scores = lists()
+        with unittest.mock.patch.object(store, "_idf", lambda df, n: 0.5):  # scores unreadable
+            rebuild()
+        self.assertEqual(lists(), from_scores)
+        self.assertEqual(s.problems(), [])
+
     def test_stage_one_stays_exact_with_two_writers(self):
         # Each store keeps the log rows it writes without reading them back (log.wrote):
         # rows of the other store written in between, and folds by either, must not be
