@@ -1367,8 +1367,8 @@ def _varint(data, i=0):
 # A memory's text as the ranking index counts it: {term: [occurrences, a word of the text
 # that stems to it]}, how many tokens FTS5 counts in it, and its distinctive terms (those of
 # its words that are not stopwords; all its terms if it has no other words), which the
-# near-duplicate hint compares. One pass over the words gives all three: remember tokenized
-# the text twice, once for each, and that was 0.03 ms of its 0.9.
+# near-duplicate hint compares. One pass over the words gives all three (remember tokenized
+# the text twice, once for each: 0.03 ms more in a loop, 0.07 ms in a server between calls).
 Counted = collections.namedtuple("Counted", "counts length distinctive")
 
 _COUNTS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -1705,8 +1705,9 @@ class RankingIndex:
             return
         avgdl = tokens / count
         query = fts_query([word])
-        found = db.execute("SELECT rowid, -bm25(nodes_fts) FROM nodes_fts WHERE nodes_fts MATCH ? "
-                           "ORDER BY bm25(nodes_fts) LIMIT ?", (query, self.hot_list + 1)).fetchall()
+        found = db.execute(
+            "SELECT rowid, -bm25(nodes_fts) FROM nodes_fts WHERE nodes_fts MATCH ? "
+            "ORDER BY bm25(nodes_fts) LIMIT ?", (query, self.hot_list + 1)).fetchall()
         lengths = self.lengths(db, [r for r, _ in found])
         # FTS5's score of a memory for the one term is idf times its impact: the term's
         # occurrences in it follow, and the impact is taken from them as ever. Reading and
