@@ -3721,6 +3721,10 @@ class BackupTest(TempDirTest):
         rnd = random.Random(5)
         records = [{"id": node_id, "content": f"loaded {i}", "links": rnd.sample(ids, 3)}
                    for i, node_id in enumerate(ids)]
+        final = {n: {r["id"] for r in records if n in r["links"]} for n in ids}
+        for record in records:
+            final[record["id"]] |= set(record["links"])
+            final[record["id"]].discard(record["id"])
         steps, changed = [], {}
         link_step = store.Store._link_step
 
@@ -3730,7 +3734,8 @@ class BackupTest(TempDirTest):
 
         def meddle():  # after the second step
             now = {n: other.get(n)["links"] for n in ids}
-            linked = next(n for n in ids if now[n])
+            # One the next steps write again: they must see the link it got meanwhile.
+            linked = next(n for n in ids if now[n] and set(now[n]) != final[n])
             unlinked = next(n for n in ids if not now[n] and n != linked and
                             any(n in r["links"] for r in records if r["id"] != n))
             other.update(linked, links=now[linked] + [older])
