@@ -281,9 +281,11 @@ def _list_rare(db, low="", high=None):
     holders = {term: set() for (term,) in db.execute(
         f"SELECT term FROM terms WHERE df <= {int(RARE)} AND nodes IS NULL AND "
         f"{within.format('')}", bounds)}
+    # Each rare term looked up in the vocabulary, rather than every term of the range read
+    # and the rare kept: 1.5-1.8 s against 2.9-3.2 s for the bench's 100,000 memories.
     for term, doc in db.execute(
-            f"SELECT v.term, v.doc FROM temp.nodes_vocab_instance v JOIN terms t ON "
-            f"t.term = v.term AND t.df <= {int(RARE)} WHERE {within.format('v.')}", bounds):
+            f"SELECT term, doc FROM temp.nodes_vocab_instance WHERE term IN (SELECT term "
+            f"FROM terms WHERE df <= {int(RARE)} AND {within.format('')})", bounds):
         holders.setdefault(term, set()).add(doc)
     db.executemany("UPDATE terms SET nodes = ? WHERE term = ?",
                    [(_rowid_list(docs), term) for term, docs in holders.items()])

@@ -636,6 +636,27 @@ class RankingTest(StoreTestCase):
         self.assertEqual(lists(), from_scores)
         self.assertEqual(s.problems(), [])
 
+    def test_a_load_lists_the_memories_of_each_rare_term_read_from_fts5(self):
+        # A load as large as its store counts its terms from FTS5's vocabulary at the end
+        # and lists the memories of each term that RARE of them or fewer hold: up to RARE
+        # exactly, and not one more.
+        n = int(store.RARE)
+        records = [{"id": str(uuid.UUID(int=i + 1, version=4)),
+                    "content": f"note {i} " + ("edge " if i < n else "") + "over"}
+                   for i in range(n + 1)]
+        s = self.open_store()
+        with unittest.mock.patch.object(store, "LOAD_CHUNK", 4):
+            s.load(records)
+        with s.db.read() as db:
+            listed = dict(db.execute("SELECT term, nodes IS NOT NULL FROM terms"))
+            holders = s.index.holders(db, ["edg"])
+        self.assertEqual(listed["edg"], 1)
+        self.assertEqual(listed["over"], 0)
+        edged = {r for (r,) in self.raw("SELECT rowid FROM nodes WHERE content LIKE '%edge%'")}
+        self.assertEqual(len(edged), n)
+        self.assertEqual(set(holders["edg"]), edged)
+        self.assertEqual(s.problems(), [])
+
     def test_stage_one_stays_exact_with_two_writers(self):
         # Each store keeps the log rows it writes without reading them back (log.wrote):
         # rows of the other store written in between, and folds by either, must not be
