@@ -350,6 +350,7 @@ BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 UPKEEP_EVERY = 128      # write transactions between two rounds of background upkeep...
 UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
+LOG_GAP = 1 << 32       # seqs a restore leaves unused after the live database's last (_log_after)
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
 WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
 
@@ -1415,6 +1416,12 @@ class _LogView:
         if low is None:
             return []
         with self._lock:
+            if self._last and high < self._first - 1:
+                # A snapshot older than the rows held, missing rows in between (folded since
+                # it began; a snapshot of middle age would see them): start again from it.
+                self._rows.clear()
+                self._by_term.clear()
+                self._first = self._last = 0
             if high > self._last or low < self._first or self._last == 0:
                 start = low if low < self._first or self._last == 0 else self._last + 1
                 for seq, node, sign, counts in db.execute(
@@ -3156,6 +3163,8 @@ class Store:
                 raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
             count = _checked_backup(copy, source, self._page_size())
             with self.db.errors("restore the memories"):
+                _log_after(copy, self.db.connection().execute(
+                    "SELECT max(seq) FROM sqlite_sequence WHERE name = 'pending'").fetchone()[0])
                 backup = sqlite3.connect(copy, isolation_level=None)
                 deadline = time.monotonic() + self.timeout
 
@@ -3320,6 +3329,29 @@ def _checked_backup(path, name, page_size):
         reason = str(exc).replace(path, name)
         raise InvalidInput(f"{name} cannot be restored: {reason}; nothing was restored") from exc
     return count
+
+
+def _log_after(path, seq):
+    """Renumber the pending log of a restore's copy at `path` to follow `seq`, the largest
+    seq the live database has given (None for none), by LOG_GAP.
+
+    A seq is never reused: a running process keeps the log rows it has read by their seq
+    (_LogView), and would take a restored row for the one it holds under the same number
+    (a search then missed memories stored after the restore). The gap leaves room for
+    the rows other writers add before the restore takes the write lock.
+    """
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("BEGIN IMMEDIATE")
+        top = db.execute("SELECT coalesce(max(seq), 0) FROM pending").fetchone()[0]
+        offset = max(seq or 0, top) + LOG_GAP
+        db.execute("UPDATE pending SET seq = seq + ?", (offset,))  # each above every old one
+        db.execute("DELETE FROM sqlite_sequence WHERE name = 'pending'")
+        db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('pending', ?)",
+                   (top + offset,))
+        db.execute("COMMIT")
+    finally:
+        db.close()
 
 
 def _check_file(path):

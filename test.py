@@ -682,6 +682,34 @@ class RankingTest(StoreTestCase):
                     self.assertSameTop(words, [])
                     self.assertEqual(other.top(words, [], 10), self.store.top(words, [], 10))
 
+    def test_the_log_view_holds_every_row_of_snapshots_of_any_age(self):
+        # Three readers of one process hold snapshots of different ages across a fold: the
+        # oldest must not make the view claim rows that only the middle one sees.
+        s = self.open_store()
+        s.db.upkeep = None
+
+        def snapshot():
+            db = sqlite3.connect(self.path, isolation_level=None)
+            self.addCleanup(db.close)
+            db.execute("BEGIN")
+            db.execute("SELECT count(*) FROM pending").fetchone()
+            return db
+
+        s.add("zebra one")
+        s.add("zebra two")
+        old = snapshot()
+        s.add("zebra three")
+        s.add("zebra four")
+        middle = snapshot()
+        s.fold()
+        s.add("zebra five")
+        new = snapshot()
+        view, zebra = store._LogView(), frozenset({"zebra"})
+        for db in (new, old, middle, new, old):
+            with self.subTest(snapshot=[new, old, middle].index(db)):
+                logged = [q for (q,) in db.execute("SELECT seq FROM pending ORDER BY seq")]
+                self.assertEqual([row[0] for row in view.changes(db, zebra)], logged)
+
     # -- stage two, and what a user sees
 
     FILLER = ["The weather was mild and grey all week long", "We talked about the new kitchen tiles",
@@ -3387,6 +3415,28 @@ class BackupTest(TempDirTest):
         self.assertTrue(fts_agrees(self.path))
         self.assertEqual(index_problems(self.path), [])
         self.assertEqual(self.raw("PRAGMA journal_mode")[0][0], "wal")
+
+    def test_a_store_open_during_a_restore_finds_what_is_stored_after_it(self):
+        # The store has read the log rows of the memories stored after the backup; the
+        # restore takes them away, and the log's numbers must not come again for other
+        # memories (the store would keep the old rows for them and miss the new memories).
+        s = self.open_store()
+        s.db.upkeep = None
+        s.add("alpha one")
+        s.add("alpha two")
+        backup = os.path.join(self.dir, "backup.db")
+        s.backup(backup)
+        for i in range(3):
+            s.add(f"zebra {i}")
+        self.assertEqual(len(s.search("zebra")), 3)
+        with Store(self.path) as other:
+            other.restore(backup)
+        for i in range(3):
+            s.add(f"quokka {i}")
+        self.assertEqual(s.search("zebra"), [])
+        self.assertEqual(sorted(n["content"] for n in s.search("quokka")),
+                         ["quokka 0", "quokka 1", "quokka 2"])
+        self.assertEqual(s.problems(), [])
 
     def test_restore_checks_the_backup_before_touching_anything(self):
         s = self.open_store()
