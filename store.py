@@ -256,7 +256,7 @@ def _recount(db, rare=True):
     """Count every term again from FTS5's own vocabulary (0.17 s at 100,000 memories, against
     22.5 s re-tokenizing them in Python), and drop the impact lists, to be built anew. The
     lists of rare terms are made too, unless `rare` is false: then they stay unknown (NULL)
-    until _list_rare makes them (2 s at 110,000 memories)."""
+    until _list_rare makes them (1.5-1.8 s at 100,000 memories)."""
     log.info("counting the terms of every memory")
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab "
                "USING fts5vocab(main, nodes_fts, row)")
