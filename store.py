@@ -768,10 +768,17 @@ def _shorten(value, n=60):
     return text if len(text) <= n else text[:n - 4] + "...'"
 
 
+_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def _node_id(value, name="node_id"):
     """`value` as a canonical memory id, or InvalidInput naming the argument."""
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {_kind(value)}")
+    if _CANONICAL_ID.fullmatch(value):
+        # Canonical already, as every stored id is: 0.7 us instead of 4.6 for uuid.UUID,
+        # which an import of 100,000 memories asked 400,000 times (ids and links).
+        return value
     try:
         parsed = uuid.UUID(value)
     except ValueError:

@@ -1277,6 +1277,19 @@ class StoreTest(StoreTestCase):
             self.store.neighbors("node-1")
         self.assertIn("'node-1' is not a memory id", str(cm.exception))
 
+    def test_an_id_in_any_spelling_names_its_memory(self):
+        canonical = "abcdef01-abcd-4bcd-8bcd-abcdefabcdef"
+        self.store.load([{"id": canonical, "content": "spelled"}])
+        raw = canonical.replace("-", "")
+        for spelling in (canonical, canonical.upper(), canonical[:-4] + "CDEF",
+                         "{%s}" % canonical, "urn:uuid:" + canonical, raw, raw.upper()):
+            with self.subTest(spelling=spelling):
+                self.assertEqual(self.store.get(spelling)["id"], canonical)
+        for bad in (canonical[:-1] + "g", canonical + "\n", canonical[:-1], " " + canonical,
+                    canonical.replace("-", "_")):
+            with self.subTest(bad=bad), self.assertRaises(InvalidInput):
+                self.store.get(bad)
+
     def test_connections_touch_every_traversed_node(self):
         ids = self.chain(3)
         before = self.store.get(ids[2])
