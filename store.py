@@ -2777,7 +2777,8 @@ class Store:
             for chunk in _chunks(list(meant)):
                 changed += [(rowid, node_id, text) for rowid, node_id, text in db.execute(
                     f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})",
-                    chunk) if meant[rowid][0] == node_id and meant[rowid][1] != text]
+                    chunk) if meant[rowid][0] == node_id and text is not None and
+                    meant[rowid][1] != text]
         for rowid, node_id, text in changed:
             self._relink_changed(db, rowid, node_id, text, wanted, step, written)
 
@@ -3347,12 +3348,16 @@ def _log_after(path, seq):
     db = sqlite3.connect(path, isolation_level=None)
     try:
         db.execute("BEGIN IMMEDIATE")
-        top = db.execute("SELECT coalesce(max(seq), 0) FROM pending").fetchone()[0]
-        offset = max(seq or 0, top) + LOG_GAP
-        db.execute("UPDATE pending SET seq = seq + ?", (offset,))  # each above every old one
+        low, top = db.execute("SELECT coalesce(min(seq), 1), coalesce(max(seq), 0) "
+                              "FROM pending").fetchone()
+        # From first + 1 on: above every seq the copy holds (no two rows meet while they
+        # move) and every one the live database gave, and no more (each restore adds about
+        # LOG_GAP, not the seqs' own size).
+        first = max(seq or 0, top) + LOG_GAP
+        db.execute("UPDATE pending SET seq = seq - ? + ?", (low - 1, first))
         db.execute("DELETE FROM sqlite_sequence WHERE name = 'pending'")
         db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('pending', ?)",
-                   (top + offset,))
+                   (first + top - low + 1,))
         db.execute("COMMIT")
     finally:
         db.close()

@@ -3451,6 +3451,34 @@ class BackupTest(TempDirTest):
                          ["quokka 0", "quokka 1", "quokka 2"])
         self.assertEqual(s.problems(), [])
 
+    def test_a_restore_moves_the_backups_log_just_past_the_live_one(self):
+        # The backup's log rows are renumbered to follow the live database's last by
+        # LOG_GAP, and no further: added to numbers already that large, the gap would
+        # double them at each restore, and some 30 restores would overflow them.
+        s = self.open_store()
+        s.db.upkeep = None
+        for i in range(3):
+            s.add(f"memory {i}")
+        copy = os.path.join(self.dir, "copy.db")
+        s.backup(copy)
+        gap = store.LOG_GAP
+
+        def log():
+            db = sqlite3.connect(copy)
+            try:
+                return ([q for (q,) in db.execute("SELECT seq FROM pending ORDER BY seq")],
+                        db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'pending'")
+                        .fetchone()[0])
+            finally:
+                db.close()
+
+        self.assertEqual(log(), ([1, 2, 3], 3))
+        store._log_after(copy, 1000)
+        self.assertEqual(log(), ([1000 + gap + 1, 1000 + gap + 2, 1000 + gap + 3], 1000 + gap + 3))
+        store._log_after(copy, 50)  # numbers of its own larger than the live ones
+        last = 1000 + gap + 3
+        self.assertEqual(log(), ([last + gap + 1, last + gap + 2, last + gap + 3], last + gap + 3))
+
     def test_restore_checks_the_backup_before_touching_anything(self):
         s = self.open_store()
         self.fill(s)
@@ -3845,6 +3873,40 @@ class BackupTest(TempDirTest):
                     self.assertIn(target, links)
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(index_problems(self.path), [])
+
+    def test_a_load_goes_on_past_links_another_tool_set_to_null(self):
+        # The links column may hold NULL (SQL allows it; another tool could write it): a
+        # link step that finds one where it wrote a list leaves that memory alone.
+        s = self.open_store()
+        ids = [str(uuid.UUID(int=i + 1, version=4)) for i in range(40)]
+        rnd = random.Random(8)
+        records = [{"id": node_id, "content": f"loaded {i}", "links": rnd.sample(ids, 3)}
+                   for i, node_id in enumerate(ids)]
+        steps, nulled = [], []
+        link_step = store.Store._link_step
+
+        def counted(self, db, ids, *args):
+            steps.append(len(ids))
+            return link_step(self, db, ids, *args)
+
+        def meddle():  # after the first step: NULL where the next steps write again
+            db = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                linked = [i for (i,) in db.execute("SELECT id FROM nodes WHERE links <> '[]'")]
+                nulled.extend(linked[:3])
+                db.executemany("UPDATE nodes SET links = NULL WHERE id = ?",
+                               [(i,) for i in nulled])
+            finally:
+                db.close()
+
+        with unittest.mock.patch.object(store, "LINK_CHUNK", 5), \
+                unittest.mock.patch.object(store, "LOAD_STEP", 0), \
+                unittest.mock.patch.object(store.Store, "_link_step", counted), \
+                between_writes(s, lambda: len(steps) == 1, meddle):
+            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0})
+        self.assertGreater(len(steps), 3)
+        self.assertEqual(len(nulled), 3)
+        self.assertEqual(s.count(), 40)
 
     def test_a_memory_forgotten_between_a_loads_chunks_lends_its_rowid_to_no_link(self):
         # Another writer forgets the memory a load inserted last, between two of its insert
