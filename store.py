@@ -480,18 +480,36 @@ class _Folds(dict):
         self._db = None
 
     def __missing__(self, code):
+        return self._look_up([chr(code)])[code]
+
+    def learn(self, text):
+        """Look up at once every character of `text` not seen yet: one round trip to SQLite
+        instead of one a character (150 us each: a first text of 300 Chinese characters
+        took 45 ms)."""
+        new = [c for c in set(text) if ord(c) not in self]
+        if new:
+            self._look_up(new)
+
+    def _look_up(self, chars):
+        """{code point: value} of `chars`, each tokenized between two letters, and kept."""
         with self._lock:
             if self._db is None:
                 self._db = sqlite3.connect(":memory:", check_same_thread=False)
                 self._db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='unicode61')")
                 self._db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
             self._db.execute("DELETE FROM t")
-            self._db.execute("INSERT INTO t (rowid, x) VALUES (1, ?)", (f"a{chr(code)}b",))
-            terms = [t for (t,) in self._db.execute("SELECT term FROM v ORDER BY offset")]
-        value = terms[0][1:-1] if len(terms) == 1 else " "
-        if len(self) < 100_000:  # bounded: a hostile text may hold every code point there is
-            self[code] = value
-        return value
+            self._db.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)",
+                                 [(ord(c), f"a{c}b") for c in chars])
+            terms = collections.defaultdict(list)
+            for doc, term in self._db.execute("SELECT doc, term FROM v ORDER BY doc, offset"):
+                terms[doc].append(term)
+        values = {}
+        for c in chars:
+            found = terms[ord(c)]
+            values[ord(c)] = value = found[0][1:-1] if len(found) == 1 else " "
+            if len(self) < 100_000:  # bounded: a hostile text may hold every code point there is
+                self[ord(c)] = value
+        return values
 
 
 _folds = _Folds()
@@ -501,6 +519,7 @@ def tokenize(text):
     """The words of `text`, in order, split and folded as unicode61 does."""
     if text.isascii():
         return _TOKEN.findall(text.lower())
+    _folds.learn(text)
     return text.translate(_folds).split()
 
 
