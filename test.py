@@ -422,6 +422,26 @@ class WordsTest(unittest.TestCase):
             with self.subTest(text=text):
                 self.assertEqual(store.tokenize(text), words)
 
+    def test_the_table_of_folds_stays_bounded_and_right_when_full(self):
+        # The new characters of a text are looked up together, until the table is full;
+        # then one at a time, and not kept: a text of every code point can neither grow
+        # it without end nor make each miss look up the whole text again.
+        text = " ".join(chr(c) + chr(c + 1) for c in range(0x0400, 0x04C8, 2))  # Cyrillic
+        folds = store._Folds()
+        asked = []
+        look_up = folds._look_up
+
+        def counted(chars):
+            asked.append(len(chars))
+            return look_up(chars)
+
+        folds._look_up = counted
+        with unittest.mock.patch.object(store, "MAX_FOLDS", 128 + 20):
+            folded = folds.fold(text)
+        self.assertEqual(folded.split(), store.tokenize(text))
+        self.assertEqual(len(folds), 128 + 20)
+        self.assertLessEqual(sum(asked), 2 * len(set(text)))
+
     def test_stemmer_agrees_with_fts5(self):
         words = ("running runs ran happily happiness generalization conditional relational "
                  "hopeful hopefulness formalize electricity adjustable defensible irritant "
