@@ -133,6 +133,25 @@ def between_writes(store_, when, act):
     return unittest.mock.patch.object(store.Database, "write", meddled)
 
 
+@contextlib.contextmanager
+def linking_in_steps(store_, chunk, after, act):
+    """A patch under which a load of `store_` links `chunk` memories a step, one step a
+    transaction, and act() runs once, as another writer, after its step number `after`;
+    yields the list of the steps' sizes."""
+    steps = []
+    link_step = store.Store._link_step
+
+    def counted(self, db, ids, *args):
+        steps.append(len(ids))
+        return link_step(self, db, ids, *args)
+
+    with unittest.mock.patch.object(store, "LINK_CHUNK", chunk), \
+            unittest.mock.patch.object(store, "LOAD_STEP", 0), \
+            unittest.mock.patch.object(store.Store, "_link_step", counted), \
+            between_writes(store_, lambda: len(steps) == after, act):
+        yield steps
+
+
 def links_are_mutual(path):
     """Every link has its back-link and points at a memory that exists."""
     db = sqlite3.connect(path)
@@ -3860,12 +3879,7 @@ class BackupTest(TempDirTest):
         for record in records:
             final[record["id"]] |= set(record["links"])
             final[record["id"]].discard(record["id"])
-        steps, changed = [], {}
-        link_step = store.Store._link_step
-
-        def counted(self, db, ids, *args):
-            steps.append(len(ids))
-            return link_step(self, db, ids, *args)
+        changed = {}
 
         def meddle():  # after the second step
             now = {n: other.get(n)["links"] for n in ids}
@@ -3877,10 +3891,7 @@ class BackupTest(TempDirTest):
             other.delete(unlinked)
             changed.update(linked=linked, forgotten=unlinked)
 
-        with unittest.mock.patch.object(store, "LINK_CHUNK", 7), \
-                unittest.mock.patch.object(store, "LOAD_STEP", 0), \
-                unittest.mock.patch.object(store.Store, "_link_step", counted), \
-                between_writes(s, lambda: len(steps) == 2, meddle):
+        with linking_in_steps(s, 7, 2, meddle) as steps:
             s.load(records)
         self.assertGreater(len(steps), 3)
         linked, forgotten = changed["linked"], changed["forgotten"]
@@ -3905,12 +3916,7 @@ class BackupTest(TempDirTest):
         rnd = random.Random(8)
         records = [{"id": node_id, "content": f"loaded {i}", "links": rnd.sample(ids, 3)}
                    for i, node_id in enumerate(ids)]
-        steps, nulled = [], []
-        link_step = store.Store._link_step
-
-        def counted(self, db, ids, *args):
-            steps.append(len(ids))
-            return link_step(self, db, ids, *args)
+        nulled = []
 
         def meddle():  # after the first step: NULL where the next steps write again
             db = sqlite3.connect(self.path, isolation_level=None)
@@ -3922,10 +3928,7 @@ class BackupTest(TempDirTest):
             finally:
                 db.close()
 
-        with unittest.mock.patch.object(store, "LINK_CHUNK", 5), \
-                unittest.mock.patch.object(store, "LOAD_STEP", 0), \
-                unittest.mock.patch.object(store.Store, "_link_step", counted), \
-                between_writes(s, lambda: len(steps) == 1, meddle):
+        with linking_in_steps(s, 5, 1, meddle) as steps:
             self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0})
         self.assertGreater(len(steps), 3)
         self.assertEqual(len(nulled), 3)
