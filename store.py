@@ -835,7 +835,7 @@ def _tags(values):
     """Tags stripped of surrounding space, duplicates dropped, order kept."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
-    tags = []
+    tags = {}  # in order, each once (a list asked `in` of every one: 10,000 tags took 1.3 s)
     for value in values:
         if not isinstance(value, str):
             raise InvalidInput(f"tags must be an array of strings, and holds {_kind(value)}")
@@ -848,11 +848,10 @@ def _tags(values):
         if len(tag) > MAX_TAG_LENGTH:
             raise InvalidInput(f"a tag may have at most {MAX_TAG_LENGTH} characters, "
                                f"got one of {len(tag)}")
-        if tag not in tags:
-            tags.append(tag)
+        tags[tag] = None
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"a memory may have at most {MAX_TAGS} tags, got {len(tags)}")
-    return tags
+    return list(tags)
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -2880,11 +2879,12 @@ class Store:
                 changes["tags"] = _json(tags)
             if links is not None:
                 links = self._existing(db, links, skipped)
+                kept, had = set(links), set(old["links"])  # a hub holds thousands
                 for target in old["links"]:
-                    if target not in links:
+                    if target not in kept:
                         self._relink(db, target, remove=node_id)
                 for target in links:
-                    if target not in old["links"]:
+                    if target not in had:
                         self._relink(db, target, add=[node_id])
                 changes["links"] = _json(links)
             if changes:
