@@ -4270,7 +4270,9 @@ class ConcurrencyTest(TempDirTest):
         self.assertEqual(errors, [])
         stored = {row[0]: row[1] for row in nodes_table(self.path)}
         expected = {i: c for mine in made.values() for i, c in mine.items()}
-        self.assertGreater(len(expected), 200)
+        # Five runs kept 206-211 and one exactly 200: the draws depend on how the threads
+        # interleave. More than 150 shows that the clients did their work.
+        self.assertGreater(len(expected), 150)
         self.assertEqual(set(stored), set(expected) | set(hubs))
         self.assertEqual({i: stored[i] for i in expected}, expected)
         self.assertFalse(forgotten & set(stored))
