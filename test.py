@@ -4112,6 +4112,20 @@ class OfficialImportTest(TempDirTest):
                          {"Anthropic is an organization.", "Anthropic: Builds AI systems",
                           "Anthropic: Has an office in London"})
 
+    def test_ids_are_uuid5_of_what_a_memory_says(self):
+        # So that a file imported by an earlier version adds nothing when imported again.
+        lines = [{"type": "entity", "name": "Zoë", "entityType": "person",
+                  "observations": ["Café au lait, 東京"]},
+                 {"type": "relation", "from": "Zoë", "to": "Oslo", "relationType": "visits"}]
+        done = self.run_store("import", self.write(lines=lines))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        ids = {r["content"]: r["id"] for r in self.open_store().records()}
+        expected = {"Zoë is a person.": "entity\0Zoë",
+                    "Zoë: Café au lait, 東京": "observation\0Zoë\0Café au lait, 東京",
+                    "Zoë visits Oslo": "relation\0Zoë\0visits\0Oslo"}
+        self.assertEqual(ids, {text: str(uuid.uuid5(store.OFFICIAL, key))
+                               for text, key in expected.items()})
+
     def test_natural_questions_find_observations_and_relations(self):
         s, _, by_text = self.imported()
         self.assertEqual(s.search("Who speaks Spanish?")[0]["content"],
