@@ -3529,25 +3529,25 @@ def official_records(lines, source, report):
                         not all(isinstance(o, str) for o in observations):
                     raise InvalidInput("observations must be a list of strings")
                 if name in entities:
-                    report["entity lines repeating a name (observations merged)"] += 1
+                    report["entity line", "entity lines", "repeating a name (observations merged)"] += 1
                 created = _official_time(value)
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
                     text = observation.strip()
                     if not text:
-                        report["empty observations"] += 1
+                        report["empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
-                        report["repeated observations"] += 1
+                        report["repeated observation", "repeated observations", ""] += 1
                     else:
                         entity["observations"][text] = created
             elif kind == "relation":
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:
-                    report["repeated relations"] += 1
+                    report["repeated relation", "repeated relations", ""] += 1
                 relations.setdefault(key, _official_time(value))
             else:
-                report[f"lines of another type ({_shorten(kind, 30)})"] += 1
+                report["line", "lines", f"of another type ({_shorten(kind, 30)})"] += 1
         except InvalidInput as exc:
             raise InvalidInput(f"line {line}: {exc}") from None
     report["entities"] = len(entities)
@@ -3582,8 +3582,8 @@ def official_records(lines, source, report):
             by_id[entity_of[start]].links.append(entity_of[end])
         missing = [name for name in (start, end) if name not in entities]
         if missing:
-            report["relations naming an entity not in the file (kept as text, not linked "
-                   "to it)"] += 1
+            report["relation", "relations", "naming an entity not in the file (kept as text, "
+                   "not linked to it)"] += 1
         records.append(Record(_official_id(f"relation\0{start}\0{kind}\0{end}"),
                               _content(f"{start} {kind.replace('_', ' ')} {end}"),
                               _tags([start, end, kind]), list(dict.fromkeys(links)), source,
@@ -3593,10 +3593,13 @@ def official_records(lines, source, report):
 
 
 def _official_summary(report):
-    """What an official import held, and what it skipped and why, in one line."""
-    made = ", ".join(f"{report[k]:,} {k}" for k in ("entities", "observations", "relations"))
-    skipped = "; ".join(f"{n:,} {why}" for why, n in report.items()
-                        if why not in ("entities", "observations", "relations") and n)
+    """What an official import held, and what it skipped and why, in one line. What was
+    skipped is counted under (singular, plural, the rest of the reason)."""
+    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
+        ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
+    skipped = "; ".join(" ".join(filter(None, (f"{n:,}", one if n == 1 else many, why)))
+                        for key, n in report.items() if isinstance(key, tuple) and n
+                        for one, many, why in [key])
     return f"flood-memory: the file held {made}" + (f"; skipped: {skipped}" if skipped else "")
 
 
@@ -3617,6 +3620,10 @@ def _official_time(value):
             datetime.fromtimestamp(created / (1000 if created > 1e11 else 1), timezone.utc))
     except (ValueError, TypeError, OverflowError, OSError):
         return None  # a field of a fork in some other form: not ours to refuse the file for
+
+
+def _memories(n):
+    return f"{n:,} memory" if n == 1 else f"{n:,} memories"
 
 
 def _spool(records, out):
@@ -3700,20 +3707,20 @@ def main(argv=None):
                 out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
                 n = export(store, out)
                 out.flush()
-                print(f"flood-memory: exported {n} memories", file=sys.stderr)
+                print(f"flood-memory: exported {_memories(n)}", file=sys.stderr)
             elif command == "export":
                 n = _export_to(store, rest[0])
-                print(f"flood-memory: exported {n} memories to {rest[0]}", file=sys.stderr)
+                print(f"flood-memory: exported {_memories(n)} to {rest[0]}", file=sys.stderr)
             elif command == "backup":
                 n = store.backup(rest[0])
-                print(f"flood-memory: backed up {n} memories to {rest[0]}", file=sys.stderr)
+                print(f"flood-memory: backed up {_memories(n)} to {rest[0]}", file=sys.stderr)
             elif command == "restore":
                 n = store.restore(rest[0])
-                print(f"flood-memory: restored {n} memories from {rest[0]}", file=sys.stderr)
+                print(f"flood-memory: restored {_memories(n)} from {rest[0]}", file=sys.stderr)
             else:
                 done = store.load(records, checked=True) if records is not None else \
                     store.load(_unspool(spool), checked=True, size=spooled)
-                print(f"flood-memory: imported {done['loaded']} memories, skipped "
+                print(f"flood-memory: imported {_memories(done['loaded'])}, skipped "
                       f"{done['skipped']} already stored", file=sys.stderr)
                 if report is not None:
                     print(_official_summary(report), file=sys.stderr)

@@ -4033,7 +4033,7 @@ class BackupTest(TempDirTest):
                     counts.append(db.execute("SELECT count(*) FROM nodes").fetchone()[0])
                 finally:
                     db.close()
-                self.assertIn(f"backed up {counts[-1]} memories".encode(), done.stderr)
+                self.assertIn(f"backed up {counts[-1]:,} memories".encode(), done.stderr)
                 self.assertTrue(fts_agrees(copy))
                 self.assertTrue(links_are_mutual(copy))
         finally:
@@ -4088,9 +4088,9 @@ class OfficialImportTest(TempDirTest):
         s, report, by_text = self.imported()
         self.assertIn("imported 10 memories", report)
         self.assertIn("3 entities, 4 observations, 3 relations", report)
-        self.assertIn("1 repeated observations", report)
-        self.assertIn("1 repeated relations", report)
-        self.assertIn("1 relations naming an entity not in the file", report)
+        self.assertIn("1 repeated observation;", report)
+        self.assertIn("1 repeated relation;", report)
+        self.assertIn("1 relation naming an entity not in the file", report)
         spanish = by_text["John_Smith: Speaks fluent Spanish"]
         self.assertEqual(spanish["tags"], ["John_Smith", "person"])
         self.assertEqual(spanish["source"], "memory.jsonl")
@@ -4119,6 +4119,7 @@ class OfficialImportTest(TempDirTest):
                  {"type": "relation", "from": "Zoë", "to": "Oslo", "relationType": "visits"}]
         done = self.run_store("import", self.write(lines=lines))
         self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"held 1 entity, 1 observation, 1 relation; skipped: 1 relation naming", done.stderr)
         ids = {r["content"]: r["id"] for r in self.open_store().records()}
         expected = {"Zoë is a person.": "entity\0Zoë",
                     "Zoë: Café au lait, 東京": "observation\0Zoë\0Café au lait, 東京",
@@ -4158,7 +4159,7 @@ class OfficialImportTest(TempDirTest):
                               "observations": ["Plays the cello"]}]
         done = self.run_store("import", self.write(lines=more))
         self.assertEqual(done.returncode, 0, done.stderr)
-        self.assertIn(b"imported 1 memories", done.stderr)
+        self.assertIn(b"imported 1 memory,", done.stderr)
         with Store(self.path) as s:
             cello = s.search("cello")[0]
             near = {n["content"] for n in s.neighbors(cello["id"], 2)["nodes"]}
