@@ -3529,7 +3529,8 @@ def official_records(lines, source, report):
                         not all(isinstance(o, str) for o in observations):
                     raise InvalidInput("observations must be a list of strings")
                 if name in entities:
-                    report["entity line", "entity lines", "repeating a name (observations merged)"] += 1
+                    report["entity line", "entity lines",
+                           "repeating a name (observations merged)"] += 1
                 created = _official_time(value)
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
@@ -3597,9 +3598,12 @@ def _official_summary(report):
     skipped is counted under (singular, plural, the rest of the reason)."""
     made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
         ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
-    skipped = "; ".join(" ".join(filter(None, (f"{n:,}", one if n == 1 else many, why)))
-                        for key, n in report.items() if isinstance(key, tuple) and n
-                        for one, many, why in [key])
+    skipped = []
+    for key, n in report.items():
+        if isinstance(key, tuple) and n:
+            one, many, why = key
+            skipped.append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
+    skipped = "; ".join(skipped)
     return f"flood-memory: the file held {made}" + (f"; skipped: {skipped}" if skipped else "")
 
 
@@ -3721,7 +3725,7 @@ def main(argv=None):
                 done = store.load(records, checked=True) if records is not None else \
                     store.load(_unspool(spool), checked=True, size=spooled)
                 print(f"flood-memory: imported {_memories(done['loaded'])}, skipped "
-                      f"{done['skipped']} already stored", file=sys.stderr)
+                      f"{done['skipped']:,} already stored", file=sys.stderr)
                 if report is not None:
                     print(_official_summary(report), file=sys.stderr)
     except BrokenPipeError:
