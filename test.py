@@ -3014,6 +3014,9 @@ class FaultTest(StoreTestCase):
         s.db._turns.release()
         s.add("the next write of this process")
         self.assertEqual(count(), 1)  # it came with that write
+        # The hand-over woke the background thread, which writes too (upkeep): closing ends
+        # it, so that no other write of this process can be ahead of the next count.
+        s.close()
         s.search("memory recalled")  # no write ahead: counted at once
         self.assertEqual(count(), 2)
         self.assertTrue(s.db._turns.acquire(1))
