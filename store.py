@@ -347,7 +347,6 @@ LOAD_STEP = 0.25        # seconds after which a load's step of impact lists ends
 LINK_CHUNK = 16_000     # memories a load links per step (see Store._link_loaded)
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): 15 s -> 11.6 s
                         # for an 80,000-memory import
-LOAD_WAL_PAGES = 32_768 # a load's commit checkpoints once the log is this long (see Store.load)
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 UPKEEP_EVERY = 128      # write transactions between two rounds of background upkeep...
@@ -2551,33 +2550,8 @@ class Store:
         self._runs = None  # their rowids as runs (see _gone_meanwhile)
         self._last = None  # (rowid, id) of the last memory it inserted
         self._into_empty = self.count() == 0
-        with self._load_settings():
-            return self._load(records, pause, size)
-
-    @contextlib.contextmanager
-    def _load_settings(self):
-        """The connection set for a load, and back as it was after it.
-
-        A load touches pages all over (random ids, hashes): a larger page cache. And its
-        commits copy the log into the file (a checkpoint, ending with an fsync) only once the
-        log holds LOAD_WAL_PAGES, not WAL_PAGES: pages that every transaction writes again
-        (the full-text index, the terms) are copied once, not after each. An official import
-        of 80,000 memories spent 0.9-1.1 s waiting for the disk with WAL_PAGES, and 0.1-0.5 s
-        so, for the same CPU time; its log grows to 100-150 MB before it is cut back.
-        """
-        db = self.db.connection()
-        settings = {"cache_size": -LOAD_CACHE_KIB, "wal_autocheckpoint": LOAD_WAL_PAGES}
-        before = {name: db.execute(f"PRAGMA {name}").fetchone()[0] for name in settings}
-        for name, value in settings.items():
-            db.execute(f"PRAGMA {name} = {int(value)}")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(sqlite3.Error):  # a store closed meanwhile
-                for name, value in before.items():
-                    db.execute(f"PRAGMA {name} = {int(value)}")
-
-    def _load(self, records, pause, size):
+        # A load touches pages all over (random ids, hashes): a larger cache for it.
+        self.db.connection().execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
         size = len(records) if size is None and hasattr(records, "__len__") else size
         recount = size is not None and size >= max(LOAD_CHUNK, self.count())
         loaded = skipped = 0

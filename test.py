@@ -3838,39 +3838,6 @@ class BackupTest(TempDirTest):
         self.assertEqual(set(sizes[11:-1]), {10})
         self.assertEqual(s.count(), 800)
 
-    def test_a_load_checkpoints_at_its_own_log_length_and_leaves_the_connection_as_it_was(self):
-        s = Store(self.path)
-        self.addCleanup(s.close)
-        s.add("stored before")
-
-        def settings():
-            db = s.db.connection()
-            return [db.execute(f"PRAGMA {name}").fetchone()[0]
-                    for name in ("wal_autocheckpoint", "cache_size")]
-
-        before = settings()
-        self.assertEqual(before[0], store.WAL_PAGES)
-        seen = []
-
-        def records(again=None):  # read as the load goes, in the connection that writes
-            for i in range(30):
-                seen.append(settings())
-                yield {"id": str(uuid.UUID(int=i + 1, version=4)), "content": f"loaded {i}"}
-            if again is not None:
-                yield {"id": str(uuid.UUID(int=again, version=4)), "content": "again"}
-
-        with unittest.mock.patch.object(store, "LOAD_CHUNK", 8):
-            s.load(store._checked(records()), checked=True, pause=0)
-            self.assertEqual({tuple(x) for x in seen},
-                             {(store.LOAD_WAL_PAGES, -store.LOAD_CACHE_KIB)})
-            self.assertEqual(settings(), before)
-            # A load that fails halfway (an id given twice, found after 3 chunks went in)
-            # leaves the connection as it was too.
-            with self.assertRaises(InvalidInput):
-                s.load(store._checked(records(again=1)), checked=True, pause=0)
-        self.assertEqual(settings(), before)
-        self.assertEqual(s.count(), 31)
-
     def test_links_made_in_many_short_steps_come_out_as_in_one(self):
         # A load makes links LINK_CHUNK memories at a time; in steps of 3 the links, and
         # their order, must be those of one step.
