@@ -3487,8 +3487,17 @@ def read_records(lines):
 # entities' own memories are linked too. So connections from any of John's memories reaches
 # Anthropic's within two hops. Ids are made
 # from what a memory says, so that importing a file again adds only what is new in it.
+#
+# An entity with more than OFFICIAL_LINKED observations (a file often has one such, the
+# user) is linked to its relations by its own memory only: linked to every observation, each
+# relation of it cost as many links. A user with 3,000 observations and 300 relations made
+# 900,000 of them, a 79 MB database from a 320 KB file in 3.4 s (now 4.3 MB in 1.0 s).
+# From one of its observations, a related entity is two hops away and that entity's
+# observations three; connections at depth 2 from it would list its thousands of
+# neighbours first anyway.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
+OFFICIAL_LINKED = 20  # observations of an entity that its relations link to, at most
 
 
 def _official_id(key):
@@ -3575,8 +3584,11 @@ def official_records(lines, source, report):
             ids[name].append(node_id)
         report["observations"] += len(entity["observations"])
     entity_of = {name: records_of[0] for name, records_of in ids.items()}
+    # What a relation links to of each entity: all its memories, or its own only (see above).
+    reach = {name: own if len(own) <= OFFICIAL_LINKED + 1 else own[:1]
+             for name, own in ids.items()}
     for (start, kind, end), created in relations.items():
-        links = [i for name in (start, end) for i in ids.get(name, [])]
+        links = [i for name in (start, end) for i in reach.get(name, [])]
         if start in entity_of and end in entity_of and start != end:
             # Related entities' own memories link too: from a memory of one relation of
             # John's, the other entities he is related to are two links away.

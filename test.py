@@ -4150,6 +4150,39 @@ class OfficialImportTest(TempDirTest):
                 if memory["tags"][-1] == "person":  # John's entity and observations
                     self.assertLessEqual(anthropic, near)
 
+    def test_an_entity_with_many_observations_links_its_relations_by_its_own_memory(self):
+        # Each relation linked to every observation cost as many links as it has: a user
+        # with thousands of them and hundreds of relations made millions of links.
+        many = store.OFFICIAL_LINKED + 1
+        lines = [{"type": "entity", "name": "default_user", "entityType": "person",
+                  "observations": [f"Noted fact number {i}" for i in range(many)]},
+                 {"type": "entity", "name": "Mo", "entityType": "person",
+                  "observations": [f"Mo fact {i}" for i in range(store.OFFICIAL_LINKED)]}]
+        lines += [{"type": "relation", "from": "default_user", "to": name,
+                   "relationType": "knows"} for name in ("Mo", "Lisbon")]
+        done = self.run_store("import", self.write(lines=lines))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        s = self.open_store()
+        by_text = {r["content"]: r for r in s.records()}
+        user = by_text["default_user is a person."]["id"]
+        mo = {r["id"] for r in by_text.values() if r["tags"] == ["Mo", "person"]}
+        knows = by_text["default_user knows Mo"]
+        # Mo has OFFICIAL_LINKED observations: the relation links to each, and to his entity.
+        self.assertEqual(set(knows["links"]), mo | {user})
+        self.assertEqual(by_text["default_user knows Lisbon"]["links"], [user])
+        for i in range(many):
+            self.assertEqual(by_text[f"default_user: Noted fact number {i}"]["links"], [user])
+        # From one of the user's observations: Mo within two hops, his observations in three.
+        start = by_text["default_user: Noted fact number 0"]["id"]
+        near = {n["id"] for n in s.neighbors(start, 2)["nodes"]}
+        self.assertIn(by_text["Mo is a person."]["id"], near)
+        self.assertIn(knows["id"], near)
+        self.assertLessEqual(mo, {n["id"] for n in s.neighbors(start, 3)["nodes"]})
+        # And from any of Mo's, the user's entity within two hops.
+        for node_id in mo:
+            self.assertIn(user, {n["id"] for n in s.neighbors(node_id, 2)["nodes"]})
+        self.assertTrue(links_are_mutual(self.path))
+
     def test_importing_again_adds_nothing(self):
         self.imported()
         before = nodes_table(self.path)
