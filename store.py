@@ -3562,10 +3562,24 @@ def official_records(lines, source, report):
             raise InvalidInput(f"line {line}: {exc}") from None
     report["entities"] = len(entities)
     now = _now()
+    seen = {}  # name -> its tag
+
+    def tags_of(*names):
+        """The names of the file as tags: as they are when remember takes them as tags, or
+        else cut to MAX_TAG_LENGTH and cleared of control characters (counted, once a name),
+        rather than refusing the file for them."""
+        for name in names:
+            if name not in seen:
+                seen[name] = name
+                if len(name) > MAX_TAG_LENGTH or _CONTROL.search(name):
+                    seen[name] = _CONTROL.sub(" ", name)[:MAX_TAG_LENGTH].strip()
+                    report["changed", "name", "names", "made a shorter tag, or one without "
+                           "control characters"] += 1
+        return _tags([seen[name] for name in names if seen[name]])
     ids = {}  # entity name -> [its memory's id, ids of its observations' memories]
     records, by_id = [], {}
     for name, entity in entities.items():
-        tags = _tags([name, entity["type"]])
+        tags = tags_of(name, entity["type"])
         own = _official_id(f"entity\0{name}")
         kind_text = entity["type"].replace("_", " ")
         article = "an" if kind_text[:1].lower() in "aeiou" else "a"
@@ -3599,24 +3613,25 @@ def official_records(lines, source, report):
                    "not linked to it)"] += 1
         records.append(Record(_official_id(f"relation\0{start}\0{kind}\0{end}"),
                               _content(f"{start} {kind.replace('_', ' ')} {end}"),
-                              _tags([start, end, kind]), list(dict.fromkeys(links)), source,
+                              tags_of(start, end, kind), list(dict.fromkeys(links)), source,
                               created or now, created or now, 0))
     report["relations"] += len(relations)
     return records
 
 
 def _official_summary(report):
-    """What an official import held, and what it skipped and why, in one line. What was
-    skipped is counted under (singular, plural, the rest of the reason)."""
+    """What an official import held, what it skipped and why, and what it changed, in one
+    line. What was skipped is counted under (singular, plural, the rest of the reason), what
+    was changed under ("changed", singular, plural, the rest)."""
     made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
         ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
-    skipped = []
+    said = {"skipped": [], "changed": []}
     for key, n in report.items():
         if isinstance(key, tuple) and n:
-            one, many, why = key
-            skipped.append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
-    skipped = "; ".join(skipped)
-    return f"flood-memory: the file held {made}" + (f"; skipped: {skipped}" if skipped else "")
+            what, one, many, why = key if len(key) == 4 else ("skipped", *key)
+            said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
+    return f"flood-memory: the file held {made}" + "".join(
+        f"; {what}: {'; '.join(items)}" for what, items in said.items() if items)
 
 
 def _official_name(value, key):

@@ -4183,6 +4183,34 @@ class OfficialImportTest(TempDirTest):
             self.assertIn(user, {n["id"] for n in s.neighbors(node_id, 2)["nodes"]})
         self.assertTrue(links_are_mutual(self.path))
 
+    def test_a_name_too_long_or_odd_for_a_tag_is_made_one_rather_than_refusing_the_file(self):
+        long_name = "The " + "very " * 60 + "long project"
+        lines = [{"type": "entity", "name": long_name, "entityType": "project",
+                  "observations": ["Started in May"]},
+                 {"type": "entity", "name": "Tab\tName", "entityType": "person\u0007",
+                  "observations": ["Likes tea"]},
+                 {"type": "relation", "from": "Tab\tName", "to": long_name,
+                  "relationType": "leads"}]
+        done = self.run_store("import", self.write(lines=lines))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"held 2 entities, 2 observations, 1 relation; changed: 3 names made a "
+                      b"shorter tag, or one without control characters\n", done.stderr)
+        s = self.open_store()
+        by_text = {r["content"]: r for r in s.records()}
+        cut = long_name[:store.MAX_TAG_LENGTH].strip()
+        self.assertEqual(by_text[f"{long_name}: Started in May"]["tags"], [cut, "project"])
+        self.assertEqual(by_text["Tab\tName: Likes tea"]["tags"], ["Tab Name", "person"])
+        self.assertEqual(by_text[f"Tab\tName leads {long_name}"]["tags"],
+                         ["Tab Name", cut, "leads"])
+        self.assertEqual(len(s.search(tags=[cut])), 3)  # the entity, its observation, the relation
+        self.assertEqual(s.search("Who leads the project?")[0]["content"],
+                         f"Tab\tName leads {long_name}")
+        # Each tag is one that remember takes as it is.
+        for record in by_text.values():
+            self.assertEqual(store._tags(record["tags"]), record["tags"])
+            self.assertTrue(all(len(t) <= store.MAX_TAG_LENGTH for t in record["tags"]))
+        self.assertTrue(links_are_mutual(self.path))
+
     def test_importing_again_adds_nothing(self):
         self.imported()
         before = nodes_table(self.path)
