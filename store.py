@@ -3497,7 +3497,8 @@ def read_records(lines):
 # neighbours first anyway.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
-OFFICIAL_LINKED = 20  # observations of an entity that its relations link to, at most
+OFFICIAL_LINKED = 20  # past this many observations, an entity meets its relations by its own memory
+OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the file
 
 
 def _official_id(key):
@@ -3544,7 +3545,11 @@ def official_records(lines, source, report):
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
-                    text = observation.strip()
+                    text = _text(observation, "an observation").strip()
+                    if len(name) + 2 + len(text) > MAX_CONTENT:  # as "name: text"
+                        raise InvalidInput(f"an observation of {_shorten(name)} may have at "
+                                           f"most {MAX_CONTENT - len(name) - 2:,} characters, "
+                                           f"got {len(text):,}")
                     if not text:
                         report["empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
@@ -3572,10 +3577,10 @@ def official_records(lines, source, report):
             if name not in seen:
                 seen[name] = name
                 if len(name) > MAX_TAG_LENGTH or _CONTROL.search(name):
-                    seen[name] = _CONTROL.sub(" ", name)[:MAX_TAG_LENGTH].strip()
+                    seen[name] = _CONTROL.sub(" ", name).strip()[:MAX_TAG_LENGTH].rstrip()
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
-        return _tags([seen[name] for name in names if seen[name]])
+        return _tags([seen[name] for name in names])
     ids = {}  # entity name -> [its memory's id, ids of its observations' memories]
     records, by_id = [], {}
     for name, entity in entities.items():
@@ -3589,12 +3594,8 @@ def official_records(lines, source, report):
         ids[name] = [own]
         for text, created in entity["observations"].items():
             node_id = _official_id(f"observation\0{name}\0{text}")
-            try:
-                content = _content(f"{name}: {text}")
-            except InvalidInput as exc:
-                raise InvalidInput(f"entity {_shorten(name)}: {exc}") from None
-            records.append(Record(node_id, content, tags, [own], source, created or now,
-                                  created or now, 0))
+            records.append(Record(node_id, _content(f"{name}: {text}"), tags, [own], source,
+                                  created or now, created or now, 0))
             ids[name].append(node_id)
         report["observations"] += len(entity["observations"])
     entity_of = {name: records_of[0] for name, records_of in ids.items()}
@@ -3635,9 +3636,17 @@ def _official_summary(report):
 
 
 def _official_name(value, key):
+    """The name, type or relation type `key` of a line, stripped; InvalidInput if it cannot
+    be one (NUL separates the names in the keys of _official_id)."""
     text = value.get(key)
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or not _CONTROL.sub("", text).strip():
         raise InvalidInput(f"{value.get('type')} needs {key}, a string that is not empty")
+    _text(text, key)
+    if "\0" in text:
+        raise InvalidInput(f"{key} must not hold a NUL character")
+    if len(text) > OFFICIAL_MAX_NAME:
+        raise InvalidInput(f"{key} may have at most {OFFICIAL_MAX_NAME:,} characters, got "
+                           f"{len(text):,}")
     return text.strip()
 
 

@@ -4155,7 +4155,9 @@ class OfficialImportTest(TempDirTest):
         # with thousands of them and hundreds of relations made millions of links.
         many = store.OFFICIAL_LINKED + 1
         lines = [{"type": "entity", "name": "default_user", "entityType": "person",
-                  "observations": [f"Noted fact number {i}" for i in range(many)]},
+                  "observations": [f"Noted fact number {i}" for i in range(many - 1)]},
+                 {"type": "entity", "name": "default_user", "entityType": "person",  # merged
+                  "observations": [f"Noted fact number {i}" for i in range(many - 3, many)]},
                  {"type": "entity", "name": "Mo", "entityType": "person",
                   "observations": [f"Mo fact {i}" for i in range(store.OFFICIAL_LINKED)]}]
         lines += [{"type": "relation", "from": "default_user", "to": name,
@@ -4242,7 +4244,24 @@ class OfficialImportTest(TempDirTest):
                  b"line 2: relation needs"),
                 (self.LINES[:1] + [{"type": "entity", "name": "Y", "entityType": "person",
                                     "observations": "not a list"}],
-                 b"line 2: observations must be a list of strings")):
+                 b"line 2: observations must be a list of strings"),
+                # What cannot be stored as it is: NUL parts the names in the ids ("a" saying
+                # "b\0c" and "a\0b" saying "c" were one id), a name of control characters
+                # alone, a lone surrogate, a name or an observation too long to be a memory.
+                ([{"type": "entity", "name": "a", "entityType": "p", "observations": ["b\0c"]},
+                  {"type": "entity", "name": "a\0b", "entityType": "p", "observations": ["c"]}],
+                 b"line 2: name must not hold a NUL character"),
+                ([{"type": "relation", "from": "a", "to": "b", "relationType": "\x01\x02 "}],
+                 b"line 1: relation needs relationType, a string that is not empty"),
+                ([{"type": "entity", "name": "a\ud800", "entityType": "p"}],
+                 b"line 1: name is not valid Unicode text"),
+                (self.LINES[:1] + [{"type": "relation", "from": "a" * 10_001, "to": "b",
+                                    "relationType": "r"}],
+                 b"line 2: from may have at most 10,000 characters, got 10,001"),
+                ([{"type": "entity", "name": "Bob", "entityType": "p",
+                   "observations": ["ok", "x" * (store.MAX_CONTENT - 4)]}],
+                 b"line 1: an observation of 'Bob' may have at most 99,995 characters, "
+                 b"got 99,996")):
             with self.subTest(message=message):
                 path = os.path.join(self.dir, "broken.jsonl")
                 with open(path, "w") as f:
