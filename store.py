@@ -1358,6 +1358,8 @@ RERANK_DEPTH = 25               # stage-one results that stage two re-scores
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
 PRECEDER = 0.2                  # ...and to the one memory stored just before it
 RAREST = 0.25                   # stage two: the query's rarest term weighs this much more
+SHORTER = 0.3                   # stage two: a shorter form of a query term weighs this much...
+SHORTER_MIN = 3                 # ...when it has at least this many letters (see rerank)
 LENDERS = 10                    # stage-two matches that lend
 HOT_MIN_DF = 500                # a term is hot once this many memories hold it...
 HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
@@ -2196,6 +2198,19 @@ class Search:
                            for t, tf in zip(terms, f.counts) if tf)
                     for r, f in features.items()}, features
 
+        shorter = self._shorter()
+        if shorter:
+            plain, count = score, self._counter(shorter)
+
+            def score(rowids):
+                scores, features = plain(rowids)
+                for rowid, counts in count(rowids).items():
+                    length = features[rowid].length
+                    scores[rowid] = scores.get(rowid, 0.0) + sum(
+                        shorter[t] * _impact(tf, length, avgdl, RERANK_K1, RERANK_B)
+                        for t, tf in counts.items())
+                return scores, features
+
         scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
         ahead = 2 * len(FOLLOWERS)
@@ -2248,6 +2263,57 @@ class Search:
                 scores.pop(rowid, None)
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
                                key=lambda sr: (-sr[0], sr[1]))
+
+    def _shorter(self):
+        """{term: stage-two weight} of the shorter forms of the query's rare terms: the
+        stems of the index, of SHORTER_MIN letters or more and no stopword, that a query term
+        held by RARE memories or fewer starts with.
+
+        Porter's stemmer leaves most derived words whole, so that "mentorship" does not find
+        "mentored", nor "puppy" "pup". A form of the query that few memories hold may be one
+        the memories put otherwise; a common one is how they say it already (and counting
+        the forms of every term made a recall 15-25% slower at p50). The forms weigh SHORTER
+        of their idf and only re-score what stage one found (on LoCoMo's dev questions:
+        facts' recall@10 0.799 -> 0.805, dialog 0.755 -> 0.757).
+        """
+        known = self.word_of  # every term of the query, held by a memory or not ("puppi")
+        forms = [t[:k] for t in known if self.df.get(t, 0) <= RARE
+                 for k in range(SHORTER_MIN, len(t))]
+        forms = [f for f in dict.fromkeys(forms) if f not in known and f not in STOPWORDS]
+        if not forms:
+            return {}
+        df = self.index.df(self.db, forms)
+        delta, _ = self.index.pending(self.db, forms)
+        for term, change in delta.items():
+            df[term] = df.get(term, 0) + change
+        return {t: SHORTER * _idf(n, self.count) for t, n in df.items() if n > 0}
+
+    def _counter(self, terms):
+        """count(rowids) -> {rowid: {term: occurrences}} of `terms` in the memories at
+        `rowids` that hold any.
+
+        Porter's stem of a word is the word's start, but for its last letter at most
+        (happy: happi), so only the words starting so are stemmed: taking every word that
+        started as the search's prefixes do (a letter, for "pup") made a recall 25% slower.
+        """
+        starts = tuple({t[:-1] for t in terms})
+
+        def count(rowids):
+            out = {}
+            for chunk in _chunks(list(rowids)):
+                for rowid, content in self.db.execute(
+                        f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})",
+                        chunk):
+                    folded = content.lower() if content.isascii() else _folds.fold(content)
+                    if any(s in folded for s in starts):
+                        words = _TOKEN.findall(folded) if content.isascii() else folded.split()
+                        found = collections.Counter(
+                            t for t in map(stem, [w for w in words if w.startswith(starts)])
+                            if t in terms)
+                        if found:
+                            out[rowid] = found
+            return out
+        return count
 
 
 # ----------------------------------------------------------------------------- store

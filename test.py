@@ -873,6 +873,28 @@ class RankingTest(StoreTestCase):
         rare = max(search.idf, key=search.idf.get)
         self.assertAlmostEqual(search.weight[rare], search.idf[rare] * (1 + store.RAREST))
 
+    def test_a_shorter_form_of_a_query_word_counts_a_little_in_stage_two(self):
+        # Porter's stemmer leaves "puppy" (puppi) apart from "pup": a memory holding a stem
+        # that a query term starts with gains SHORTER of that stem's weight, in stage two.
+        self.fill()
+        cat = self.store.add("Maria named her new cat Luna", ["a"])["id"]
+        pup = self.store.add("Maria named her new pup Shadow", ["b"])["id"]
+        self.store.add("Their theme was the sea", ["c"])
+        question = "What is the name of Maria's new puppy? theatre"
+        self.assertEqual([n["id"] for n in self.store.search(question)][:2], [pup, cat])
+        with unittest.mock.patch.object(store, "SHORTER", 0.0):
+            self.assertEqual([n["id"] for n in self.store.search(question)][:2], [cat, pup])
+        with self.store.db.read() as db:
+            search = store.Search(db, self.store.index, store.query_words(question))
+            shorter = search._shorter()
+        # "pup" for "puppi"; not "the" for "theatr" (a stopword), nor forms under 3 letters.
+        self.assertEqual(set(shorter), {"pup"})
+        self.assertAlmostEqual(shorter["pup"], store.SHORTER * store._idf(1, search.count))
+        # Stage one is FTS5's bm25 as ever: the pup and the cat tie there, older first.
+        rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
+        self.assertEqual([r for _, r in self.store.top(store.query_words(question), [], 2)],
+                         [rowid[cat], rowid[pup]])
+
     def test_the_tag_filter_ranks_within_the_tagged_memories(self):
         self.fill()
         best = self.store.add("Orchid orchid orchid, the orchid show", ["flowers"])
