@@ -1540,6 +1540,15 @@ class RankingIndex:
                                   chunk))
         return out
 
+    def counted(self, db, terms):
+        """({term: df} as of now: the last fold's, changed by the log; the rowids of the
+        memories added since the last fold that hold one of `terms`)."""
+        delta, fresh = self.pending(db, terms)
+        df = self.df(db, terms)
+        for term, change in delta.items():
+            df[term] = df.get(term, 0) + change
+        return df, fresh
+
     def pending(self, db, terms):
         """What the log adds for `terms`: (Counter of df changes, rowids of memories added
         since the last fold that hold one of the terms)."""
@@ -1889,10 +1898,7 @@ class Search:
         self.avgdl = tokens / self.count if self.count else 1.0
         terms = [stem(w) for w in words]
         self.word_of = dict(zip(terms, words))
-        delta, self.fresh = index.pending(db, terms)
-        df = index.df(db, terms)
-        for term, change in delta.items():
-            df[term] = df.get(term, 0) + change
+        df, self.fresh = index.counted(db, terms)
         self.terms = [t for t in dict.fromkeys(terms) if df.get(t)]
         self.df = df
         self.idf = {t: _idf(df[t], self.count) for t in self.terms}
@@ -2191,25 +2197,16 @@ class Search:
         if not first:
             return []
         terms, weight, avgdl = self.terms, self.weight, self.avgdl
+        shorter = self._shorter()
 
         def score(rowids):
             features = self._read(rowids)
+            more = self._occurrences(rowids, shorter) if shorter else {}
             return {r: sum(weight[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
-                           for t, tf in zip(terms, f.counts) if tf)
+                           for t, tf in zip(terms, f.counts) if tf) +
+                    sum(shorter[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+                        for t, tf in more.get(r, {}).items())
                     for r, f in features.items()}, features
-
-        shorter = self._shorter()
-        if shorter:
-            plain, count = score, self._counter(shorter)
-
-            def score(rowids):
-                scores, features = plain(rowids)
-                for rowid, counts in count(rowids).items():
-                    length = features[rowid].length
-                    scores[rowid] = scores.get(rowid, 0.0) + sum(
-                        shorter[t] * _impact(tf, length, avgdl, RERANK_K1, RERANK_B)
-                        for t, tf in counts.items())
-                return scores, features
 
         scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
@@ -2282,38 +2279,26 @@ class Search:
         forms = [f for f in dict.fromkeys(forms) if f not in known and f not in STOPWORDS]
         if not forms:
             return {}
-        df = self.index.df(self.db, forms)
-        delta, _ = self.index.pending(self.db, forms)
-        for term, change in delta.items():
-            df[term] = df.get(term, 0) + change
+        df, _ = self.index.counted(self.db, forms)
         return {t: SHORTER * _idf(n, self.count) for t, n in df.items() if n > 0}
 
-    def _counter(self, terms):
-        """count(rowids) -> {rowid: {term: occurrences}} of `terms` in the memories at
-        `rowids` that hold any.
+    def _occurrences(self, rowids, terms):
+        """{rowid: {term: occurrences}} of `terms` in the memories at `rowids` that hold any.
 
         Porter's stem of a word is the word's start, but for its last letter at most
         (happy: happi), so only the words starting so are stemmed: taking every word that
         started as the search's prefixes do (a letter, for "pup") made a recall 25% slower.
         """
         starts = tuple({t[:-1] for t in terms})
-
-        def count(rowids):
-            out = {}
-            for chunk in _chunks(list(rowids)):
-                for rowid, content in self.db.execute(
-                        f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})",
-                        chunk):
-                    folded = content.lower() if content.isascii() else _folds.fold(content)
-                    if any(s in folded for s in starts):
-                        words = _TOKEN.findall(folded) if content.isascii() else folded.split()
-                        found = collections.Counter(
-                            t for t in map(stem, [w for w in words if w.startswith(starts)])
-                            if t in terms)
-                        if found:
-                            out[rowid] = found
-            return out
-        return count
+        out = {}
+        for chunk in _chunks(list(rowids)):
+            for rowid, content in self.db.execute(
+                    f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
+                found = collections.Counter(t for t in map(stem, [
+                    w for w in tokenize(content) if w.startswith(starts)]) if t in terms)
+                if found:
+                    out[rowid] = found
+        return out
 
 
 # ----------------------------------------------------------------------------- store
@@ -3605,7 +3590,7 @@ def official_records(lines, source, report):
                         not all(isinstance(o, str) for o in observations):
                     raise InvalidInput("observations must be a list of strings")
                 if name in entities:
-                    report["entity line", "entity lines",
+                    report["skipped", "entity line", "entity lines",
                            "repeating a name (observations merged)"] += 1
                 created = _official_time(value)
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
@@ -3617,18 +3602,20 @@ def official_records(lines, source, report):
                                            f"most {MAX_CONTENT - len(name) - 2:,} characters, "
                                            f"got {len(text):,}")
                     if not text:
-                        report["empty observation", "empty observations", ""] += 1
+                        report["skipped", "empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
-                        report["repeated observation", "repeated observations", ""] += 1
+                        report["skipped", "repeated observation", "repeated observations",
+                               ""] += 1
                     else:
                         entity["observations"][text] = created
             elif kind == "relation":
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:
-                    report["repeated relation", "repeated relations", ""] += 1
+                    report["skipped", "repeated relation", "repeated relations", ""] += 1
                 relations.setdefault(key, _official_time(value))
             else:
-                report["line", "lines", f"of another type ({_shorten(kind, 30)})"] += 1
+                report["skipped", "line", "lines",
+                       f"of another type ({_shorten(kind, 30)})"] += 1
         except InvalidInput as exc:
             raise InvalidInput(f"line {line}: {exc}") from None
     report["entities"] = len(entities)
@@ -3676,8 +3663,8 @@ def official_records(lines, source, report):
             by_id[entity_of[start]].links.append(entity_of[end])
         missing = [name for name in (start, end) if name not in entities]
         if missing:
-            report["relation", "relations", "naming an entity not in the file (kept as text, "
-                   "not linked to it)"] += 1
+            report["skipped", "relation", "relations",
+                   "naming an entity not in the file (kept as text, not linked to it)"] += 1
         records.append(Record(_official_id(f"relation\0{start}\0{kind}\0{end}"),
                               _content(f"{start} {kind.replace('_', ' ')} {end}"),
                               tags_of(start, end, kind), list(dict.fromkeys(links)), source,
@@ -3688,14 +3675,14 @@ def official_records(lines, source, report):
 
 def _official_summary(report):
     """What an official import held, what it skipped and why, and what it changed, in one
-    line. What was skipped is counted under (singular, plural, the rest of the reason), what
-    was changed under ("changed", singular, plural, the rest)."""
+    line. Each is counted under ("skipped" or "changed", singular, plural, the rest of the
+    reason)."""
     made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
         ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
     said = {"skipped": [], "changed": []}
     for key, n in report.items():
         if isinstance(key, tuple) and n:
-            what, one, many, why = key if len(key) == 4 else ("skipped", *key)
+            what, one, many, why = key
             said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
     return f"flood-memory: the file held {made}" + "".join(
         f"; {what}: {'; '.join(items)}" for what, items in said.items() if items)

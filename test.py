@@ -889,6 +889,10 @@ class RankingTest(StoreTestCase):
             shorter = search._shorter()
         # "pup" for "puppi"; not "the" for "theatr" (a stopword), nor forms under 3 letters.
         self.assertEqual(set(shorter), {"pup"})
+        # Only a rare query term's forms count: one that more than RARE memories hold has none.
+        with unittest.mock.patch.object(store, "RARE", -1), self.store.db.read() as db:
+            self.assertEqual(store.Search(db, self.store.index,
+                                          store.query_words(question))._shorter(), {})
         self.assertAlmostEqual(shorter["pup"], store.SHORTER * store._idf(1, search.count))
         # Stage one is FTS5's bm25 as ever: the pup and the cat tie there, older first.
         rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
