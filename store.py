@@ -1360,6 +1360,7 @@ PRECEDER = 0.2                  # ...and to the one memory stored just before it
 RAREST = 0.25                   # stage two: the query's rarest term weighs this much more
 SHORTER = 0.3                   # stage two: a shorter form of a rare query term weighs this much...
 SHORTER_MIN = 3                 # ...if it has at least this many letters (see Search._shorter)
+WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
 LENDERS = 10                    # stage-two matches that lend
 HOT_MIN_DF = 500                # a term is hot once this many memories hold it...
 HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
@@ -1872,6 +1873,26 @@ class RankingIndex:
 # it asks something (holds a "?").
 Features = collections.namedtuple("Features", "counts length tags created asks")
 
+# A question that asks when, in English: "when", "what year", "which month", "how long ago".
+_ASKS_WHEN = re.compile(r"\bwhen\b|\b(?:what|which) (?:year|month|day|date|time|week|season)s?\b"
+                        r"|\bhow long ago\b")
+
+# What says when something happened, in English: a year, a date, a month, a day of the week,
+# or a time relative to now ("last week", "two days ago", "recently"). "May" and "March"
+# count only next to a number (they are words too), and month abbreviations only before one.
+# For lowered text (3-4 times faster than asking the expression to ignore case).
+_SAYS_WHEN = re.compile(
+    r"\b(?:1[89]\d\d|20\d\d|\d{1,2}/\d{1,2}"
+    r"|january|february|april|june|july|august|september|october|november|december"
+    r"|(?:may|march|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.? \d"
+    r"|\d(?:st|nd|rd|th)? (?:of )?(?:may|march)"
+    r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|weekday"
+    r"|yesterday|today|tonight|tomorrow|recently|lately|ago|soon|earlier|since"
+    r"|(?:last|next|this|past) (?:week|month|year|night|summer|winter|spring|fall|autumn"
+    r"|morning|evening|afternoon|time)"
+    r"|(?:a|one|two|three|four|five|few|several|couple of) (?:days|weeks|months|years)"
+    r"|\d ?(?:am|pm|o'clock))\b")
+
 
 class _ScanInstead(Exception):
     """Raised inside stage one when scoring every tagged memory costs less than going on."""
@@ -1887,8 +1908,10 @@ class Search:
     `trace(path)`, when given, hears which way stage one answered (for the benchmark).
     """
 
-    def __init__(self, db, index, words, tags=(), trace=None, since=None, until=None):
+    def __init__(self, db, index, words, tags=(), trace=None, since=None, until=None,
+                 when=False):
         self.db = db
+        self.when = when  # the question asks when: stage two favours memories that say when
         self.index = index
         self.tags = list(tags)
         self.since, self.until = since, until  # created_at window, in the stored form
@@ -2183,7 +2206,8 @@ class Search:
         """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
 
         Scores use RERANK_K1/B, which judge a long memory less harshly by its length, and
-        the stage-two weights (the rarest term weighs RAREST more). Then each of the best
+        the stage-two weights (the rarest term weighs RAREST more); asked when, a memory
+        that says when weighs WHEN more (see _say_when). Then each of the best
         lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
         the one stored just before it, where they carry the same tags: memories stored
         together share a context (in a conversation, the memory after a matching question
@@ -2202,11 +2226,13 @@ class Search:
         def score(rowids):
             features = self._read(rowids)
             more = self._occurrences(rowids, shorter) if shorter else {}
-            return {r: sum(weight[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
-                           for t, tf in zip(terms, f.counts) if tf) +
-                    sum(shorter[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
-                        for t, tf in more.get(r, {}).items())
-                    for r, f in features.items()}, features
+            dated = self._say_when(features) if self.when else ()
+            return {r: (1 + WHEN if r in dated else 1) * (
+                sum(weight[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+                    for t, tf in zip(terms, f.counts) if tf) +
+                sum(shorter[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+                    for t, tf in more.get(r, {}).items()))
+                for r, f in features.items()}, features
 
         scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
@@ -2260,6 +2286,19 @@ class Search:
                 scores.pop(rowid, None)
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
                                key=lambda sr: (-sr[0], sr[1]))
+
+    def _say_when(self, rowids):
+        """The rowids of the memories among `rowids` that say when something happened.
+
+        Asked "when", the answer is likely a memory that gives a time: 46% of the facts
+        and 81% of the dialog turns that answer a LoCoMo dev question asking "when" match
+        _SAYS_WHEN, against 12% and 16% of all. They weigh WHEN more in stage two
+        (temporal questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
+        """
+        rowids = list(rowids)
+        return {rowid for rowid, content in self.db.execute(
+            f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(rowids)})", rowids)
+            if _SAYS_WHEN.search(content.lower())} if rowids else set()
 
     def _shorter(self):
         """{term: stage-two weight} of the shorter forms of the query's rare terms: the
@@ -3025,17 +3064,19 @@ class Store:
             return []  # nothing searchable in it: punctuation or symbols only
         with self.db.errors("search the memories"):
             if words:
-                rowids = [rowid for _, rowid in
-                          self.rank(words, tags, offset + limit, since, until)][offset:]
+                when = _ASKS_WHEN.search(query.lower()) is not None
+                rowids = [rowid for _, rowid in self.rank(
+                    words, tags, offset + limit, since, until, when)][offset:]
             else:
                 rowids = self._newest(tags, since, until, limit, offset)
             return self._touch("rowid", rowids, fit)
 
-    def rank(self, words, tags=(), limit=10, since=None, until=None):
+    def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
-        stage one's exact bm25 (Search.top), re-scored by stage two (Search.rerank)."""
+        stage one's exact bm25 (Search.top), re-scored by stage two (Search.rerank), which
+        favours memories that say when if the question asks `when`."""
         with self.db.read() as db:
-            search = Search(db, self.index, words, tags, self.trace, since, until)
+            search = Search(db, self.index, words, tags, self.trace, since, until, when)
             return search.rerank(search.top(max(limit, RERANK_DEPTH)), limit)
 
     def top(self, words, tags=(), limit=10, since=None, until=None):

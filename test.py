@@ -899,6 +899,29 @@ class RankingTest(StoreTestCase):
         self.assertEqual([r for _, r in self.store.top(store.query_words(question), [], 2)],
                          [rowid[cat], rowid[pup]])
 
+    def test_a_question_asking_when_favours_memories_that_say_when(self):
+        # Asked "when", stage two weighs WHEN more a memory that gives a time: a year, a
+        # date, a weekday, or a time relative to now.
+        self.fill()
+        plain = self.store.add("Nate got his turtles from a pet shop", ["a"])["id"]
+        dated = self.store.add("Nate got his turtles from a shop near the lake last summer",
+                               ["b"])["id"]
+        for question in ("When did Nate get his turtles?", "What year did Nate get turtles?",
+                         "How long ago did Nate get turtles?"):
+            asked = [n["id"] for n in self.store.search(question)]
+            self.assertEqual(asked[:2], [dated, plain], question)
+        # Without "when", the shorter memory ranks first, as before; and so it does asked
+        # when if a time weighs nothing more.
+        self.assertEqual([n["id"] for n in self.store.search("Did Nate get turtles?")][:2],
+                         [plain, dated])
+        with unittest.mock.patch.object(store, "WHEN", 0.0):
+            self.assertEqual([n["id"] for n in self.store.search(
+                "When did Nate get his turtles?")][:2], [plain, dated])
+        says = [store._SAYS_WHEN.search(text.lower()) is not None for text in (
+            "in 2022", "on 7 May 2023", "March 5", "two weeks ago", "last Friday", "at 5pm",
+            "yesterday", "I may go", "we march on", "Jan said hi")]
+        self.assertEqual(says, [True] * 7 + [False] * 3)
+
     def test_the_tag_filter_ranks_within_the_tagged_memories(self):
         self.fill()
         best = self.store.add("Orchid orchid orchid, the orchid show", ["flowers"])
