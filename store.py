@@ -3521,8 +3521,9 @@ USAGE = """usage: python3 store.py export [FILE] | import FILE [--format F] | ba
   export [FILE]  write every memory as one JSON object per line, oldest first, keys in a
                  fixed order (to standard output without FILE, or with -)
   import FILE    load memories from such a file (- reads standard input), or from the
-                 official MCP memory server's memory.jsonl (or memory.json): the format is
-                 told from the content, or given as --format flood or --format official.
+                 official MCP memory server's memory.jsonl (or memory.json, or its graph as
+                 one JSON document, as read_graph gives it): the format is told from the
+                 content, or given as --format flood or --format official.
                  The whole file is checked before anything is written; what is stored
                  already is skipped, so importing twice changes nothing
   backup FILE    copy the live database to FILE, consistently, while servers keep writing
@@ -3565,12 +3566,64 @@ def read_records(lines):
         yield value
 
 
+def read_entries(lines):
+    """(where, value) of each thing an import file (lines of bytes) gives: each JSON line
+    ("line 3"), or, in a file that is one JSON document, each item of its array ("item 3"),
+    or each entity and relation of a knowledge graph ({"entities": [...], "relations":
+    [...]}, as the official memory server's read_graph gives it: "entity 3"), which gets
+    its "type". A document is told by its first line: "[" or "{" alone (printed with
+    indents), or a whole graph. A line or document that is not JSON is InvalidInput."""
+    lines = iter(lines)
+    head = []  # the blank lines before the first, and the first
+    for line in lines:
+        head.append(line.removeprefix(b"\xef\xbb\xbf") if not head else line)
+        if head[-1].strip():
+            break
+    first = head[-1].strip() if head else b""
+    whole = first == b"{" or first.startswith(b"[")
+    if not whole and first.startswith(b"{"):
+        try:
+            whole = _is_graph(json.loads(first.decode("utf-8")))
+        except ValueError:  # read_lines says what is wrong with it
+            pass
+    if not whole:
+        for line, _, value in read_lines(itertools.chain(head, lines)):
+            yield f"line {line}", value
+        return
+    try:
+        document = json.loads(b"".join(itertools.chain(head, lines)).decode("utf-8"))
+    except UnicodeDecodeError:
+        raise InvalidInput("the file is not UTF-8 text") from None
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"the file is not JSON: {exc}") from None
+    if _is_graph(document):
+        for key, kind in (("entities", "entity"), ("relations", "relation")):
+            items = document.get(key, [])
+            if not isinstance(items, list):
+                raise InvalidInput(f'the graph\'s "{key}" must be an array, got {_kind(items)}')
+            for n, value in enumerate(items, 1):
+                yield f"{kind} {n}", dict(value, type=kind) if isinstance(value, dict) else value
+    elif isinstance(document, list):
+        for n, value in enumerate(document, 1):
+            yield f"item {n}", value
+    else:
+        yield "the file", document
+
+
+def _is_graph(value):
+    """Whether a JSON value is a knowledge graph of the official memory server as one object."""
+    return isinstance(value, dict) and ("entities" in value or "relations" in value) and \
+        "type" not in value and "content" not in value
+
+
 # ----------------------------------------------------------------------------- the official format
 #
 # The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older
 # versions memory.json) keeps one JSON object a line: an entity {"type": "entity", "name",
 # "entityType", "observations": [...]} or a relation {"type": "relation", "from", "to",
 # "relationType"}. Forks add fields (createdAt, version, mtime); only createdAt is used.
+# The same graph as one JSON document (read_graph's {"entities", "relations"}) is read as
+# those lines (see read_entries).
 #
 # Each entity becomes a memory ("John_Smith is a person."), each observation one of its own
 # that names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's
@@ -3613,15 +3666,16 @@ def is_official(value):
         "content" not in value
 
 
-def official_records(lines, source, report):
+def official_records(entries, source, report):
     """Records for the memories of an official memory file, whose parsed lines are
-    `lines` ([(line number, record number, value)]); `source` names the file in each memory.
-    Every line is checked first: a malformed one is InvalidInput naming it. `report`, a
-    Counter, counts entities, observations and relations, and what was skipped and why."""
+    `entries` ([(where, value)], where as "line 3"; see read_entries); `source` names the
+    file in each memory. Every line is checked first: a malformed one is InvalidInput naming
+    it. `report`, a Counter, counts entities, observations and relations, and what was
+    skipped and why."""
     entities, relations = {}, {}
-    for line, _, value in lines:
+    for where, value in entries:
         if not isinstance(value, dict):
-            raise InvalidInput(f"line {line}: not a JSON object")
+            raise InvalidInput(f"{where}: not a JSON object")
         kind = value.get("type")
         try:
             if kind == "entity":
@@ -3658,7 +3712,7 @@ def official_records(lines, source, report):
                 report["skipped", "line", "lines",
                        f"of another type ({_shorten(kind, 30)})"] += 1
         except InvalidInput as exc:
-            raise InvalidInput(f"line {line}: {exc}") from None
+            raise InvalidInput(f"{where}: {exc}") from None
     report["entities"] = len(entities)
     now = _now()
     seen = {}  # name -> its tag
@@ -3824,17 +3878,17 @@ def main(argv=None):
                 source = stack.enter_context(sys.stdin.buffer if rest[0] == "-" else
                                              open(rest[0], "rb"))
                 spool = stack.enter_context(tempfile.TemporaryFile())
-                lines = read_lines(source)
-                first = next(lines, None)
-                lines = itertools.chain([first] if first else [], lines)
+                entries = read_entries(source)
+                first = next(entries, None)
+                entries = itertools.chain([first] if first else [], entries)
                 report = None
-                if form == "official" or form is None and first and is_official(first[2]):
+                if form == "official" or form is None and first and is_official(first[1]):
                     report = collections.Counter()
                     name = "standard input" if rest[0] == "-" else os.path.basename(rest[0])
-                    records = official_records(lines, name, report)  # whole, in memory
+                    records = official_records(entries, name, report)  # whole, in memory
                 else:
                     records = None
-                    spooled = _spool(_checked(value for _, _, value in lines), spool)
+                    spooled = _spool(_checked(value for _, value in entries), spool)
                     spool.seek(0)
             store = stack.enter_context(open_directory(directory))
             if command == "export" and rest in ([], ["-"]):

@@ -4322,6 +4322,46 @@ class OfficialImportTest(TempDirTest):
                 self.assertIn(message, done.stderr)
                 self.assertEqual(nodes_table(self.path), before)
 
+    def test_the_graph_as_one_json_document_imports_as_its_lines_do(self):
+        # read_graph gives the graph as one object, printed with indents; some keep it so,
+        # or as an array of the file's lines. Each imports the memories its lines make.
+        _, _, by_text = self.imported()
+        expected = {text: r["id"] for text, r in by_text.items()}
+        graph = {"entities": [dict((k, v) for k, v in line.items() if k != "type")
+                              for line in self.LINES if line["type"] == "entity"],
+                 "relations": [dict((k, v) for k, v in line.items() if k != "type")
+                               for line in self.LINES if line["type"] == "relation"]}
+        for name, text in (("graph.json", json.dumps(graph, indent=2)),
+                           ("one-line.json", "\ufeff" + json.dumps(graph) + "\n"),
+                           ("array.json", json.dumps(self.LINES, indent=1))):
+            with self.subTest(name=name):
+                directory = os.path.join(self.dir, name + ".d")
+                path = os.path.join(self.dir, name)
+                with open(path, "w", encoding="utf-8") as f:
+                    f.write(text)
+                done = subprocess.run([sys.executable, os.path.join(HERE, "store.py"),
+                                       "import", path], capture_output=True, timeout=60,
+                                      env=dict(os.environ, FLOOD_MEMORY_DIR=directory))
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertIn(b"3 entities, 4 observations, 3 relations", done.stderr)
+                s = Store(os.path.join(directory, store.DB_NAME))
+                self.addCleanup(s.close)
+                self.assertEqual({r["content"]: r["id"] for r in s.records()}, expected)
+        # A broken entity is named by its place in the graph, and nothing is written.
+        graph["entities"][1] = {"name": "Anthropic", "observations": []}
+        path = os.path.join(self.dir, "broken.json")
+        with open(path, "w") as f:
+            json.dump(graph, f, indent=2)
+        done = self.run_store("import", path)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(b"entity 2: entity needs entityType", done.stderr)
+        with open(path, "w") as f:
+            f.write(json.dumps(graph, indent=2)[:-2])
+        done = self.run_store("import", path)
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(b"the file is not JSON: Expecting", done.stderr)
+        self.assertEqual(len(list(self.open_store().records())), len(expected))
+
     def test_both_spellings_of_the_file_and_the_format_option(self):
         _, _, by_text = self.imported("memory.json")  # what older versions wrote
         self.assertEqual(by_text["John_Smith: Speaks fluent Spanish"]["source"], "memory.json")
