@@ -3680,7 +3680,8 @@ def official_records(entries, source, report):
         try:
             if kind == "entity":
                 name, kind_of = _official_name(value, "name"), _official_name(value, "entityType")
-                observations = value.get("observations", [])
+                observations = value.get("observations")
+                observations = [] if observations is None else observations  # a fork's null
                 if not isinstance(observations, list) or \
                         not all(isinstance(o, str) for o in observations):
                     raise InvalidInput("observations must be a list of strings")

@@ -4362,6 +4362,15 @@ class OfficialImportTest(TempDirTest):
         self.assertIn(b"the file is not JSON: Expecting", done.stderr)
         self.assertEqual(len(list(self.open_store().records())), len(expected))
 
+    def test_an_entity_whose_observations_are_null_has_none(self):
+        # As a fork may write it: the entity is imported, with no observation.
+        done = self.run_store("import", self.write("null.jsonl", [
+            {"type": "entity", "name": "Kim", "entityType": "person", "observations": None}]))
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn(b"held 1 entity, 0 observations", done.stderr)
+        self.assertEqual([r["content"] for r in self.open_store().records()],
+                         ["Kim is a person."])
+
     def test_both_spellings_of_the_file_and_the_format_option(self):
         _, _, by_text = self.imported("memory.json")  # what older versions wrote
         self.assertEqual(by_text["John_Smith: Speaks fluent Spanish"]["source"], "memory.json")
