@@ -1874,24 +1874,40 @@ class RankingIndex:
 Features = collections.namedtuple("Features", "counts length tags created asks")
 
 # A question that asks when, in English: "when", "what year", "which month", "how long ago".
-_ASKS_WHEN = re.compile(r"\bwhen\b|\b(?:what|which) (?:year|month|day|date|time|week|season)s?\b"
-                        r"|\bhow long ago\b")
+# A question that asks when, in English: "when" asking ("when did", "when's"; not "what to do
+# when it fails"), "what year was", "which month did", "how long ago" (see _asks_when).
+_AUXILIARY = r"(?:'s| (?:exactly |roughly )?(?:did|do|does|was|were|is|are|will|would|has|have|" \
+             r"had|can|could|should|shall|might|must)\b)"
+_ASKS_WHEN = re.compile(r"\bwhen" + _AUXILIARY + r"|\b(?:since|until|till) when\b"
+                        r"|\b(?:what|which) (?:year|month|day|date|time|week|season)s?"
+                        + _AUXILIARY + r"|\bhow long ago\b")
+_OTHER_QUESTION = re.compile(r"\b(?:what|who|whom|whose|where|which|why|how)\b")
 
-# What says when something happened, in English: a year, a date, a month, a day of the week,
-# or a time relative to now ("last week", "two days ago", "recently"). "May" and "March"
-# count only next to a number (they are words too), and month abbreviations only before one.
-# For lowered text (3-4 times faster than asking the expression to ignore case).
+
+def _asks_when(query):
+    """Whether a query asks when: as _ASKS_WHEN says, or starting with "when" and asking
+    nothing else ("When Jon lost his job?", not "When I was in Paris, what did I eat?")."""
+    query = query.lower()
+    return _ASKS_WHEN.search(query) is not None or (
+        query.lstrip(" \t\n\"'(¿").startswith("when ") and not _OTHER_QUESTION.search(query))
+
+# What says when something happened, in English: a year or decade, a date, a month, a day of
+# the week, a time of day, or a time relative to now ("last week", "two days ago",
+# "recently"). "May" and "March" count only next to a number (they are words too), and
+# month abbreviations only before one. For lowered text (3-4 times faster than asking the
+# expression to ignore case).
 _SAYS_WHEN = re.compile(
-    r"\b(?:1[89]\d\d|20\d\d|\d{1,2}/\d{1,2}"
+    r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
-    r"|(?:may|march|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.? \d"
-    r"|\d(?:st|nd|rd|th)? (?:of )?(?:may|march)"
+    r"|(?:may|march|jan|feb|mar|apr|jun|jul|aug|sept?|oct|nov|dec)\.? \d{1,2}(?:st|nd|rd|th)?"
+    r"|\d{1,2}(?:st|nd|rd|th)? (?:of )?(?:may|march)"
     r"|monday|tuesday|wednesday|thursday|friday|saturday|sunday|weekend|weekday"
     r"|yesterday|today|tonight|tomorrow|recently|lately|ago|soon|earlier|since"
     r"|(?:last|next|this|past) (?:week|month|year|night|summer|winter|spring|fall|autumn"
     r"|morning|evening|afternoon|time)"
-    r"|(?:a|one|two|three|four|five|few|several|couple of) (?:days|weeks|months|years)"
-    r"|\d ?(?:am|pm|o'clock))\b")
+    r"|(?:\d+|a|one|two|three|four|five|six|seven|eight|nine|ten|few|several|couple of) "
+    r"(?:days|weeks|months|years)"
+    r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
 
 
 class _ScanInstead(Exception):
@@ -2290,15 +2306,14 @@ class Search:
     def _say_when(self, rowids):
         """The rowids of the memories among `rowids` that say when something happened.
 
-        Asked "when", the answer is likely a memory that gives a time: 46% of the facts
-        and 81% of the dialog turns that answer a LoCoMo dev question asking "when" match
-        _SAYS_WHEN, against 12% and 16% of all. They weigh WHEN more in stage two
+        Asked "when", the answer is likely a memory that gives a time: 47% of the facts
+        and 82% of the dialog turns that answer a LoCoMo dev question asking "when" match
+        _SAYS_WHEN, against 13% and 16% of all. They weigh WHEN more in stage two
         (temporal questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
         """
-        rowids = list(rowids)
-        return {rowid for rowid, content in self.db.execute(
-            f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(rowids)})", rowids)
-            if _SAYS_WHEN.search(content.lower())} if rowids else set()
+        return {rowid for chunk in _chunks(list(rowids)) for rowid, content in self.db.execute(
+            f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk)
+            if _SAYS_WHEN.search(content.lower())}
 
     def _shorter(self):
         """{term: stage-two weight} of the shorter forms of the query's rare terms: the
@@ -3064,7 +3079,7 @@ class Store:
             return []  # nothing searchable in it: punctuation or symbols only
         with self.db.errors("search the memories"):
             if words:
-                when = _ASKS_WHEN.search(query.lower()) is not None
+                when = _asks_when(query)
                 rowids = [rowid for _, rowid in self.rank(
                     words, tags, offset + limit, since, until, when)][offset:]
             else:
@@ -3567,12 +3582,15 @@ def read_records(lines):
 
 
 def read_entries(lines):
-    """(where, value) of each thing an import file (lines of bytes) gives: each JSON line
-    ("line 3"), or, in a file that is one JSON document, each item of its array ("item 3"),
-    or each entity and relation of a knowledge graph ({"entities": [...], "relations":
-    [...]}, as the official memory server's read_graph gives it: "entity 3"), which gets
-    its "type". A document is told by its first line: "[" or "{" alone (printed with
-    indents), or a whole graph. A line or document that is not JSON is InvalidInput."""
+    """(graph, entries) for an import file (lines of bytes): (where, value) of each thing
+    it gives, and whether they come from a knowledge graph given as one object.
+
+    Mostly a file holds a JSON value a line ("line 3"). One whose first line is "{" alone
+    or starts with "[", or is a whole graph, is read whole instead, as JSON values one after
+    another ("line 3" where each starts: printed with indents, as `jq .` writes them). One
+    array gives its items ("item 3"); one knowledge graph ({"entities": [...], "relations":
+    [...]}, as the official memory server's read_graph gives it) its entities and relations
+    ("entity 3"), each given its "type". What is not JSON is InvalidInput."""
     lines = iter(lines)
     head = []  # the blank lines before the first, and the first
     for line in lines:
@@ -3584,30 +3602,56 @@ def read_entries(lines):
     if not whole and first.startswith(b"{"):
         try:
             whole = _is_graph(json.loads(first.decode("utf-8")))
-        except ValueError:  # read_lines says what is wrong with it
+        except (ValueError, RecursionError):  # read_lines says what is wrong with it
             pass
     if not whole:
-        for line, _, value in read_lines(itertools.chain(head, lines)):
-            yield f"line {line}", value
-        return
+        return False, ((f"line {line}", value)
+                       for line, _, value in read_lines(itertools.chain(head, lines)))
     try:
-        document = json.loads(b"".join(itertools.chain(head, lines)).decode("utf-8"))
+        values = _json_values(b"".join(itertools.chain(head, lines)).decode("utf-8"))
     except UnicodeDecodeError:
         raise InvalidInput("the file is not UTF-8 text") from None
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"the file is not JSON: {exc}") from None
-    if _is_graph(document):
-        for key, kind in (("entities", "entity"), ("relations", "relation")):
-            items = document.get(key, [])
-            if not isinstance(items, list):
-                raise InvalidInput(f'the graph\'s "{key}" must be an array, got {_kind(items)}')
-            for n, value in enumerate(items, 1):
-                yield f"{kind} {n}", dict(value, type=kind) if isinstance(value, dict) else value
-    elif isinstance(document, list):
-        for n, value in enumerate(document, 1):
-            yield f"item {n}", value
-    else:
-        yield "the file", document
+    if len(values) == 1 and _is_graph(values[0][1]):
+        return True, _graph_entries(values[0][1])
+    if len(values) == 1 and isinstance(values[0][1], list):
+        return False, ((f"item {n}", value) for n, value in enumerate(values[0][1], 1))
+    return False, ((f"line {line}", value) for line, value in values)
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _json_values(text):
+    """[(line, value)] of the JSON values in `text`, one after another, each with the line
+    it starts on; InvalidInput naming where one is not JSON."""
+    values, at, line = [], 0, 1
+    while True:
+        start = _JSON_SPACE.match(text, at).end()
+        line += text.count("\n", at, start)
+        if start == len(text):
+            return values
+        try:
+            value, at = _DECODER.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            raise InvalidInput(f"the file is not JSON at line {exc.lineno}, column "
+                               f"{exc.colno}: {exc.msg}") from None
+        except RecursionError:
+            raise InvalidInput(f"the JSON value at line {line} is nested too deeply") from None
+        values.append((line, value))
+        line += text.count("\n", start, at)
+
+
+_DECODER = json.JSONDecoder()
+
+
+def _graph_entries(graph):
+    """(where, value) of the entities and relations of a knowledge graph as one object."""
+    for key in ("entities", "relations"):
+        if not isinstance(graph.get(key, []), list):
+            raise InvalidInput(f'the graph\'s "{key}" must be an array, got {_kind(graph[key])}')
+    return ((f"{kind} {n}", dict(value, type=kind) if isinstance(value, dict) else value)
+            for key, kind in (("entities", "entity"), ("relations", "relation"))
+            for n, value in enumerate(graph.get(key, []), 1))
 
 
 def _is_graph(value):
@@ -3710,10 +3754,13 @@ def official_records(entries, source, report):
                     report["skipped", "repeated relation", "repeated relations", ""] += 1
                 relations.setdefault(key, _official_time(value))
             else:
-                report["skipped", "line", "lines",
+                report["skipped", "line", "lines", "with no type" if kind is None else
                        f"of another type ({_shorten(kind, 30)})"] += 1
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc}") from None
+    if not entities and not relations and report:  # lines, and none of them the format's
+        raise InvalidInput("the file holds no entity and no relation: it is not the official "
+                           "memory server's (--format flood reads Flood Memory's own)")
     report["entities"] = len(entities)
     now = _now()
     seen = {}  # name -> its tag
@@ -3879,11 +3926,12 @@ def main(argv=None):
                 source = stack.enter_context(sys.stdin.buffer if rest[0] == "-" else
                                              open(rest[0], "rb"))
                 spool = stack.enter_context(tempfile.TemporaryFile())
-                entries = read_entries(source)
+                graph, entries = read_entries(source)
                 first = next(entries, None)
                 entries = itertools.chain([first] if first else [], entries)
                 report = None
-                if form == "official" or form is None and first and is_official(first[1]):
+                if form == "official" or form is None and (
+                        graph or first and is_official(first[1])):
                     report = collections.Counter()
                     name = "standard input" if rest[0] == "-" else os.path.basename(rest[0])
                     records = official_records(entries, name, report)  # whole, in memory

@@ -917,10 +917,19 @@ class RankingTest(StoreTestCase):
         with unittest.mock.patch.object(store, "WHEN", 0.0):
             self.assertEqual([n["id"] for n in self.store.search(
                 "When did Nate get his turtles?")][:2], [plain, dated])
-        says = [store._SAYS_WHEN.search(text.lower()) is not None for text in (
-            "in 2022", "on 7 May 2023", "March 5", "two weeks ago", "last Friday", "at 5pm",
-            "yesterday", "I may go", "we march on", "Jan said hi")]
-        self.assertEqual(says, [True] * 7 + [False] * 3)
+        says = ["in 2022", "the 1990s", "on 7 May 2023", "March 15", "21st of March",
+                "two weeks ago", "3 days later", "last Friday", "at 10pm", "5:30 p.m.",
+                "yesterday", "12/25/2023"]
+        not_a_time = ["I may go", "we march on", "Jan said hi", "1/2 cup", "in her 20s"]
+        self.assertEqual([t for t in says if not store._SAYS_WHEN.search(t.lower())], [])
+        self.assertEqual([t for t in not_a_time if store._SAYS_WHEN.search(t.lower())], [])
+        asks = ["When did it start?", "when's the party", "What year was she born?",
+                "Which month did John visit Italy?", "How long ago was it?",
+                "Since when does she paint?", "When Jon lost his job?"]
+        not_asking = ["What to do when the build fails?", "What time zone is Lisbon in?",
+                      "When I was in Paris, what did I eat?"]
+        self.assertEqual([q for q in asks if not store._asks_when(q)], [])
+        self.assertEqual([q for q in not_asking if store._asks_when(q)], [])
 
     def test_the_tag_filter_ranks_within_the_tagged_memories(self):
         self.fill()
@@ -4333,7 +4342,8 @@ class OfficialImportTest(TempDirTest):
                                for line in self.LINES if line["type"] == "relation"]}
         for name, text in (("graph.json", json.dumps(graph, indent=2)),
                            ("one-line.json", "\ufeff" + json.dumps(graph) + "\n"),
-                           ("array.json", json.dumps(self.LINES, indent=1))):
+                           ("array.json", json.dumps(self.LINES, indent=1)),
+                           ("jq.json", "\n".join(json.dumps(l, indent=2) for l in self.LINES))):
             with self.subTest(name=name):
                 directory = os.path.join(self.dir, name + ".d")
                 path = os.path.join(self.dir, name)
@@ -4359,7 +4369,19 @@ class OfficialImportTest(TempDirTest):
             f.write(json.dumps(graph, indent=2)[:-2])
         done = self.run_store("import", path)
         self.assertEqual(done.returncode, 1)
-        self.assertIn(b"the file is not JSON: Expecting", done.stderr)
+        self.assertIn(b"the file is not JSON at line ", done.stderr)
+        self.assertIn(b", column 4: Expecting ',' delimiter", done.stderr)
+        for text, message in ((json.dumps({"entities": ["Kim"]}), b"entity 1: not a JSON object"),
+                              ('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}",
+                               b"record 1 (line 1) is not JSON: maximum recursion depth"),
+                              ("[" * 100_000 + "]" * 100_000,
+                               b"the JSON value at line 1 is nested too deeply")):
+            with open(path, "w") as f:
+                f.write(text)
+            done = self.run_store("import", path)
+            self.assertEqual((done.returncode, len(done.stderr.splitlines())), (1, 1),
+                             done.stderr[-300:])
+            self.assertIn(message, done.stderr)
         self.assertEqual(len(list(self.open_store().records())), len(expected))
 
     def test_an_entity_whose_observations_are_null_has_none(self):
@@ -4385,6 +4407,13 @@ class OfficialImportTest(TempDirTest):
         self.assertNotIn(b"entities", done.stderr)
         done = self.run_store("import", self.write("x.jsonl"), "--format", "official")
         self.assertEqual(done.returncode, 0, done.stderr)
+        # Flood Memory's export named official holds nothing of the format: refused.
+        path = os.path.join(self.dir, "export.jsonl")
+        with open(path, "wb") as f:
+            f.write(exported)
+        done = self.run_store("import", path, "--format", "official")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(b"the file holds no entity and no relation", done.stderr)
         self.assertEqual(self.run_store("import", "x", "--format", "yaml").returncode, 2)
 
 
