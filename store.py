@@ -1873,7 +1873,6 @@ class RankingIndex:
 # it asks something (holds a "?").
 Features = collections.namedtuple("Features", "counts length tags created asks")
 
-# A question that asks when, in English: "when", "what year", "which month", "how long ago".
 # A question that asks when, in English: "when" asking ("when did", "when's"; not "what to do
 # when it fails"), "what year was", "which month did", "how long ago" (see _asks_when).
 _AUXILIARY = r"(?:'s| (?:exactly |roughly )?(?:did|do|does|was|were|is|are|will|would|has|have|" \
@@ -1890,6 +1889,7 @@ def _asks_when(query):
     query = query.lower()
     return _ASKS_WHEN.search(query) is not None or (
         query.lstrip(" \t\n\"'(¿").startswith("when ") and not _OTHER_QUESTION.search(query))
+
 
 # What says when something happened, in English: a year or decade, a date, a month, a day of
 # the week, a time of day, or a time relative to now ("last week", "two days ago",
@@ -3573,12 +3573,6 @@ def read_lines(lines):
         except (ValueError, RecursionError) as exc:
             raise InvalidInput(f"record {number} (line {line_number}) is not JSON: "
                                f"{exc}") from None
-
-
-def read_records(lines):
-    """Memories from JSON lines (bytes), blank lines skipped; a bad line is InvalidInput."""
-    for _, _, value in read_lines(lines):
-        yield value
 
 
 def read_entries(lines):
