@@ -1895,7 +1895,10 @@ def _asks_when(query):
 # the week, a time of day, or a time relative to now ("last week", "two days ago",
 # "recently"). "May" and "March" count only next to a number (they are words too), and
 # month abbreviations only before one. For lowered text (3-4 times faster than asking the
-# expression to ignore case).
+# expression to ignore case). Asked when, the answer is likely a memory that gives a time:
+# 47% of the facts and 82% of the dialog turns that answer a LoCoMo dev question asking
+# when match, against 13% and 16% of all. They weigh WHEN more in stage two (temporal
+# questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
 _SAYS_WHEN = re.compile(
     r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
@@ -2223,7 +2226,7 @@ class Search:
 
         Scores use RERANK_K1/B, which judge a long memory less harshly by its length, and
         the stage-two weights (the rarest term weighs RAREST more); asked when, a memory
-        that says when weighs WHEN more (see _say_when). Then each of the best
+        that says when weighs WHEN more (see _SAYS_WHEN). Then each of the best
         lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
         the one stored just before it, where they carry the same tags: memories stored
         together share a context (in a conversation, the memory after a matching question
@@ -2241,8 +2244,10 @@ class Search:
 
         def score(rowids):
             features = self._read(rowids)
-            more = self._occurrences(rowids, shorter) if shorter else {}
-            dated = self._say_when(features) if self.when else ()
+            texts = self._contents(features) if shorter or self.when else {}
+            more = self._occurrences(texts, shorter) if shorter else {}
+            dated = {r for r, text in texts.items()
+                     if _SAYS_WHEN.search(text.lower())} if self.when else ()
             return {r: (1 + WHEN if r in dated else 1) * (
                 sum(weight[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
                     for t, tf in zip(terms, f.counts) if tf) +
@@ -2303,17 +2308,11 @@ class Search:
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
                                key=lambda sr: (-sr[0], sr[1]))
 
-    def _say_when(self, rowids):
-        """The rowids of the memories among `rowids` that say when something happened.
-
-        Asked "when", the answer is likely a memory that gives a time: 47% of the facts
-        and 82% of the dialog turns that answer a LoCoMo dev question asking "when" match
-        _SAYS_WHEN, against 13% and 16% of all. They weigh WHEN more in stage two
-        (temporal questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
-        """
-        return {rowid for chunk in _chunks(list(rowids)) for rowid, content in self.db.execute(
-            f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk)
-            if _SAYS_WHEN.search(content.lower())}
+    def _contents(self, rowids):
+        """{rowid: content} of the memories at `rowids`."""
+        return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
+                self.db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
+                                f"({_marks(chunk)})", chunk)}
 
     def _shorter(self):
         """{term: stage-two weight} of the shorter forms of the query's rare terms: the
@@ -2336,8 +2335,9 @@ class Search:
         df, _ = self.index.counted(self.db, forms)
         return {t: SHORTER * _idf(n, self.count) for t, n in df.items() if n > 0}
 
-    def _occurrences(self, rowids, terms):
-        """{rowid: {term: occurrences}} of `terms` in the memories at `rowids` that hold any.
+    def _occurrences(self, texts, terms):
+        """{rowid: {term: occurrences}} of `terms` in the memories `texts` ({rowid: content})
+        that hold any.
 
         Porter's stem of a word is the word's start, but for its last letter at most
         (happy: happi), so only the words starting so are stemmed: taking every word that
@@ -2345,13 +2345,11 @@ class Search:
         """
         starts = tuple({t[:-1] for t in terms})
         out = {}
-        for chunk in _chunks(list(rowids)):
-            for rowid, content in self.db.execute(
-                    f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
-                found = collections.Counter(t for t in map(stem, [
-                    w for w in tokenize(content) if w.startswith(starts)]) if t in terms)
-                if found:
-                    out[rowid] = found
+        for rowid, content in texts.items():
+            found = collections.Counter(t for t in map(stem, [
+                w for w in tokenize(content) if w.startswith(starts)]) if t in terms)
+            if found:
+                out[rowid] = found
         return out
 
 
@@ -3592,15 +3590,13 @@ def read_entries(lines):
         if head[-1].strip():
             break
     first = head[-1].strip() if head else b""
-    whole = first == b"{" or first.startswith(b"[")
-    if not whole and first.startswith(b"{"):
-        try:
-            whole = _is_graph(json.loads(first.decode("utf-8")))
-        except (ValueError, RecursionError):  # read_lines says what is wrong with it
-            pass
-    if not whole:
-        return False, ((f"line {line}", value)
-                       for line, _, value in read_lines(itertools.chain(head, lines)))
+    if first != b"{" and not first.startswith(b"["):
+        parsed = read_lines(itertools.chain(head, lines))
+        top = next(parsed, None)
+        rest = ((f"line {line}", value) for line, _, value in parsed)
+        if top and _is_graph(top[2]):
+            return True, itertools.chain(_graph_entries(top[2]), rest)
+        return False, itertools.chain([(f"line {top[0]}", top[2])] if top else [], rest)
     try:
         values = _json_values(b"".join(itertools.chain(head, lines)).decode("utf-8"))
     except UnicodeDecodeError:
