@@ -2453,10 +2453,14 @@ class RemoteTest(StoreTestCase):
 
     # -- what the outside attack found
 
-    def raw_reply(self, data, port=None):
-        """Send raw bytes on a fresh connection; the whole reply (the server closes)."""
+    def raw_reply(self, data, port=None, later=b""):
+        """Send raw bytes on a fresh connection, and `later` a moment after them; the whole
+        reply (the server closes)."""
         with socket.create_connection(("127.0.0.1", port or self.port), timeout=10) as sock:
             sock.sendall(data)
+            if later:
+                time.sleep(0.3)
+                sock.sendall(later)
             reply = b""
             while chunk := sock.recv(65536):
                 reply += chunk
@@ -2506,6 +2510,25 @@ class RemoteTest(StoreTestCase):
         while time.monotonic() < deadline and self.httpd._open:
             time.sleep(0.05)
         self.assertEqual(self.rpc(request("ping"))["result"], {})
+
+    def test_a_refused_client_still_sending_its_request_reads_the_503(self):
+        # The 503 goes out before the request is read. A client sending its body after the
+        # headers (as http.client does) must still read it: closing at once would reset the
+        # connection under it, and its next send would fail with a broken pipe.
+        self.start(max_connections=1)
+        held = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+        self.addCleanup(held.close)
+        held.sendall(b"POST /mcp HTTP/1.1\r\n")
+        time.sleep(0.2)
+        body = json.dumps(request("ping")).encode()
+        status, headers, reply = self.raw_reply(
+            b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body),
+            later=body)
+        self.assertEqual(status, 503, reply)
+        self.assertEqual(headers["retry-after"], "1")
+        self.assertEqual(len(self.httpd._lingering), 1)
+        time.sleep(server_remote.LINGER + 0.7)  # serve_forever looks every half second
+        self.assertEqual(len(self.httpd._lingering), 0, "a refused connection is never closed")
 
     def test_an_ipv6_address_can_be_served(self):
         port = free_port()
