@@ -3609,6 +3609,7 @@ def read_entries(lines):
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
+_DECODER = json.JSONDecoder()
 
 
 def _json_values(text):
@@ -3629,9 +3630,6 @@ def _json_values(text):
             raise InvalidInput(f"the JSON value at line {line} is nested too deeply") from None
         values.append((line, value))
         line += text.count("\n", start, at)
-
-
-_DECODER = json.JSONDecoder()
 
 
 def _graph_entries(graph):

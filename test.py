@@ -4369,10 +4369,9 @@ class OfficialImportTest(TempDirTest):
         # or as an array of the file's lines. Each imports the memories its lines make.
         _, _, by_text = self.imported()
         expected = {text: r["id"] for text, r in by_text.items()}
-        graph = {"entities": [dict((k, v) for k, v in line.items() if k != "type")
-                              for line in self.LINES if line["type"] == "entity"],
-                 "relations": [dict((k, v) for k, v in line.items() if k != "type")
-                               for line in self.LINES if line["type"] == "relation"]}
+        graph = {key: [{k: v for k, v in line.items() if k != "type"}
+                       for line in self.LINES if line["type"] == kind]
+                 for key, kind in (("entities", "entity"), ("relations", "relation"))}
         for name, text in (("graph.json", json.dumps(graph, indent=2)),
                            ("one-line.json", "\ufeff" + json.dumps(graph) + "\n"),
                            ("array.json", json.dumps(self.LINES, indent=1)),
