@@ -5309,7 +5309,8 @@ def bench(argv):
 # tests wait on servers, subprocesses and locks. On 2 cores, 2 processes took the suite from
 # 69 s to 40 s (49-56 s with another process keeping a core busy, all passing).
 JOBS = max(2, min(4, os.cpu_count() or 1))
-SUMMARY = re.compile(r"^(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$", re.MULTILINE)
+SUMMARY = re.compile(r"^(?:part \d+ of \d+: )?(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$",
+                     re.MULTILINE)
 
 
 def each_test(suite):
@@ -5321,9 +5322,8 @@ def each_test(suite):
             yield test
 
 
-def run_part(part):
-    """Run every test whose index is K modulo N, for part "K/N"."""
-    k, n = map(int, part.split("/"))
+def run_part(k, n):
+    """Run every test whose index is k modulo n."""
     tests = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     chosen = unittest.TestSuite(t for i, t in enumerate(each_test(tests)) if i % n == k)
     return unittest.TextTestRunner(verbosity=1).run(chosen)
@@ -5370,14 +5370,17 @@ def main(argv=None):
         return plain_server(argv[2])
     if len(argv) == 1:
         return run_parts(JOBS)
+    part = ""
     if argv[1:2] == ["--part"]:
-        result = run_part(argv[2])
+        k, n = map(int, argv[2].split("/"))
+        result = run_part(k, n)
+        part = f"part {k + 1} of {n}: "
     else:
         result = unittest.main(argv=argv, verbosity=1, exit=False).result
     failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
     passed = result.testsRun - failed - len(result.skipped)
     # The plain closing line that CI reads in any language.
-    print(f"{passed} passed, {failed} failed" +
+    print(f"{part}{passed} passed, {failed} failed" +
           (f", {len(result.skipped)} skipped" if result.skipped else ""), flush=True)
     return 0 if result.wasSuccessful() and result.testsRun else 1
 
