@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 
-from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, StoreError,
-                   TRAVERSAL_CAP, open_directory)
+from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET,
+                   MAX_QUERY_WORDS, StoreError, TRAVERSAL_CAP, open_directory)
 
 log = logging.getLogger("flood-memory.server")
 
@@ -100,6 +100,9 @@ _NODE_SCHEMA = {
                 "content_chars": {"type": "integer", "minimum": 1,
                                   "description": "Characters of content not shown"},
                 "links": {"type": "integer", "minimum": 1, "description": "Links not shown"},
+                "tags": {"type": "integer", "minimum": 1, "description": "Tags not shown"},
+                "source_chars": {"type": "integer", "minimum": 1,
+                                 "description": "Characters of source not shown"},
                 "skipped_links": {"type": "integer", "minimum": 1,
                                   "description": "Skipped links not listed"},
             },
@@ -161,56 +164,93 @@ _WRITTEN_SCHEMA = {
 
 REPLY_BUDGET = 40_000   # characters of a tool result's text (~10k tokens)
 SHOWN_CONTENT = 2_000   # characters of content a memory shows in a reply...
-SHOWN_LINKS = 20        # ...and links
+SHOWN_LINKS = 20        # ...links...
+SHOWN_SOURCE = 200      # ...characters of its source...
+SHOWN_TAGS = 2_000      # ...and characters of its tags, all counted as JSON writes them
 NOTE_ROOM = 2_000       # characters kept free for the wrapper and the note
 
 
-def shown(node, content=SHOWN_CONTENT):
-    """A memory as a reply shows it: content and links cut to size, and what was cut
-    counted in "omitted". The node's own fields all stay."""
+def _escaped(ch):
+    """How many characters JSON writes for `ch` (ensure_ascii off): a quote, a backslash and
+    the control characters with a short escape take two, the other controls six."""
+    if ch >= " ":
+        return 2 if ch in '"\\' else 1
+    return 2 if ch in "\n\r\t\b\f" else 6
+
+
+def _cut(text, budget):
+    """The longest start of `text` whose JSON string (quotes aside) takes at most `budget`
+    characters: a text of control characters takes six times its length."""
+    if len(_dumps(text[:budget])) - 2 <= budget:
+        return text[:budget]  # the common case: nothing there to escape
+    used = 0
+    for i, ch in enumerate(text):
+        used += _escaped(ch)
+        if used > budget:
+            return text[:i]
+    return text
+
+
+def shown(node, content=SHOWN_CONTENT, whole=False):
+    """A memory as a reply shows it: content, links, source and tags cut to size, and what
+    was cut counted in "omitted". When `whole`, source and tags are whole, and the content
+    takes what they leave of `content`."""
     out = dict(node)
     omitted = {}
-    if len(node["content"]) > content:
-        out["content"] = node["content"][:content]
-        omitted["content_chars"] = len(node["content"]) - content
+    if whole:
+        content -= len(_dumps(node["tags"])) + len(_dumps(node["source"])) + 40 * SHOWN_LINKS
+    out["content"] = _cut(node["content"], content)
+    if len(out["content"]) < len(node["content"]):
+        omitted["content_chars"] = len(node["content"]) - len(out["content"])
     if len(node["links"]) > SHOWN_LINKS:
         out["links"] = node["links"][:SHOWN_LINKS]
         omitted["links"] = len(node["links"]) - SHOWN_LINKS
+    if not whole:
+        out["source"] = _cut(node["source"], SHOWN_SOURCE)
+        if len(out["source"]) < len(node["source"]):
+            omitted["source_chars"] = len(node["source"]) - len(out["source"])
+        used, tags = 0, []
+        for tag in node["tags"]:
+            used += len(_dumps(tag)) + 1
+            if used > SHOWN_TAGS:
+                omitted["tags"] = len(node["tags"]) - len(tags)
+                break
+            tags.append(tag)
+        out["tags"] = tags
     if omitted:
         out["omitted"] = omitted
     return out
 
 
-def _most(node):
-    """The most characters a memory can take in a reply (JSON escapes a character into six
-    at most), found without encoding it: most replies are far below the budget."""
-    content = min(len(node["content"]), SHOWN_CONTENT)
-    links = min(len(node["links"]), SHOWN_LINKS)
-    return 6 * (content + len(node["source"]) + sum(map(len, node["tags"]))) + \
-        40 * (links + len(node["tags"])) + 400
+def _most(node, content=SHOWN_CONTENT):
+    """The most characters a memory can take in a reply, found without encoding it: most
+    replies are far below the budget."""
+    return min(6 * len(node["content"]), content) + 6 * len(node["source"]) + \
+        sum(6 * len(t) + 3 for t in node["tags"]) + 40 * min(len(node["links"]), SHOWN_LINKS) + 400
 
 
 class Budget:
     """Decides how many of a list of memories fit in one reply (the store's `fit` hook)."""
 
-    def __init__(self, chars=REPLY_BUDGET, content=SHOWN_CONTENT):
+    def __init__(self, chars=REPLY_BUDGET, content=SHOWN_CONTENT, whole=False):
         self.chars = chars
         self.content = content
+        self.whole = whole  # one memory asked for by id: its source and tags uncut
         self.offered = 0  # memories the store found for the reply, before fitting
 
     def fit(self, nodes):
         self.offered = len(nodes)
-        if sum(map(_most, nodes)) + NOTE_ROOM <= self.chars:
+        if sum(_most(node, self.content) for node in nodes) + NOTE_ROOM <= self.chars:
             return len(nodes)  # all fit even at the most their JSON could take: no encoding
         used = NOTE_ROOM
         for n, node in enumerate(nodes):
-            used += len(_dumps(shown(node, self.content))) + 1
+            used += len(_dumps(shown(node, self.content, self.whole))) + 1
             if n and used > self.chars:
                 return n
         return len(nodes)
 
     def show(self, nodes):
-        return [shown(node, self.content) for node in nodes]
+        return [shown(node, self.content, self.whole) for node in nodes]
 
 
 def _cut_notes(nodes, depth=None):
@@ -219,12 +259,21 @@ def _cut_notes(nodes, depth=None):
     notes = []
     cut = [n for n in nodes if "content_chars" in n.get("omitted", {})]
     how = "call connections with its node_id and depth 0 for all of it"
-    if len(cut) == 1:
-        notes.append(f"Memory {cut[0]['id']} shows the first {SHOWN_CONTENT:,} characters of "
-                     f"its content ({cut[0]['omitted']['content_chars']:,} more): {how}.")
+    if cut and depth == 0:  # asked for whole already: it cannot come whole
+        notes.append(f"Memory {cut[0]['id']} is too long to show whole in one reply: the last "
+                     f"{cut[0]['omitted']['content_chars']:,} characters of its content are "
+                     f"left out.")
+    elif len(cut) == 1:
+        notes.append(f"Memory {cut[0]['id']} shows the start of its content "
+                     f"({cut[0]['omitted']['content_chars']:,} characters more): {how}.")
     elif cut:
-        notes.append(f"{len(cut)} memories show the first {SHOWN_CONTENT:,} characters of "
-                     f"their content (\"omitted\" counts the rest): for one of them, {how}.")
+        notes.append(f"{len(cut)} memories show the start of their content (\"omitted\" "
+                     f"counts the rest): for one of them, {how}.")
+    cut = [n for n in nodes if {"tags", "source_chars"} & n.get("omitted", {}).keys()]
+    if cut:
+        notes.append(f"{len(cut)} {'memory shows' if len(cut) == 1 else 'memories show'} part "
+                     f"of {'its' if len(cut) == 1 else 'their'} tags or source (\"omitted\" "
+                     f"counts the rest): for all of it, {how}.")
     cut = [n for n in nodes if "links" in n.get("omitted", {}) and
            (depth is None or n["distance"] >= depth)]
     how = "call connections with its node_id to walk them, a page at a time"
@@ -278,11 +327,15 @@ def _remember(store, args):
 
 
 def _recall(store, args):
-    budget = Budget()
+    budget, searched = Budget(), {}
     found = store.search(args["query"], args["tags"], args["limit"], offset=args["offset"],
-                         since=args.get("since"), until=args.get("until"), fit=budget.fit)
+                         since=args.get("since"), until=args.get("until"), fit=budget.fit,
+                         report=searched)
     results = budget.show(found)
     notes = _cut_notes(results)
+    if searched.get("cut"):
+        notes.insert(0, f"Only the first {MAX_QUERY_WORDS} words of the query were searched "
+                        f"for; the rest were ignored.")
     value = {"results": results}
     if budget.offered > len(found):
         value["next_offset"] = args["offset"] + len(found)
@@ -295,7 +348,8 @@ def _recall(store, args):
 
 def _connections(store, args):
     whole = args["depth"] == 0  # one memory asked for by id: all of its content
-    budget = Budget(MAX_CONTENT + REPLY_BUDGET, MAX_CONTENT) if whole else Budget()
+    budget = Budget(MAX_CONTENT + REPLY_BUDGET, MAX_CONTENT + REPLY_BUDGET - NOTE_ROOM, True) \
+        if whole else Budget()
     walked = store.neighbors(args["node_id"], args["depth"], offset=args["offset"],
                              fit=budget.fit)
     nodes = budget.show(walked["nodes"])
@@ -502,8 +556,9 @@ def check_arguments(name, schema, args):
     props = schema["properties"]
     unknown = sorted(k for k in args if k not in props)
     if unknown:
-        raise ToolError(f"{name} has no argument {', '.join(map(repr, unknown))}; it takes "
-                        f"{', '.join(props)}")
+        named = ", ".join(repr(k[:40]) for k in unknown[:5])
+        more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
+        raise ToolError(f"{name} has no argument {named}{more}; it takes {', '.join(props)}")
     out = {}
     for key, prop in props.items():
         value = args.get(key)
@@ -686,7 +741,8 @@ def decode(data):
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
-        return json.loads(data), None
+        # A byte order mark, as some Windows tools write before the first message.
+        return json.loads(data.removeprefix("\ufeff")), None
     except UnicodeDecodeError:
         return None, rpc_error(None, PARSE_ERROR, "parse error: the message is not UTF-8")
     except RecursionError:

@@ -554,6 +554,14 @@ def main(argv=None):
         print(f"flood-memory: {exc}", file=sys.stderr)
         return 1
     host, port = settings["host"], settings["port"]
+    # Said before listening: a client that connects at once must find it in the log.
+    if settings["token"] is None and is_loopback(host):
+        log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set: authentication is disabled, so "
+                    "every program on this machine can read and change the memories")
+    elif settings["token"] is None:
+        log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set and %s is not a loopback address: "
+                    "ANYONE who can reach %s:%d can read and change every memory. Set a "
+                    "token, or listen on 127.0.0.1", host, host, port)
     try:
         httpd = RemoteServer((host, port), store, token=settings["token"],
                              allowed_origins=settings["allowed_origins"],
@@ -563,13 +571,6 @@ def main(argv=None):
         print(f"flood-memory: cannot listen on {host}:{port}: "
               f"{getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 1
-    if settings["token"] is None and httpd.loopback_only:
-        log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set: authentication is disabled, so "
-                    "every program on this machine can read and change the memories")
-    elif settings["token"] is None:
-        log.warning("FLOOD_MEMORY_AUTH_TOKEN is not set and %s is not a loopback address: "
-                    "ANYONE who can reach %s:%d can read and change every memory. Set a "
-                    "token, or listen on 127.0.0.1", host, host, port)
     log.info("listening on http://%s:%d%s", f"[{host}]" if ":" in host else host,
              httpd.server_address[1], MCP_PATH)
 

@@ -150,6 +150,16 @@ CREATE TABLE pending (
     counts TEXT NOT NULL,        -- JSON object: term -> occurrences in the memory
     length INTEGER NOT NULL      -- tokens in the memory, as FTS5 counts them
 );
+
+-- Work a load has left to do. 'count': it inserted memories without counting their terms,
+-- to count them all at once at its end; until then a search does not find them. Set in the
+-- load's first transaction, cleared by the last step of the count: an interrupted load
+-- leaves it, and the next process to look (an open, a load, a server's upkeep) does the
+-- count, once its owner has not beaten for OWED_LEASE seconds.
+CREATE TABLE owed (
+    work TEXT PRIMARY KEY,
+    beat REAL NOT NULL           -- when its owner last wrote, in Unix time
+) WITHOUT ROWID;
 """
 
 # Versions of SCHEMA, kept in PRAGMA user_version:
@@ -160,7 +170,8 @@ CREATE TABLE pending (
 # 4: pending, the log of changes the ranking statistics have yet to count.
 # 5: time and duplicates: created_at in one UTC form and indexed (nodes_created), and in
 #    node_tags (node_tags_created); fingerprints; terms.nodes, the holders of rare terms.
-SCHEMA_VERSION = 5
+# 6: owed, the count an interrupted load left to do.
+SCHEMA_VERSION = 6
 
 
 def _statements(script):
@@ -244,9 +255,21 @@ def _migrate_from_4(db):
     _list_rare(db)
 
 
+def _owe(db):
+    """Mark the count as owed, or beat for it (see owed), inside a write transaction."""
+    db.execute("INSERT INTO owed (work, beat) VALUES ('count', ?) ON CONFLICT (work) "
+               "DO UPDATE SET beat = excluded.beat", (time.time(),))
+
+
+def _migrate_from_5(db):
+    """The count a load left to do, kept in the file (see owed)."""
+    _create(db, "owed")
+
+
 # MIGRATIONS[v] takes a version-v database to version v + 1, inside the one transaction that
 # also sets the new version. Impact lists a migration leaves missing are built after it.
-MIGRATIONS = {1: _migrate_from_1, 2: _migrate_from_2, 3: _migrate_from_3, 4: _migrate_from_4}
+MIGRATIONS = {1: _migrate_from_1, 2: _migrate_from_2, 3: _migrate_from_3, 4: _migrate_from_4,
+              5: _migrate_from_5}
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
@@ -338,13 +361,15 @@ MAX_TAGS = 100          # tags on one memory
 MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
 MAX_SOURCE = 1_000      # characters in a memory's source label
+MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest are ignored
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
 LOAD_CHUNK = 4_000      # memories in a load's first transaction of inserts...
 LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
 LOAD_INSTANCES = 250_000 # word occurrences whose rare terms one transaction lists
 LOAD_STEP = 0.25        # seconds after which a load's step of impact lists ends
-LINK_CHUNK = 16_000     # memories a load links per step (see Store._link_loaded)
+LINK_BATCH = 10_000     # links a load makes in one transaction, with their back-links
+OWED_LEASE = 60.0       # seconds without a beat after which owed work is taken over
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): 15 s -> 11.6 s
                         # for an 80,000-memory import
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
@@ -471,50 +496,58 @@ class _Folds(dict):
     ('' when it is a diacritic it drops), or a space when it separates words.
 
     unicode61 folds one character at a time, by tables of the Unicode version SQLite was
-    built with, so the only faithful source is SQLite itself: each non-ASCII character is
-    looked up once, by tokenizing it between two letters, and kept.
+    built with, so the only faithful source is SQLite itself: the characters of a text not
+    seen yet are looked up together, in one round trip (one each made a text of 1,000
+    characters never seen cost 11 s once the table was full), by tokenizing each between two
+    letters, and kept. A full table (MAX_FOLDS) starts again from ASCII.
     """
 
     def __init__(self):
-        super().__init__((i, chr(i).lower() if chr(i).isalnum() else " ") for i in range(128))
+        super().__init__(self._ascii())
         self._lock = threading.Lock()
         self._db = None
-        self._text = ""
+
+    @staticmethod
+    def _ascii():
+        return ((i, chr(i).lower() if chr(i).isalnum() else " ") for i in range(128))
 
     def fold(self, text):
         """`text` with each character folded, as unicode61 has it inside a word."""
-        self._text = text  # for __missing__ (another thread's text there does no harm)
+        chars = set(text)
+        new = [c for c in chars if ord(c) not in self]
+        if not new:
+            return text.translate(self)
+        values = self._look_up(new)
+        if len(chars) > MAX_FOLDS - 128:  # more than the table holds: for this text alone
+            return text.translate(collections.ChainMap(values, self))
+        if len(self) + len(values) > MAX_FOLDS:
+            values.update((ord(c), self[ord(c)]) for c in chars if ord(c) in self)
+            self.clear()
+            self.update(self._ascii())
+        self.update(values)
         return text.translate(self)
 
     def __missing__(self, code):
-        # The first character of a text not seen yet: every other new one of that text is
-        # looked up with it, in one round trip to SQLite instead of one each (150 us a
-        # character: a first text of 300 Chinese characters took 38 ms, now 7). Once the
-        # table is full, only this one.
-        chars = [chr(code)]
-        if len(self) < MAX_FOLDS:
-            chars += [c for c in set(self._text) if ord(c) not in self and ord(c) != code]
-        return self._look_up(chars)[code]
+        # Only if another thread emptied the table between fold's look-up and its use.
+        return self._look_up([chr(code)])[code]
 
     def _look_up(self, chars):
-        """{code point: value} of `chars`, each tokenized between two letters, and kept."""
+        """{code point: value} of `chars`, each tokenized between two letters, in one text."""
         with self._lock:
             if self._db is None:
                 self._db = sqlite3.connect(":memory:", check_same_thread=False)
-                self._db.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='unicode61')")
+                # Contentless: emptied at once by delete-all (DELETE re-reads every row).
+                self._db.execute("CREATE VIRTUAL TABLE t USING fts5(x, content='', "
+                                 "tokenize='unicode61')")
                 self._db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
-            self._db.execute("DELETE FROM t")
-            self._db.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)",
-                                 [(ord(c), f"a{c}b") for c in chars])
-            terms = collections.defaultdict(list)
-            for doc, term in self._db.execute("SELECT doc, term FROM v ORDER BY doc, offset"):
-                terms[doc].append(term)
-        values = {}
-        for c in chars:
-            found = terms[ord(c)]
-            values[ord(c)] = value = found[0][1:-1] if len(found) == 1 else " "
-            if len(self) < MAX_FOLDS:
-                self[ord(c)] = value
+            self._db.execute("INSERT INTO t (t) VALUES ('delete-all')")
+            self._db.execute("INSERT INTO t (rowid, x) VALUES (1, ?)",
+                             (" ".join(f"a{c}b" for c in chars),))
+            terms = [t for (t,) in self._db.execute("SELECT term FROM v ORDER BY offset")]
+        values, i = {}, 0
+        for c in chars:  # "a" then "b" where c separates words, else one term
+            values[ord(c)] = " " if terms[i] == "a" else terms[i][1:-1]
+            i += 2 if terms[i] == "a" else 1
         return values
 
 
@@ -681,12 +714,30 @@ def term_counts(text):
     return collections.Counter(map(stem, tokenize(text)))
 
 
+def first_words(text, n=None):
+    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds
+    more. Only the start of a long text is tokenized: a query of a million words took 9 s
+    and 549 MB."""
+    n = MAX_QUERY_WORDS if n is None else n
+    size = 16 * n
+    while True:
+        words = tokenize(text[:size])
+        if len(words) > n or size >= len(text):
+            return words[:n], len(words) > n
+        size *= 4
+
+
 def query_words(text):
-    """The words of a question that a search should look for, one per distinct term.
+    """The words of a question that a search should look for, one per distinct term, from
+    its first MAX_QUERY_WORDS words.
 
     Stopwords are dropped unless nothing else is left, so "what is it?" still searches.
     """
-    words = tokenize(text)
+    return _meaningful(first_words(text)[0])
+
+
+def _meaningful(words):
+    """query_words of a query's `words`."""
     meaningful = [w for w in words if w not in STOPWORDS] or words
     seen, kept = set(), []
     for word in meaningful:
@@ -729,7 +780,10 @@ def _utc(value):
     moment = datetime.fromisoformat(value.strip())
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return _format_time(moment)
+    try:
+        return _format_time(moment)
+    except OverflowError:  # 0001-01-01T00:00+14:00 is a time before year 1 in UTC
+        raise ValueError(f"{value} is out of range once in UTC") from None
 
 
 TIME_FORMS = ("an ISO 8601 date or date-time, such as 2026-11-23, 2026-11-23T14:30 or "
@@ -877,8 +931,9 @@ def _link_ids(values, limit=MAX_LINKS, skipped=None):
         try:
             ids[_node_id(value, "link")] = None
         except InvalidInput:
-            if skipped is not None:
-                skipped.append({"id": value, "reason": NOT_AN_ID})
+            if skipped is not None:  # echoed in the reply: cut, it may be any text at all
+                skipped.append({"id": value if len(value) <= 80 else value[:77] + "...",
+                                "reason": NOT_AN_ID})
     return list(ids)
 
 
@@ -897,7 +952,7 @@ def _int(value, name, low, high):
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{name} must be an integer, got {_kind(value)}")
     if not low <= value <= high:
-        raise InvalidInput(f"{name} must be between {low} and {high}, got {value}")
+        raise InvalidInput(f"{name} must be between {low} and {high}, got {_shorten(value)}")
     return value
 
 
@@ -973,7 +1028,8 @@ def _node(row):
         "source": row[4] or "",
         "created_at": row[5],
         "last_accessed": row[6],
-        "access_count": row[7] or 0,
+        # A float here was left by a version whose count overflowed past MAX_INT.
+        "access_count": int(min(row[7] or 0, MAX_INT)),
     }
 
 
@@ -994,23 +1050,6 @@ def _id_list(ids):
 def _tag_set(tags_json):
     """The tags of a `tags` column value, as a frozenset."""
     return frozenset(json.loads(tags_json or "[]"))
-
-
-def _runs(numbers):
-    """(first, last, how many) of each run of consecutive numbers in sorted `numbers`."""
-    runs = []
-    for n in numbers:
-        if runs and runs[-1][1] == n - 1:
-            runs[-1][1:] = [n, runs[-1][2] + 1]
-        else:
-            runs.append([n, n, 1])
-    return [tuple(run) for run in runs]
-
-
-def _unwant(wanted, a, b):
-    """A link between a and b that a load no longer makes (see Store._link_loaded)."""
-    wanted.get(a, {}).pop(b, None)
-    wanted.get(b, {}).pop(a, None)
 
 
 def _chunks(items, size=500):
@@ -1250,6 +1289,11 @@ class Database:
                         time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
+
+    @property
+    def closing(self):
+        """Whether close() has begun: long upkeep stops at its next step."""
+        return self._closing
 
     def wake(self):
         """Have the background thread run soon, as after a write."""
@@ -1618,11 +1662,10 @@ class RankingIndex:
         return len(rows)
 
     def count_loaded(self, db, docs):
-        """Count memories just inserted in bulk, [(rowid, text)], straight in (no log)."""
+        """Count memories just inserted in bulk, [(rowid, Counted)], straight in (no log)."""
         delta, words, added = collections.Counter(), {}, {}
         held = collections.defaultdict(dict)
-        for rowid, text in docs:
-            counts, length, _ = _counted(text)
+        for rowid, (counts, length, _) in docs:
             added[rowid] = (counts, length)
             for term, (_, word) in counts.items():
                 delta[term] += 1
@@ -2372,7 +2415,7 @@ class Store:
         self.path = os.fspath(path)
         self.index = RankingIndex(hot_min_df, hot_list)
         self.trace = trace
-        self.db = Database(self.path, timeout, upkeep=self._fold_some)
+        self.db = Database(self.path, timeout, upkeep=self._upkeep)
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -2419,8 +2462,8 @@ class Store:
                                      f"backup") from exc
                 raise
             if version == SCHEMA_VERSION:
-                if db.execute("SELECT 1 FROM pending LIMIT 1").fetchone():
-                    self.db.wake()  # left by a process that stopped before folding them
+                if db.execute("SELECT 1 FROM pending UNION ALL SELECT 1 FROM owed").fetchone():
+                    self.db.wake()  # left by a process that stopped before doing it
                 return
             if version > SCHEMA_VERSION:
                 raise StoreError(
@@ -2457,11 +2500,13 @@ class Store:
     def fold(self):
         """Count every logged change into the ranking statistics now; the background thread
         does it otherwise, soon after the writes."""
-        while self._fold_some():
+        while self._upkeep():
             pass
 
-    def _fold_some(self):
-        """Fold one batch of the log in its own transaction; True if more may be left."""
+    def _upkeep(self):
+        """The background thread's work: a count a load left owed, then one batch of the
+        log folded in its own transaction; True if more may be left."""
+        self._count_owed(LOAD_PAUSE, stop=lambda: self.db.closing)
         with self.db.errors("update the ranking statistics"):
             if not self.db.connection().execute("SELECT 1 FROM pending LIMIT 1").fetchone():
                 return False  # no write transaction, which would count as a write
@@ -2526,8 +2571,8 @@ class Store:
             # A new id is in nobody's links yet: each back-link is one append, and a target
             # that no memory has is the one the append finds nothing to change in.
             linked = [target for target in links if db.execute(
-                "UPDATE nodes SET links = json_insert(links, '$[#]', ?) WHERE id = ?",
-                (node_id, target)).rowcount]
+                "UPDATE nodes SET links = json_insert(coalesce(links, '[]'), '$[#]', ?) "
+                "WHERE id = ?", (node_id, target)).rowcount]
             skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
             links = linked
             rowid = db.execute(
@@ -2628,333 +2673,68 @@ class Store:
         return [{"id": node_id, "content": text[:NEAR_SHOWN]}
                 for _, _, node_id, text in close[:NEAR_LISTED]]
 
-    def load(self, records, *, checked=False, pause=LOAD_PAUSE, size=None):
+    def load(self, records, *, checked=False, pause=LOAD_PAUSE):
         """Insert whole memories, ids and timestamps as given; {"loaded": n, "skipped": n}.
 
-        For imports and benchmarks. Every record is checked before anything is written, and a
-        bad one, or an id given twice, refuses the load, naming the record (`checked` says the
-        records are Records from check_records already). Then the memories go in, in chunks
-        of about LOAD_TXN seconds so that other writers get their turns (LOAD_CHUNK the first,
-        the next sized by its pace), and after them the links, a link always with its
-        back-link, in short steps (see _link_loaded); `pause` seconds between two
-        transactions let another process's writer in. A record whose id is stored already is
-        skipped, though links it gives are made; links to ids found neither here nor among
-        the records are dropped, with one warning. An interrupted load leaves whole
-        memories: loading again completes it.
+        For imports and benchmarks. `records` is a list, or anything that gives the records
+        again each time it is iterated (a load reads them twice). Every record is checked
+        before anything is written, and a bad one, or an id given twice, refuses the load,
+        naming the record (`checked` says the records are Records from check_records
+        already). Then the memories go in, in chunks of about LOAD_TXN seconds so that other
+        writers get their turns (LOAD_CHUNK the first, the next sized by its pace), and
+        after them the links, each link with its back-link, in short transactions (see
+        _Load.link); `pause` seconds between two transactions let another process's writer
+        in. A record whose id is stored already is skipped, though links it gives are made;
+        links to ids found neither here nor among the records are dropped, with one warning.
 
-        A load at least as large as the store it goes into (`size` records, known for a list)
-        counts its terms once at the end, from FTS5's own vocabulary, instead of memory by
-        memory (about half of what a load costs). Until then, searches rank the loaded
-        memories by statistics that do not count them yet.
+        A load at least as large as the store it goes into counts its terms once at the end,
+        from FTS5's own vocabulary, instead of memory by memory (about half of what a load
+        costs). The count is marked as owed in the load's first transaction and done by the
+        next open or load should this one be interrupted: importing again completes it.
         """
         if not checked:
             records = check_records(records)
-        self._loaded = {}  # id -> rowid of the memories this load inserted
-        self._runs = None  # their rowids as runs (see _gone_meanwhile)
-        self._last = None  # (rowid, id) of the last memory it inserted
-        self._into_empty = self.count() == 0
-        # A load touches pages all over (random ids, hashes): a larger cache for it.
-        self.db.connection().execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
-        size = len(records) if size is None and hasattr(records, "__len__") else size
-        recount = size is not None and size >= max(LOAD_CHUNK, self.count())
-        loaded = skipped = 0
-        first, chunk_size = True, LOAD_CHUNK
-        linked, chunk = [], []  # linked: (id, links) of every record that gives links
-        for record in records:
-            chunk.append(record)
-            if record.links:
-                linked.append((record.id, record.links))
-            if len(chunk) == chunk_size:
-                if not first:
-                    time.sleep(pause)  # another process's write may be waiting for its turn
-                started, before = time.monotonic(), loaded
-                loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
-                # The next chunk as large as LOAD_TXN seconds allow at this one's pace, within
-                # a quarter and four times LOAD_CHUNK (short memories go in 4,000 in 0.2 s).
-                # Records stored already go fast: only those inserted tell the pace.
-                if loaded > before:
-                    pace = max(time.monotonic() - started, 1e-3) / (loaded - before)
-                    chunk_size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
-                chunk, first = [], False
-        loaded, skipped = self._load_chunk(chunk, loaded, skipped, not recount)
-        if linked:
-            self._link_loaded(linked, pause)
-        if recount and loaded:
-            self._count_loaded(pause)
-        return {"loaded": loaded, "skipped": skipped}
+        elif iter(records) is records:
+            records = list(records)  # a one-pass iterator: a load reads its records twice
+        return _Load(self, records, pause).run()
 
-    def _count_loaded(self, pause):
-        """Count the terms of every memory from FTS5's vocabulary, then make the lists of
-        rare terms and the impact lists: each step a transaction short enough that other
-        writers keep their turns (in one, the last two held the lock 7.5 s after a
-        100,000-memory import)."""
+    def _count_owed(self, pause, stop=lambda: False, claim=True):
+        """Do the count a load left owed: count the terms of every memory from FTS5's
+        vocabulary, then make the lists of rare terms and the impact lists, each step a
+        transaction short enough that other writers keep their turns (in one, the last two
+        held the lock 7.5 s after a 100,000-memory import). With `claim`, only once its owner
+        has stopped beating (see owed); stops early, still owed, when stop()."""
         with self.db.errors("count the loaded memories"):
+            row = self.db.connection().execute("SELECT beat FROM owed").fetchone()
+            if row is None or claim and row[0] > time.time() - OWED_LEASE:
+                return
+            if claim:
+                with self.db.write() as db:
+                    if not db.execute("UPDATE owed SET beat = ? WHERE beat <= ?",
+                                      (time.time(), time.time() - OWED_LEASE)).rowcount:
+                        return  # another process took it first
             with self.db.write() as db:
+                _owe(db)
                 _recount(db, rare=False)
                 ranges = _term_ranges(db, LOAD_INSTANCES)
             for low, high in ranges:
                 time.sleep(pause)
+                if stop():
+                    return
                 with self.db.write() as db:
+                    _owe(db)
                     _list_rare(db, low, high)
             more = True
             while more:
                 time.sleep(pause)
+                if stop():
+                    return
                 with self.db.write() as db:
                     more = self.index.build_missing(db, time.monotonic() + LOAD_STEP)
-
-    def _load_chunk(self, chunk, loaded, skipped, count=True):
-        """Insert the Records of `chunk` not stored yet, without links, in one transaction;
-        count their terms unless told not to."""
-        if not chunk:
-            return loaded, skipped
-        with self.db.errors("load the memories"), self.db.write() as db:
-            # A memory of this load that another writer forgot is dropped from it now: its
-            # rowid may be taken again, by this chunk or by another writer. That can happen
-            # only once the load's last memory is gone (a new row takes the largest rowid
-            # plus one), so only that one is looked at while it is there.
-            if self._last and db.execute("SELECT id FROM nodes WHERE rowid = ?",
-                                         (self._last[0],)).fetchone() != (self._last[1],):
-                self._runs = None
-                for node_id in self._gone_meanwhile(db):
-                    del self._loaded[node_id]
-                self._runs = None
-                self._last = max(((r, i) for i, r in self._loaded.items()), default=None)
-            present = set()
-            # Into a store that was empty: no id can be there (another writer adding one of
-            # these ids meanwhile would make the insert fail, whole).
-            for ids in _chunks([] if self._into_empty else [r.id for r in chunk]):
-                present.update(i for (i,) in db.execute(
-                    f"SELECT id FROM nodes WHERE id IN ({_marks(ids)})", ids))
-            fresh = [r for r in chunk if r.id not in present]
-            # Rowids given here, the next ones free, so that one executemany inserts them all.
-            first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM nodes").fetchone()[0]
-            rowids = range(first, first + len(fresh))
-            tags = {}  # the same tags come again and again: each JSON made once
-            # The triggers of the tag and full-text indexes are set aside for this
-            # transaction only (a DROP rolls back with it; no other connection writes
-            # meanwhile, as this one holds the write lock), and each index is written in
-            # one statement instead. The tag trigger took a third of each insert (json_each,
-            # then two indexes a tag). The 80,000 memories of an official import went in
-            # with their full-text index in 3.5-5.2 s by the trigger, row by row, and in
-            # 1.6-1.7 s with one INSERT ... SELECT a chunk (0.8-1.1 s without the index).
-            db.execute("DROP TRIGGER node_tags_ai")
-            db.execute("DROP TRIGGER nodes_ai")
-            db.executemany(
-                "INSERT INTO nodes (rowid, id, content, tags, links, source, created_at, "
-                "last_accessed, access_count) VALUES (?, ?, ?, ?, '[]', ?, ?, ?, ?)",
-                [(rowid, r.id, r.content, tags.get(tuple(r.tags)) or tags.setdefault(
-                    tuple(r.tags), _json(r.tags)), r.source, r.created_at, r.last_accessed,
-                  r.access_count) for rowid, r in zip(rowids, fresh)])
-            db.executemany("INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                           "VALUES (?, ?, ?)", sorted((t, rowid, r.created_at)
-                                                      for rowid, r in zip(rowids, fresh)
-                                                      for t in r.tags))
-            db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
-                       "WHERE rowid BETWEEN ? AND ?", (first, first + len(fresh) - 1))
-            _create(db, "node_tags_ai", "nodes_ai")
-            db.executemany("INSERT INTO fingerprints (hash, node) VALUES (?, ?)",
-                           [(_fingerprint(r.content, r.tags), rowid)
-                            for rowid, r in zip(rowids, fresh)])
-            if count:
-                self.index.count_loaded(db, [(rowid, r.content) for rowid, r in zip(rowids, fresh)])
-            self._loaded.update(zip((r.id for r in fresh), rowids))
-            if fresh:
-                self._last = (rowids[-1], fresh[-1].id)
-        return loaded + len(fresh), skipped + len(chunk) - len(fresh)
-
-    def _link_plan(self, linked, ours):
-        """(wanted, steps, skipped) for _link_loaded: the links [(id, links)] of the loaded
-        records to make, as {id: {target: step}}; {step: ids of the memories whose links it
-        writes}; and the links left out, to ids that no memory has. `ours`: ids of the
-        records of the load (they exist)."""
-        skipped = []
-        with self.db.read() as db:
-            targets = [t for t in dict.fromkeys(t for _, links in linked for t in links)
-                       if t not in ours]
-            found = set(ours)
-            found.update(self._existing(db, targets, skipped))
-        wanted = {}  # id -> {target: None}, in order
-        for node_id, links in linked:
-            own = wanted.setdefault(node_id, {})
-            for target in links:
-                if target in found and target != node_id:
-                    own[target] = None
-        for node_id, links in linked:
-            for target in wanted[node_id]:
-                wanted.setdefault(target, {})[node_id] = None
-        # A link between the memories taken i-th and j-th is made in the step that takes
-        # the later of them: wanted[a][b] becomes that step. They are taken breadth
-        # first, so that most links fall within one step and a memory is written in few:
-        # in the order of the file, an import from the official memory server wrote each
-        # 3.3 times, and took 6.4 s to link instead of 2.5 (80,000 memories). The larger
-        # the steps, the fewer memories are written again: steps of 4,000 memories took
-        # 4.4 s to link that import and 8.5 s for 100,000 synthetic ones, steps of 16,000
-        # 3.0 s and 5.3 s, with transactions of 0.5 s and 0.7 s at most (as long as a
-        # chunk's); steps of 32,000, 2.7 s and 4.0 s, but 1 s.
-        order = {}
-        for start in wanted:
-            if start in order:
-                continue
-            order[start] = len(order) // LINK_CHUNK
-            queue = collections.deque([start])
-            while queue:
-                for target in wanted[queue.popleft()]:
-                    if target not in order:
-                        order[target] = len(order) // LINK_CHUNK
-                        queue.append(target)
-        steps = collections.defaultdict(dict)  # step -> memories whose links it writes
-        for node_id, want in wanted.items():
-            mine = order[node_id]
-            wanted[node_id] = want = {t: mine if mine > order[t] else order[t] for t in want}
-            for step in set(want.values()):
-                steps[step][node_id] = None
-        return wanted, steps, skipped
-
-    def _link_loaded(self, linked, pause):
-        """Make the links [(id, links)] of loaded records, both ways.
-
-        A link and its back-link are written in one transaction, and the transactions are
-        short: the memories are taken LINK_CHUNK at a time, breadth first, and each step
-        makes the links among the memories taken so far that the steps before lacked; a
-        transaction takes steps for about LOAD_STEP seconds (100,000 memories linked in one
-        transaction held the lock 2.6 s). A step writes each memory's whole list of links at
-        once (a record with 60,000 links to missing ids took 22 s when each link was looked
-        for alone). A record's own links keep their order, back-links follow them; a
-        memory stored before the load keeps its links and gets the new ones after them.
-        What another writer does between two transactions stays done: a memory it forgot
-        is linked no more, a link it made or took away is kept so (see _link_step).
-        """
-        with self.db.errors("link the loaded memories"):
-            wanted, steps, skipped = self._link_plan(linked, self._loaded)
-            had, written, dropped = {}, {}, set()
-            todo = collections.deque(sorted(steps))
-            while todo:
-                with self.db.write() as db:
-                    deadline = time.monotonic() + LOAD_STEP
-                    gone = self._gone_meanwhile(db)
-                    for node_id in gone - dropped:  # another writer forgot it: no more links
-                        for target in list(wanted.get(node_id, ())):
-                            _unwant(wanted, node_id, target)
-                    dropped |= gone
-                    while True:  # at least one step, then more while time is left
-                        step = todo.popleft()
-                        self._link_step(db, steps[step], wanted, step, gone, had, written)
-                        if not todo or time.monotonic() > deadline:
-                            break
-                if todo:
-                    time.sleep(pause)
-        self._loaded = {}
-        _log_skipped("import", skipped)
-
-    def _link_step(self, db, ids, wanted, step, gone, had, written):
-        """Write the links of the memories `ids` that _link_loaded's steps up to `step`
-        make, keeping any that other writers gave or took away meanwhile (`gone`: loaded
-        memories forgotten since).
-
-        `had` keeps what memories stored before the load had (read when first written);
-        `written` what a step last wrote for each loaded memory. A loaded memory's links are
-        not read back: each is written only if it still holds what was last written there,
-        and read only if not (another writer changed it meanwhile).
-        """
-        loaded = self._loaded
-        older = {}  # id -> (rowid, links) of the memories stored before the load
-        for chunk in _chunks([i for i in ids if i not in loaded]):
-            older.update((node_id, (rowid, links)) for rowid, node_id, links in db.execute(
-                f"SELECT rowid, id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-        # The links this step cannot make are no longer wanted: to an older memory that
-        # another writer has forgotten (a loaded one is out of `wanted` already).
-        for node_id in ids:
-            if node_id not in loaded and node_id not in older:
-                for target in list(wanted[node_id]):
-                    _unwant(wanted, node_id, target)
-        rows, checked = [], []
-        for node_id in ids:
-            want = wanted[node_id]
-            if node_id in loaded:
-                if node_id in gone:
-                    continue
-                # Its own links first, in their order; those made before are still there,
-                # unless the memory changed meanwhile (then _relink_changed sees to it).
-                links = [t for t, made in want.items() if made <= step]
-                text = _id_list(links)
-                checked.append((loaded[node_id], node_id, text, written.get(node_id, "[]")))
-                written[node_id] = text
-            elif node_id in older:
-                rowid, text = older[node_id]
-                before = json.loads(text)
-                kept = had.setdefault(node_id, set(before))  # what it had stays first
-                held = set(before)
-                ours = [t for t, made in want.items() if t not in kept and
-                        (made < step and t in held or made == step)]
-                mine = set(ours)
-                links = [t for t in before if t not in mine] + ours
-                if links != before:
-                    rows.append((rowid, node_id, _id_list(links), None))
-        # Written by rowid, checking the id too (a rowid is taken again after its memory is
-        # forgotten), and, for a loaded memory, that it still holds what was written last.
-        # In rowid order, one statement a memory: 0.39-0.46 s for the 80,000 of an official
-        # import, against 0.68-0.84 s through a temporary table and one UPDATE ... FROM.
-        rows = sorted(checked + rows)
-        written_now = db.executemany(
-            "UPDATE nodes SET links = ?3 WHERE rowid = ?1 AND id = ?2 AND "
-            "(?4 IS NULL OR links = ?4)", rows).rowcount
-        changed = []
-        if written_now < len(rows):  # some memory changed or went meanwhile: which?
-            meant = {rowid: (node_id, text) for rowid, node_id, text, _ in rows}
-            for chunk in _chunks(list(meant)):
-                changed += [(rowid, node_id, text) for rowid, node_id, text in db.execute(
-                    f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})",
-                    chunk) if meant[rowid][0] == node_id and text is not None and
-                    meant[rowid][1] != text]
-        for rowid, node_id, text in changed:
-            self._relink_changed(db, rowid, node_id, text, wanted, step, written)
-
-    def _relink_changed(self, db, rowid, node_id, text, wanted, step, written):
-        """The links of a loaded memory that another writer changed between two steps.
-
-        A link made before that it no longer holds was taken away: no longer wanted. One it
-        holds that the load did not make yet (another writer's) is wanted from now on, so
-        that the next steps, which do not read it, keep it.
-        """
-        before = json.loads(text)
-        held = set(before)
-        want = wanted[node_id]
-        for target in [t for t, made in want.items() if made < step and t not in held]:
-            _unwant(wanted, node_id, target)
-        for target in before:
-            if want.get(target, step + 1) > step:
-                want[target] = wanted.setdefault(target, {})[node_id] = step
-                # Its back-link is another writer's too, and may go again before the next
-                # step writes there: read that memory before writing it (no text is "?").
-                written[target] = "?"
-        written[node_id] = _id_list([t for t, made in want.items() if made <= step])
-        db.execute("UPDATE nodes SET links = ? WHERE rowid = ?", (written[node_id], rowid))
-
-    def _gone_meanwhile(self, db):
-        """Ids of the memories this load inserted that another writer has forgotten since.
-
-        Counted by runs of rowids, so that nothing is read while none is gone. SQLite gives
-        a new row one past the largest rowid there is, so another memory can take a rowid of
-        this load only once the load's last is gone; then ids are compared, run by run."""
-        if not self._loaded:
-            return set()
-        if self._runs is None:
-            self._runs = _runs(sorted(self._loaded.values()))
-            self._by_rowid = {rowid: node_id for node_id, rowid in self._loaded.items()}
-        by_rowid = self._by_rowid
-        last = self._runs[-1][1]
-        reused = db.execute("SELECT id FROM nodes WHERE rowid = ?",
-                            (last,)).fetchone() != (by_rowid[last],)
-        gone = set()
-        for low, high, n in self._runs:
-            if not reused and db.execute("SELECT count(*) FROM nodes WHERE rowid BETWEEN ? AND ?",
-                                         (low, high)).fetchone()[0] == n:
-                continue
-            present = {rowid for rowid, node_id in db.execute(
-                "SELECT rowid, id FROM nodes WHERE rowid BETWEEN ? AND ?", (low, high))
-                if by_rowid[rowid] == node_id}
-            gone.update(by_rowid[r] for r in range(low, high + 1) if r not in present)
-        return gone
+                    if more:
+                        _owe(db)
+                    else:
+                        db.execute("DELETE FROM owed")
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory; links keep their back-links in step.
@@ -2974,23 +2754,23 @@ class Store:
             if node_id in links:
                 links.remove(node_id)
                 skipped.append({"id": node_id, "reason": ITSELF})
-        with self.db.errors("update the memory"), self.db.write() as db:
-            old = self._row(db, node_id)
+
+        def change(db, old, counted):
             changes = {}
             if content is not None and content != old["content"]:
                 changes["content"] = content
             if tags is not None:
                 changes["tags"] = _json(tags)
             if links is not None:
-                links = self._existing(db, links, skipped)
-                kept, had = set(links), set(old["links"])  # a hub holds thousands
+                made = self._existing(db, links, skipped)
+                kept, had = set(made), set(old["links"])  # a hub holds thousands
                 for target in old["links"]:
                     if target not in kept:
                         self._relink(db, target, remove=node_id)
-                for target in links:
+                for target in made:
                     if target not in had:
                         self._relink(db, target, add=[node_id])
-                changes["links"] = _json(links)
+                changes["links"] = _json(made)
             if changes:
                 rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
                 db.execute(f"UPDATE nodes SET {', '.join(f'{k} = ?' for k in changes)} "
@@ -3002,26 +2782,50 @@ class Store:
                                (_fingerprint(content if content is not None else old["content"],
                                              tags if tags is not None else old["tags"]), rowid))
                 if "content" in changes:
-                    self.index.note(db, rowid, -1, _counted(old["content"]))
-                    self.index.note(db, rowid, +1, _counted(content))
+                    self.index.note(db, rowid, -1, counted)
+                    self.index.note(db, rowid, +1, new)
                     self.index.keep_up(db)
-            node = self._row(db, node_id)
+            return self._row(db, node_id)
+
+        new = _counted(content) if content is not None else None
+        node = self._changing(node_id, "update the memory", change, count=content is not None)
         return _with_skipped(node, "update", skipped)
 
     def delete(self, node_id):
         """Delete a memory and every back-link to it."""
         node_id = _node_id(node_id)
-        with self.db.errors("delete the memory"), self.db.write() as db:
-            node = self._row(db, node_id)
+
+        def change(db, node, counted):
             for target in node["links"]:
                 self._relink(db, target, remove=node_id)
             rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
             db.execute("DELETE FROM nodes WHERE rowid = ?", (rowid,))
             db.execute("DELETE FROM fingerprints WHERE hash = ? AND node = ?",
                        (_fingerprint(node["content"], node["tags"]), rowid))
-            self.index.note(db, rowid, -1, _counted(node["content"]))
+            self.index.note(db, rowid, -1, counted)
             self.index.keep_up(db)
+
+        self._changing(node_id, "delete the memory", change)
         return {"id": node_id, "deleted": True}
+
+    def _changing(self, node_id, doing, change, count=True):
+        """change(db, old, counted) in one write transaction, and what it returns: `old` is
+        the memory as stored, `counted` the Counted record of its content (None unless
+        `count`). The content is tokenized before the write lock is taken, not while other
+        writers wait for it, and again only if another writer changed it meanwhile."""
+        for attempt in range(3):
+            with self.db.errors(doing):
+                row = self.db.connection().execute("SELECT content FROM nodes WHERE id = ?",
+                                                   (node_id,)).fetchone()
+            if row is None:
+                raise NotFound(f"no memory has id {node_id}")
+            counted = _counted(row[0]) if count else None
+            with self.db.errors(doing), self.db.write() as db:
+                old = self._row(db, node_id)
+                if old["content"] == row[0]:
+                    return change(db, old, counted)
+                if attempt == 2:  # changed at every try: count it here
+                    return change(db, old, _counted(old["content"]) if count else None)
 
     # -- links
 
@@ -3055,7 +2859,7 @@ class Store:
     # -- search
 
     def search(self, query="", tags=(), limit=10, *, offset=0, since=None, until=None,
-               fit=None):
+               fit=None, report=None):
         """Memories matching the words of `query`, carrying every one of `tags`, and created
         in the window from `since` (inclusive) to `until` (exclusive), ISO 8601 dates or
         date-times, UTC unless they give an offset.
@@ -3063,7 +2867,9 @@ class Store:
         Ranked by relevance with a query (see rank); without one, newest first. The `limit`
         best after skipping `offset`, all of them passing the filters. With `fit`, a function
         of the list of memories found, only the first fit(memories) are returned (a caller's
-        size budget). Every memory returned counts as accessed.
+        size budget). Every memory returned counts as accessed. A dict `report` is given
+        what was searched: "words", the query's words looked for, and "cut", whether words
+        past its first MAX_QUERY_WORDS were ignored.
         """
         query = _text(query, "query")
         tags = _tags(tags)
@@ -3072,12 +2878,15 @@ class Store:
         since, until = _window_end(since, "since"), _window_end(until, "until")
         if since is not None and until is not None and since >= until:
             raise InvalidInput(f"since ({since}) must come before until ({until})")
-        words = query_words(query)
+        words, cut = first_words(query)
+        words = _meaningful(words)
+        if report is not None:
+            report.update(words=words, cut=cut)
         if not words and query.strip():
             return []  # nothing searchable in it: punctuation or symbols only
         with self.db.errors("search the memories"):
             if words:
-                when = _asks_when(query)
+                when = _asks_when(query[:16 * MAX_QUERY_WORDS])
                 rowids = [rowid for _, rowid in self.rank(
                     words, tags, offset + limit, since, until, when)][offset:]
             else:
@@ -3194,22 +3003,20 @@ class Store:
 
         def count(db):
             for chunk in _chunks(ids):
+                # Past MAX_INT, SQLite's integers overflow into floats: the count stops there.
                 db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = access_count "
-                           f"+ 1 WHERE id IN ({_marks(chunk)})", (now, *chunk))
+                           f"+ (access_count < {MAX_INT}) WHERE id IN ({_marks(chunk)})",
+                           (now, *chunk))
         try:
-            self.db.ride(count)
-        except (sqlite3.OperationalError, Busy) as exc:
-            if isinstance(exc, sqlite3.OperationalError) and \
-                    _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED, *_CANNOT_WRITE):
-                raise
-            reason = str(exc if isinstance(exc, Busy) else _translated(
-                exc, "count the access", self.timeout, self.path)).replace(
-                "could not count the access: ", "")
-            _warn_once(f"accesses not counted: {reason}")
+            with self.db.errors("count the access"):
+                self.db.ride(count)
+        except StoreError as exc:  # locked by another process, a full disk, a read-only file
+            _warn_once(f"accesses not counted: "
+                       f"{str(exc).removeprefix('could not count the access: ')}")
             return nodes
         for node in nodes:
             node["last_accessed"] = now
-            node["access_count"] += 1
+            node["access_count"] = min(node["access_count"] + 1, MAX_INT)
         return nodes
 
     def _fitted(self, db, column, keys, fit, extra):
@@ -3249,7 +3056,9 @@ class Store:
         if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
         directory = os.path.dirname(target)
-        partial = os.path.join(directory, f".{os.path.basename(target)}.{os.getpid()}.part")
+        name = f".{os.path.basename(target)}."
+        _remove_leftovers(directory, re.escape(name) + r"(\d+)\.part(-journal|-wal|-shm)?")
+        partial = os.path.join(directory, f"{name}{os.getpid()}.part")
         try:
             with self.db.errors(f"back up the memories to {target}"):
                 os.close(_open_private(partial))
@@ -3287,13 +3096,15 @@ class Store:
             raise InvalidInput("the backup to restore must not be the database itself")
         if not os.path.isfile(source):
             raise InvalidInput(f"there is no backup file {source}")
-        work = tempfile.mkdtemp(prefix=".restore-", dir=os.path.dirname(self.path))
+        directory = os.path.dirname(self.path)
+        _remove_leftovers(directory, _RESTORING)
+        work = tempfile.mkdtemp(prefix=f".restore-{os.getpid()}-", dir=directory)
         try:
             copy = os.path.join(work, DB_NAME)
             try:
-                shutil.copyfile(source, copy)
+                _copy_private(source, copy)
                 if os.path.exists(source + "-wal"):  # a live database's log holds pages too
-                    shutil.copyfile(source + "-wal", copy + "-wal")
+                    _copy_private(source + "-wal", copy + "-wal")
             except OSError as exc:
                 raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
             count = _checked_backup(copy, source, self._page_size())
@@ -3327,6 +3138,159 @@ class Store:
         """Ways the ranking statistics disagree with the memories (RankingIndex.problems)."""
         with self.db.errors("check the memories"), self.db.read() as db:
             return self.index.problems(db)
+
+
+class _Load:
+    """One Store.load: its records, its progress and what it skipped, apart from the Store
+    that other threads share."""
+
+    def __init__(self, store, records, pause):
+        self.store, self.db, self.index = store, store.db, store.index
+        self.records = records
+        self.pause = pause
+        self.inserted = bytearray(len(records))  # 1 where this load inserted the record
+        self.loaded = self.skipped = 0
+        self.dropped = []  # links to ids that no memory has: {"id", "reason"}
+
+    def run(self):
+        db = self.db.connection()
+        cache = db.execute("PRAGMA cache_size").fetchone()[0]
+        # A load touches pages all over (random ids, hashes): a larger cache for it.
+        db.execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
+        try:
+            with self.db.errors("load the memories"):
+                owed = db.execute("SELECT 1 FROM owed").fetchone() is not None
+                self.recount = owed or len(self.records) >= max(LOAD_CHUNK, self.store.count())
+                self.insert_all()
+                self.link_all()
+            if self.recount:
+                self.store._count_owed(self.pause, claim=False)
+        finally:
+            db.execute(f"PRAGMA cache_size = {int(cache)}")
+        _log_skipped("import", self.dropped)
+        return {"loaded": self.loaded, "skipped": self.skipped}
+
+    def insert_all(self):
+        """The memories, without their links, in chunks sized by their pace."""
+        chunk, start, size = [], 0, LOAD_CHUNK
+        for position, record in enumerate(self.records):
+            chunk.append(record)
+            if len(chunk) < size and position + 1 < len(self.records):
+                continue
+            if start:
+                time.sleep(self.pause)  # another process's write may be waiting for its turn
+            started, before = time.monotonic(), self.loaded
+            self.insert(chunk, start)
+            # The next chunk as large as LOAD_TXN seconds allow at this one's pace, within a
+            # quarter and four times LOAD_CHUNK. Records stored already go fast: only those
+            # inserted tell the pace.
+            if self.loaded > before:
+                pace = max(time.monotonic() - started, 1e-3) / (self.loaded - before)
+                size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
+            start += len(chunk)
+            chunk = []
+
+    def insert(self, chunk, start):
+        """Insert the records of `chunk` (from position `start`) not stored yet, in one
+        transaction; their terms are counted now unless the load counts them at its end."""
+        counted = None if self.recount else [_counted(r.content) for r in chunk]  # not locked
+        with self.db.write() as db:
+            if self.recount:
+                _owe(db)
+            present = set()
+            for ids in _chunks([r.id for r in chunk]):
+                present.update(i for (i,) in db.execute(
+                    f"SELECT id FROM nodes WHERE id IN ({_marks(ids)})", ids))
+            fresh = [n for n, r in enumerate(chunk) if r.id not in present]
+            # Rowids given here, the next ones free, so that one executemany inserts them all.
+            first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM nodes").fetchone()[0]
+            rows = {first + k: chunk[n] for k, n in enumerate(fresh)}
+            tags = {}  # the same tags come again and again: each JSON made once
+            # The triggers of the tag and full-text indexes are set aside for this transaction
+            # only (a DROP rolls back with it; no other connection writes meanwhile, as this
+            # one holds the write lock), and each index is written in one statement instead:
+            # row by row, the triggers made a load two to three times slower.
+            db.execute("DROP TRIGGER node_tags_ai")
+            db.execute("DROP TRIGGER nodes_ai")
+            db.executemany(
+                "INSERT INTO nodes (rowid, id, content, tags, links, source, created_at, "
+                "last_accessed, access_count) VALUES (?, ?, ?, ?, '[]', ?, ?, ?, ?)",
+                [(rowid, r.id, r.content, tags.get(tuple(r.tags)) or tags.setdefault(
+                    tuple(r.tags), _json(r.tags)), r.source, r.created_at, r.last_accessed,
+                  r.access_count) for rowid, r in rows.items()])
+            db.executemany("INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
+                           "VALUES (?, ?, ?)", sorted((t, rowid, r.created_at)
+                                                      for rowid, r in rows.items()
+                                                      for t in r.tags))
+            db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
+                       "WHERE rowid >= ?", (first,))
+            _create(db, "node_tags_ai", "nodes_ai")
+            db.executemany("INSERT INTO fingerprints (hash, node) VALUES (?, ?)",
+                           [(_fingerprint(r.content, r.tags), rowid) for rowid, r in rows.items()])
+            if counted is not None:
+                self.index.count_loaded(db, [(first + k, counted[n]) for k, n in enumerate(fresh)])
+        for n in fresh:
+            self.inserted[start + n] = 1
+        self.loaded += len(fresh)
+        self.skipped += len(chunk) - len(fresh)
+
+    def link_all(self):
+        """The links the records give, each with its back-link, in transactions of about
+        LINK_BATCH links: each reads the links of the memories it changes as they are now,
+        merges, and writes them back by id, so that what other writers did in between stays
+        done. A record the load inserted gets its own links first, in their order, and
+        back-links after them; a memory stored before gets the new ones after its own."""
+        batch, size = [], 0
+        for position, record in enumerate(self.records):
+            if record.links:
+                batch.append((position, record))
+                size += len(record.links)
+            if batch and (size >= LINK_BATCH or position + 1 == len(self.records)):
+                self.link(batch)
+                batch, size = [], 0
+                time.sleep(self.pause)
+
+    def link(self, batch):
+        with self.db.write() as db:
+            if self.recount:
+                _owe(db)
+            wanted = {r.id: None for _, r in batch}
+            wanted.update((t, None) for _, r in batch for t in r.links)
+            now = {}
+            for ids in _chunks(list(wanted)):
+                now.update((i, json.loads(text or "[]")) for i, text in db.execute(
+                    f"SELECT id, links FROM nodes WHERE id IN ({_marks(ids)})", ids))
+            held = {}  # id -> the set of its links, made when first needed
+            changed = {}
+            for position, record in batch:
+                node = record.id
+                if node not in now:
+                    continue  # forgotten meanwhile by another writer
+                own = {}  # in order, each once
+                for target in record.links:
+                    if target not in now:
+                        self.dropped.append({"id": target, "reason": NO_SUCH_MEMORY})
+                    elif target != node:
+                        own[target] = None
+                mine, own = own, list(own)
+                links = now[node]
+                if self.inserted[position]:
+                    merged = own + [t for t in links if t not in mine]
+                else:
+                    had = held.setdefault(node, set(links))
+                    merged = links + [t for t in own if t not in had]
+                if merged != links:
+                    now[node] = merged
+                    held[node] = set(merged)
+                    changed[node] = None
+                for target in own:
+                    theirs = held.setdefault(target, set(now[target]))
+                    if node not in theirs:
+                        theirs.add(node)
+                        now[target].append(node)
+                        changed[target] = None
+            db.executemany("UPDATE nodes SET links = ? WHERE id = ?",
+                           [(_id_list(now[i]), i) for i in changed])
 
 
 _warned = {}  # warning -> when it was last logged
@@ -3367,6 +3331,7 @@ def open_directory(directory):
             raise StoreError(f"cannot create the data directory {directory}: "
                              f"{exc.strerror}") from exc
     path = os.path.join(directory, DB_NAME)
+    _remove_leftovers(directory, _RESTORING)
     store = Store(path)
     exposed = [p for p in (path, path + "-wal", path + "-shm") if _shared_mode(p)]
     if exposed:
@@ -3412,6 +3377,54 @@ def _open_private(path):
     if os.name == "posix":
         os.fchmod(fd, PRIVATE_FILE)  # it may have been there with another mode
     return fd
+
+
+def _copy_private(source, target):
+    """Copy the file `source` to a new file `target` that only its owner may read."""
+    with open(source, "rb") as f, open(_open_private(target), "wb") as out:
+        shutil.copyfileobj(f, out)
+
+
+_RESTORING = r"\.restore-(\d+)-\w+"  # a restore's work directory: its process's id, then random
+
+
+def _remove_leftovers(directory, pattern):
+    """Remove the files and directories in `directory` whose names match `pattern` (its first
+    group a process id) that a process no longer running left: a killed backup, restore or
+    export cannot remove its own."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            found = re.fullmatch(pattern, entry.name)
+            if found and not _running(int(found.group(1))):
+                log.info("removing %s, left by a process that stopped", entry.path)
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    with contextlib.suppress(OSError):
+                        os.remove(entry.path)
+
+
+def _running(pid):
+    """Whether the process `pid` may be running."""
+    if pid == os.getpid():
+        return True
+    if os.name == "nt":  # os.kill would end it there: ask the system whether it has ended
+        import ctypes
+        kernel32 = ctypes.windll.kernel32
+        handle = kernel32.OpenProcess(0x00100000, False, pid)  # SYNCHRONIZE
+        if not handle:
+            return False
+        try:
+            return kernel32.WaitForSingleObject(handle, 0) == 0x102  # WAIT_TIMEOUT
+        finally:
+            kernel32.CloseHandle(handle)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # another user's: running
+    return True
 
 
 def _create_private(path):
@@ -3699,11 +3712,11 @@ def is_official(value):
 
 
 def official_records(entries, source, report):
-    """Records for the memories of an official memory file, whose parsed lines are
-    `entries` ([(where, value)], where as "line 3"; see read_entries); `source` names the
-    file in each memory. Every line is checked first: a malformed one is InvalidInput naming
-    it. `report`, a Counter, counts entities, observations and relations, and what was
-    skipped and why."""
+    """The Records of the memories of an official memory file, as an iterator, whose parsed
+    lines are `entries` ([(where, value)], where as "line 3"; see read_entries); `source`
+    names the file in each memory. Every line is checked before this returns: a malformed
+    one is InvalidInput naming it. `report`, a Counter, counts entities, observations and
+    relations, and what was skipped and why."""
     entities, relations = {}, {}
     for where, value in entries:
         if not isinstance(value, dict):
@@ -3750,6 +3763,14 @@ def official_records(entries, source, report):
         raise InvalidInput("the file holds no entity and no relation: it is not the official "
                            "memory server's (--format flood reads Flood Memory's own)")
     report["entities"] = len(entities)
+    report["observations"] = sum(len(e["observations"]) for e in entities.values())
+    report["relations"] = len(relations)
+    return _official_memories(entities, relations, source, report)
+
+
+def _official_memories(entities, relations, source, report):
+    """The Records of official_records, one by one: an import spools them to a file as they
+    come instead of holding them all (a file of 1,000,000 relations needed 1.8 GB)."""
     now = _now()
     seen = {}  # name -> its tag
 
@@ -3766,42 +3787,39 @@ def official_records(entries, source, report):
                            "control characters"] += 1
         return _tags([seen[name] for name in names])
     ids = {}  # entity name -> [its memory's id, ids of its observations' memories]
-    records, by_id = [], {}
+    for name, entity in entities.items():
+        ids[name] = [_official_id(f"entity\0{name}")]
+        ids[name] += (_official_id(f"observation\0{name}\0{text}")
+                      for text in entity["observations"])
+    # Related entities' own memories link too: from a memory of one relation of John's, the
+    # other entities he is related to are two links away.
+    related = collections.defaultdict(list)
+    for start, _, end in relations:
+        if start in entities and end in entities and start != end:
+            related[start].append(ids[end][0])
     for name, entity in entities.items():
         tags = tags_of(name, entity["type"])
-        own = _official_id(f"entity\0{name}")
+        own = ids[name][0]
         kind_text = entity["type"].replace("_", " ")
         article = "an" if kind_text[:1].lower() in "aeiou" else "a"
-        records.append(Record(own, _content(f"{name} is {article} {kind_text}."), tags, [],
-                              source, entity["created"] or now, entity["created"] or now, 0))
-        by_id[own] = records[-1]
-        ids[name] = [own]
-        for text, created in entity["observations"].items():
-            node_id = _official_id(f"observation\0{name}\0{text}")
-            records.append(Record(node_id, _content(f"{name}: {text}"), tags, [own], source,
-                                  created or now, created or now, 0))
-            ids[name].append(node_id)
-        report["observations"] += len(entity["observations"])
-    entity_of = {name: records_of[0] for name, records_of in ids.items()}
+        created = entity["created"] or now
+        yield Record(own, _content(f"{name} is {article} {kind_text}."), tags,
+                     list(dict.fromkeys(related.get(name, ()))), source, created, created, 0)
+        for node_id, (text, created) in zip(ids[name][1:], entity["observations"].items()):
+            yield Record(node_id, _content(f"{name}: {text}"), tags, [own], source,
+                         created or now, created or now, 0)
     # What a relation links to of each entity: all its memories, or its own only (see above).
     reach = {name: own if len(own) <= OFFICIAL_LINKED + 1 else own[:1]
              for name, own in ids.items()}
     for (start, kind, end), created in relations.items():
-        links = [i for name in (start, end) for i in reach.get(name, [])]
-        if start in entity_of and end in entity_of and start != end:
-            # Related entities' own memories link too: from a memory of one relation of
-            # John's, the other entities he is related to are two links away.
-            by_id[entity_of[start]].links.append(entity_of[end])
-        missing = [name for name in (start, end) if name not in entities]
-        if missing:
+        if start not in entities or end not in entities:
             report["skipped", "relation", "relations",
                    "naming an entity not in the file (kept as text, not linked to it)"] += 1
-        records.append(Record(_official_id(f"relation\0{start}\0{kind}\0{end}"),
-                              _content(f"{start} {kind.replace('_', ' ')} {end}"),
-                              tags_of(start, end, kind), list(dict.fromkeys(links)), source,
-                              created or now, created or now, 0))
-    report["relations"] += len(relations)
-    return records
+        links = [i for name in (start, end) for i in reach.get(name, ())]
+        yield Record(_official_id(f"relation\0{start}\0{kind}\0{end}"),
+                     _content(f"{start} {kind.replace('_', ' ')} {end}"),
+                     tags_of(start, end, kind), list(dict.fromkeys(links)), source,
+                     created or now, created or now, 0)
 
 
 def _official_summary(report):
@@ -3831,7 +3849,7 @@ def _official_name(value, key):
     if len(text) > OFFICIAL_MAX_NAME:
         raise InvalidInput(f"{key} may have at most {OFFICIAL_MAX_NAME:,} characters, got "
                            f"{len(text):,}")
-    return text.strip()
+    return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
 def _official_time(value):
@@ -3850,18 +3868,24 @@ def _memories(n):
     return f"{n:,} memory" if n == 1 else f"{n:,} memories"
 
 
-def _spool(records, out):
-    """Write Records to the binary file `out`, one JSON array a line; how many."""
-    n = 0
-    for n, record in enumerate(records, 1):
-        out.write(json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n")
-    return n
+class _Spool:
+    """Records kept in the binary file `file`, one JSON array a line, and read back as
+    often as asked (a load reads them twice): an import's checked records wait here, on
+    disk, rather than in memory."""
 
+    def __init__(self, records, file):
+        self.file = file
+        self.n = 0
+        for self.n, record in enumerate(records, 1):
+            file.write(_json(record).encode("utf-8") + b"\n")
 
-def _unspool(lines):
-    """The Records that _spool wrote."""
-    for line in lines:
-        yield Record(*json.loads(line))
+    def __len__(self):
+        return self.n
+
+    def __iter__(self):
+        self.file.seek(0)
+        for line in self.file:
+            yield Record(*json.loads(line))
 
 
 def _export_to(store, target):
@@ -3869,6 +3893,8 @@ def _export_to(store, target):
     named, target = target, _target_file(target, "an export")
     if store.owns(target):
         raise InvalidInput(f"{named} is the memory database itself; export to another file")
+    _remove_leftovers(os.path.dirname(target), re.escape(os.path.basename(target)) +
+                      r"\.(\d+)\.part")
     partial = f"{target}.{os.getpid()}.part"
     try:
         with open(_open_private(partial), "w", encoding="utf-8", newline="\n") as out:
@@ -3922,11 +3948,9 @@ def main(argv=None):
                         graph or first and is_official(first[1])):
                     report = collections.Counter()
                     name = "standard input" if rest[0] == "-" else os.path.basename(rest[0])
-                    records = official_records(entries, name, report)  # whole, in memory
+                    records = _Spool(official_records(entries, name, report), spool)
                 else:
-                    records = None
-                    spooled = _spool(_checked(value for _, value in entries), spool)
-                    spool.seek(0)
+                    records = _Spool(_checked(value for _, value in entries), spool)
             store = stack.enter_context(open_directory(directory))
             if command == "export" and rest in ([], ["-"]):
                 out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
@@ -3943,8 +3967,7 @@ def main(argv=None):
                 n = store.restore(rest[0])
                 print(f"flood-memory: restored {_memories(n)} from {rest[0]}", file=sys.stderr)
             else:
-                done = store.load(records, checked=True) if records is not None else \
-                    store.load(_unspool(spool), checked=True, size=spooled)
+                done = store.load(records, checked=True)
                 print(f"flood-memory: imported {_memories(done['loaded'])}, skipped "
                       f"{done['skipped']:,} already stored", file=sys.stderr)
                 if report is not None:
