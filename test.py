@@ -4714,9 +4714,10 @@ class KillTest(TempDirTest):
 # python3 test.py bench [--sizes 10000,100000,1000000] [--quick] [--project DIR]: a synthetic
 # corpus that behaves like text (Zipf-distributed words), bulk-loaded with Store.load, then
 # every tool timed end to end through server.py over stdio (a ServerProcess), as a client
-# sees it. Beside remember, the same memories go to server.py's stdio loop over a PlainStore:
-# SPEC.md's schema and nothing more, so that what a write costs over a plain insert stays in
-# view at every size.
+# sees it. Beside remember and recall, the same memories and the same queries go to server.py's
+# stdio loop over a PlainStore: SPEC.md's schema and nothing more, plain FTS5 ORDER BY bm25 for
+# a query, so that what a write costs over a plain insert, and what a recall saves over plain
+# FTS5, stay in view at every size, timed the same way.
 
 # (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
 TARGETS = {
@@ -4813,14 +4814,16 @@ def build_corpus(corpus, size, path, project):
 
 
 PLAIN = "plain insert (SPEC.md schema)"
+PLAIN_RECALL = "recall query, plain FTS5 bm25"
 NODE_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
 
 
 class PlainStore:
-    """SPEC.md's schema and nothing more, behind the one method remember calls: the reference
-    a remember is measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
+    """SPEC.md's schema and nothing more, behind the two methods remember and recall call: the
+    reference they are measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
     transaction per memory that inserts its row (the triggers index it) and appends the
-    back-link to the links of each memory it links to. No checks, no ranking statistics."""
+    back-link to the links of each memory it links to. No checks, no ranking statistics: a
+    query is FTS5's bm25 over its words."""
 
     def __init__(self, path):
         self.db = sqlite3.connect(path, isolation_level=None)
@@ -4832,19 +4835,45 @@ class PlainStore:
         node = {"id": str(uuid.uuid4()), "content": content, "tags": list(tags),
                 "links": list(links), "source": source, "created_at": now,
                 "last_accessed": now, "access_count": 0}
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self.transaction():
             self.db.execute(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             (node["id"], content, json.dumps(node["tags"]),
                              json.dumps(node["links"]), source, now, now, 0))
             for target in node["links"]:
                 self.db.execute("UPDATE nodes SET links = json_insert(links, '$[#]', ?) "
                                 "WHERE id = ?", (node["id"], target))
+        return node
+
+    def search(self, query, tags=(), limit=10, *, offset=0, since=None, until=None, fit=None):
+        """The best `limit` memories by FTS5's bm25 for the words of `query` quoted and OR-ed,
+        as recall takes them, each counted as accessed as SPEC.md asks. A query alone: the
+        bench asks it nothing else."""
+        if tags or since or until or not query:
+            raise NotImplementedError("PlainStore searches by query only")
+        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        words = store.query_words(query)
+        rows = self.db.execute(
+            f"SELECT {NODE_COLUMNS} FROM (SELECT rowid, bm25(nodes_fts) AS score FROM nodes_fts "
+            f"WHERE nodes_fts MATCH ? ORDER BY score LIMIT ? OFFSET ?) f "
+            f"JOIN nodes ON nodes.rowid = f.rowid ORDER BY f.score",
+            (store.fts_query(words), limit, offset)).fetchall() if words else []
+        nodes = [dict(zip(NODE_COLUMNS.split(", "), row), tags=json.loads(row[2]),
+                      links=json.loads(row[3])) for row in rows]
+        nodes = nodes[:fit(nodes)] if fit and nodes else nodes
+        with self.transaction():
+            self.db.executemany("UPDATE nodes SET last_accessed = ?, access_count = access_count "
+                                "+ 1 WHERE id = ?", [(now, node["id"]) for node in nodes])
+        return nodes
+
+    @contextlib.contextmanager
+    def transaction(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return node
 
     def close(self):
         self.db.close()
@@ -4950,16 +4979,12 @@ def http_round_trips(project, data_dir, corpus, rnd, calls):
         proc.wait(30)
 
 
-def plain_inserts(path, memories):
-    """remember with each of `memories`, answered by this checkout's server.py over a
-    PlainStore at `path`; the round trips in ms."""
+def plain_client(path):
+    """This checkout's server.py over a PlainStore at `path`, its session opened."""
     client = ServerProcess(command=[sys.executable, os.path.abspath(__file__), "plain-server",
                                     path])
-    try:
-        handshake(client)
-        return [timed(client, "remember", m) for m in memories]
-    finally:
-        client.close(60)
+    handshake(client)
+    return client
 
 
 def agreement(path, queries):
@@ -5007,6 +5032,7 @@ def bench_size(corpus, size, calls, args):
         rows["cold start"] = cold_starts(args.project, data_dir, 3 if args.quick else 7)
         client = ServerProcess(data_dir, cwd=args.project)
         handshake(client)
+        plain_server = plain_client(plain)
         tools = client.send(request("tools/list"))["result"]["tools"]
         recall = next(t for t in tools if t["name"] == "recall")["inputSchema"]["properties"]
         windows = "since" in recall  # a checkout from before recall took time windows
@@ -5019,10 +5045,13 @@ def bench_size(corpus, size, calls, args):
                      "links": rnd.sample(ids, 2)} for _ in range(calls)]
         fresh = iter(memories)
         run("remember", "remember", lambda: next(fresh))
-        rows[PLAIN] = plain_inserts(plain, memories)
+        rows[PLAIN] = [timed(plain_server, "remember", m) for m in memories]
         queries = [corpus.query(rnd) for _ in range(calls)]
         it = iter(queries)
         run("recall query", "recall", lambda: {"query": next(it), "limit": 10})
+        rows[PLAIN_RECALL] = [timed(plain_server, "recall", {"query": q, "limit": 10})
+                              for q in queries]
+        plain_server.close(60)
         run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
         run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
                                                      "tags": [rnd.choice(corpus.tags)]})
@@ -5297,7 +5326,9 @@ def bench(argv):
         rows = result["rows"]
         mine, plain, ratio = plain_ratio(rows)
         summary.append(f"{size:,}: recall {percentile(rows['recall query'], .5):.1f}/"
-                       f"{percentile(rows['recall query'], .95):.1f} ms, remember "
+                       f"{percentile(rows['recall query'], .95):.1f} ms (plain FTS5 "
+                       f"{percentile(rows[PLAIN_RECALL], .5):.1f}/"
+                       f"{percentile(rows[PLAIN_RECALL], .95):.1f}), remember "
                        f"{percentile(rows['remember'], .5):.1f}/{percentile(rows['remember'], .95):.1f}"
                        f" ms ({ratio:.1f}x a plain insert), " +
                        (f"over the reference: {'; '.join(missed)}" if missed
