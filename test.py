@@ -1,9 +1,10 @@
 """Tests for Flood Memory: the words, the ranking, the store, both transports, what survives
-crashes and concurrent writers; then a benchmark.
+crashes and concurrent writers; then the benchmarks of speed and of relevance.
 
     python3 test.py              # the whole suite (standard library only), in 2-4 processes
     python3 test.py StoreTest    # one class, as unittest takes it, in this process
-    python3 test.py bench        # every tool timed through server.py (see the last section)
+    python3 test.py bench        # every tool timed through server.py (see the benchmark)
+    python3 test.py relevance locomo10.json   # LoCoMo recall against plain FTS5 (see relevance)
 
 Where the test for a behaviour lives:
 
@@ -36,12 +37,14 @@ Where the test for a behaviour lives:
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL                              KillTest
     timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
+    recall@5 and @10 on LoCoMo (python3 test.py relevance FILE)        relevance()
 
 Helpers shared by the tests come first: checks on a database file, the JSON-RPC builders,
 `unwrap` (what a tool call answered), `TempDirTest`, and `ServerProcess` (server.py in a
 subprocess, for the tests and the benchmark alike).
 """
 
+import ast
 import collections
 import contextlib
 import http.client
@@ -5013,9 +5016,10 @@ class KillTest(TempDirTest):
 # python3 test.py bench [--sizes 10000,100000,1000000] [--quick] [--project DIR]: a synthetic
 # corpus that behaves like text (Zipf-distributed words), bulk-loaded with Store.load, then
 # every tool timed end to end through server.py over stdio (a ServerProcess), as a client
-# sees it. Beside remember, the same memories go to server.py's stdio loop over a PlainStore:
-# SPEC.md's schema and nothing more, so that what a write costs over a plain insert stays in
-# view at every size.
+# sees it. Beside remember and recall, the same memories and the same queries go to server.py's
+# stdio loop over a PlainStore: SPEC.md's schema and nothing more, plain FTS5 ORDER BY bm25 for
+# a query, so that what a write costs over a plain insert, and what a recall saves over plain
+# FTS5, stay in view at every size, timed the same way.
 
 # (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
 TARGETS = {
@@ -5112,14 +5116,16 @@ def build_corpus(corpus, size, path, project):
 
 
 PLAIN = "plain insert (SPEC.md schema)"
+PLAIN_RECALL = "recall query, plain FTS5 bm25"
 NODE_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
 
 
 class PlainStore:
-    """SPEC.md's schema and nothing more, behind the one method remember calls: the reference
-    a remember is measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
+    """SPEC.md's schema and nothing more, behind the two methods remember and recall call: the
+    reference they are measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
     transaction per memory that inserts its row (the triggers index it) and appends the
-    back-link to the links of each memory it links to. No checks, no ranking statistics."""
+    back-link to the links of each memory it links to. No checks, no ranking statistics: a
+    query is FTS5's bm25 over its words."""
 
     def __init__(self, path):
         self.db = sqlite3.connect(path, isolation_level=None)
@@ -5131,19 +5137,45 @@ class PlainStore:
         node = {"id": str(uuid.uuid4()), "content": content, "tags": list(tags),
                 "links": list(links), "source": source, "created_at": now,
                 "last_accessed": now, "access_count": 0}
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
+        with self.transaction():
             self.db.execute(f"INSERT INTO nodes ({NODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                             (node["id"], content, json.dumps(node["tags"]),
                              json.dumps(node["links"]), source, now, now, 0))
             for target in node["links"]:
                 self.db.execute("UPDATE nodes SET links = json_insert(links, '$[#]', ?) "
                                 "WHERE id = ?", (node["id"], target))
+        return node
+
+    def search(self, query, tags=(), limit=10, *, offset=0, since=None, until=None, fit=None):
+        """The best `limit` memories by FTS5's bm25 for the words of `query` quoted and OR-ed,
+        as recall takes them, each counted as accessed as SPEC.md asks. A query alone: the
+        bench asks it nothing else."""
+        if tags or since or until or not query:
+            raise NotImplementedError("PlainStore searches by query only")
+        now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        words = store.query_words(query)
+        rows = self.db.execute(
+            f"SELECT {NODE_COLUMNS} FROM (SELECT rowid, bm25(nodes_fts) AS score FROM nodes_fts "
+            f"WHERE nodes_fts MATCH ? ORDER BY score LIMIT ? OFFSET ?) f "
+            f"JOIN nodes ON nodes.rowid = f.rowid ORDER BY f.score",
+            (store.fts_query(words), limit, offset)).fetchall() if words else []
+        nodes = [dict(zip(NODE_COLUMNS.split(", "), row), tags=json.loads(row[2]),
+                      links=json.loads(row[3])) for row in rows]
+        nodes = nodes[:fit(nodes)] if fit and nodes else nodes
+        with self.transaction():
+            self.db.executemany("UPDATE nodes SET last_accessed = ?, access_count = access_count "
+                                "+ 1 WHERE id = ?", [(now, node["id"]) for node in nodes])
+        return nodes
+
+    @contextlib.contextmanager
+    def transaction(self):
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
             raise
-        return node
 
     def close(self):
         self.db.close()
@@ -5249,16 +5281,12 @@ def http_round_trips(project, data_dir, corpus, rnd, calls):
         proc.wait(30)
 
 
-def plain_inserts(path, memories):
-    """remember with each of `memories`, answered by this checkout's server.py over a
-    PlainStore at `path`; the round trips in ms."""
+def plain_client(path):
+    """This checkout's server.py over a PlainStore at `path`, its session opened."""
     client = ServerProcess(command=[sys.executable, os.path.abspath(__file__), "plain-server",
                                     path])
-    try:
-        handshake(client)
-        return [timed(client, "remember", m) for m in memories]
-    finally:
-        client.close(60)
+    handshake(client)
+    return client
 
 
 def agreement(path, queries):
@@ -5306,6 +5334,7 @@ def bench_size(corpus, size, calls, args):
         rows["cold start"] = cold_starts(args.project, data_dir, 3 if args.quick else 7)
         client = ServerProcess(data_dir, cwd=args.project)
         handshake(client)
+        plain_server = plain_client(plain)
         tools = client.send(request("tools/list"))["result"]["tools"]
         recall = next(t for t in tools if t["name"] == "recall")["inputSchema"]["properties"]
         windows = "since" in recall  # a checkout from before recall took time windows
@@ -5318,10 +5347,13 @@ def bench_size(corpus, size, calls, args):
                      "links": rnd.sample(ids, 2)} for _ in range(calls)]
         fresh = iter(memories)
         run("remember", "remember", lambda: next(fresh))
-        rows[PLAIN] = plain_inserts(plain, memories)
+        rows[PLAIN] = [timed(plain_server, "remember", m) for m in memories]
         queries = [corpus.query(rnd) for _ in range(calls)]
         it = iter(queries)
         run("recall query", "recall", lambda: {"query": next(it), "limit": 10})
+        rows[PLAIN_RECALL] = [timed(plain_server, "recall", {"query": q, "limit": 10})
+                              for q in queries]
+        plain_server.close(60)
         run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
         run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
                                                      "tags": [rnd.choice(corpus.tags)]})
@@ -5596,7 +5628,9 @@ def bench(argv):
         rows = result["rows"]
         mine, plain, ratio = plain_ratio(rows)
         summary.append(f"{size:,}: recall {percentile(rows['recall query'], .5):.1f}/"
-                       f"{percentile(rows['recall query'], .95):.1f} ms, remember "
+                       f"{percentile(rows['recall query'], .95):.1f} ms (plain FTS5 "
+                       f"{percentile(rows[PLAIN_RECALL], .5):.1f}/"
+                       f"{percentile(rows[PLAIN_RECALL], .95):.1f}), remember "
                        f"{percentile(rows['remember'], .5):.1f}/{percentile(rows['remember'], .95):.1f}"
                        f" ms ({ratio:.1f}x a plain insert), " +
                        (f"over the reference: {'; '.join(missed)}" if missed
@@ -5605,6 +5639,188 @@ def bench(argv):
     print("The reference figures come from an idle 2-core machine. On a busy or slower machine "
           "the same code takes longer: compare runs on one machine, not against the table.")
     return 0
+
+
+# ----------------------------------------------------------------------------- relevance
+#
+# python3 test.py relevance locomo10.json [--facts] [--convs conv-26,conv-30] [--set NAME=VALUE]:
+# the LoCoMo benchmark (Maharana et al., ACL 2024) in this process, on the file its repository
+# publishes (data/locomo10.json; CC BY-NC, never to be committed here). Every dialog turn is
+# stored as ../shared/eval/locomo_recall.py stores it through server.py (the same content and
+# tags, one add each, in the same order) and every question is asked as it asks recall, within
+# its conversation, so that both give the same figures on the same file. recall@K is the share
+# of a question's evidence turns in its top K. Plain FTS5 answers the same questions beside it
+# on the same database: the question's words as recall takes them, OR-ed, ORDER BY bm25.
+# --facts stores the dataset's observations instead (what an assistant would write down), each
+# standing for the turn it was written from. --set changes a ranking constant of store.py for
+# the run, so that what each signal buys can be measured: --set RAREST=0 --set "FOLLOWERS=(0,0)".
+
+CATEGORIES = {4: "single-hop", 1: "multi-hop", 2: "temporal", 3: "open-domain",
+              5: "adversarial"}  # LoCoMo's ids, in the order of the paper's tables
+EVIDENCE = re.compile(r"D:?(\d+):0*(\d+)")  # also 'D:11:26', 'D30:05' and 'D8:6; D9:17'
+PLAIN_FTS = ("SELECT n.id FROM nodes_fts JOIN node_tags t ON t.node = nodes_fts.rowid AND "
+             "t.tag = ? JOIN nodes n ON n.rowid = nodes_fts.rowid WHERE nodes_fts MATCH ? "
+             "ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?")
+
+
+def by_session(parts, pattern):
+    """[(number, value)] of the keys of `parts` that `pattern` matches, by session number."""
+    found = [(int(m[1]), value) for key, value in parts.items() if (m := re.fullmatch(pattern, key))]
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def locomo_memories(sample, facts=False):
+    """[(content, session, dia_id)] of a LoCoMo sample in the order they are stored: its turns
+    as 'Speaker: text' (with the caption of an image shared), or with `facts` its observations,
+    each speaker's in turn, each standing for the first turn it was written from."""
+    if facts:
+        return [(text, n, first_turn(dia))
+                for n, speakers in by_session(sample["observation"], r"session_(\d+)_observation")
+                for said in speakers.values() for text, dia in said]
+    memories = []
+    for n, turns in by_session(sample["conversation"], r"session_(\d+)"):
+        for turn in turns:
+            text = turn.get("text", "")
+            content = f"{turn['speaker']}: {text}" if turn.get("speaker") else text
+            if turn.get("blip_caption"):
+                content += f" [shares image: {turn['blip_caption']}]"
+            memories.append((content, n, turn["dia_id"]))
+    return memories
+
+
+def first_turn(dia):
+    """The first turn an observation names: 'D8:24' of ['D8:24', 'D8:26'] or 'D8:24, D8:26'."""
+    found = EVIDENCE.search(dia if isinstance(dia, str) else dia[0])
+    return f"D{int(found[1])}:{int(found[2])}" if found else dia
+
+
+def locomo_evidence(qa, known):
+    """The turns a question's evidence names, each once, as 'D3:7', less those not stored."""
+    found = (f"D{int(a)}:{int(b)}" for ref in qa.get("evidence") or [] for a, b in
+             EVIDENCE.findall(str(ref)))
+    return [dia for dia in dict.fromkeys(found) if dia in known]
+
+
+def ranking_settings(pairs):
+    """{NAME: value} of --set NAME=VALUE, each a constant of store.py, checked."""
+    settings = {}
+    for pair in pairs:
+        name, _, text = pair.partition("=")
+        old = getattr(store, name, None)
+        if not name.isupper() or not isinstance(old, (int, float, tuple)) or name in ("K1", "B"):
+            raise SystemExit(f"--set {pair}: not a ranking constant of store.py (K1 and B are "
+                             f"FTS5's own, which stage one matches: set RERANK_K1, RERANK_B)")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            raise SystemExit(f"--set {pair}: {text!r} is not a Python literal") from None
+        if isinstance(old, tuple) != isinstance(value, tuple):
+            raise SystemExit(f"--set {pair}: {name} is {old!r}, so give a value of that kind")
+        settings[name] = value
+    return settings
+
+
+def relevance(argv):
+    import argparse
+    parser = argparse.ArgumentParser(prog="python3 test.py relevance",
+                                     description="LoCoMo recall@5 and @10, this store and plain "
+                                                 "FTS5 side by side (see the section's comment).")
+    parser.add_argument("file", help="locomo10.json, or a file in its format")
+    parser.add_argument("--facts", action="store_true",
+                        help="store the observations (facts) instead of the dialog turns")
+    parser.add_argument("--convs", help="conversations, as sample ids (conv-26,conv-30) or a "
+                                        "number N for the first N")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a ranking constant of store.py for this run (repeatable)")
+    args = parser.parse_args(argv)
+    settings = ranking_settings(args.set)
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            samples = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"cannot read {args.file}: {exc}") from None
+    if args.convs and args.convs.isdigit():
+        samples = samples[:int(args.convs)]
+    elif args.convs:
+        wanted = args.convs.split(",")
+        samples = [s for s in samples if s["sample_id"] in wanted]
+        if len(samples) != len(set(wanted)):
+            raise SystemExit(f"--convs {args.convs}: not every conversation is in {args.file}")
+    with contextlib.ExitStack() as stack:
+        for name, value in settings.items():
+            stack.enter_context(unittest.mock.patch.object(store, name, value))
+        rows, added, dropped = locomo_recall(samples, args.facts)
+    kind = "observations" if args.facts else "turns"
+    print(f"relevance: {args.file}, {len(samples)} conversations, {added:,} {kind} "
+          f"added, {len(rows)} questions with evidence among them ({dropped} without) asked "
+          f"within their conversation, limit 10")
+
+    def line(label, chosen):
+        means = [sum(column) / len(chosen) for column in list(zip(*chosen))[2:]]
+        print(f"  {label:14} {len(chosen):5} {means[0]:9.3f} {means[1]:9.3f}   "
+              f"{means[2]:9.3f} {means[3]:9.3f}")
+        return means
+
+    print(f"  {'':20} {'this store':>19}   {'plain FTS5 bm25':>19}")
+    print(f"  {'':14} {'n':>5} {'recall@5':>9} {'recall@10':>9}   {'recall@5':>9} {'recall@10':>9}")
+    for category in [*CATEGORIES, *sorted({r[1] for r in rows} - set(CATEGORIES), key=str)]:
+        chosen = [r for r in rows if r[1] == category]
+        if chosen:
+            line(CATEGORIES.get(category, f"category {category}"), chosen)
+    overall = line("overall", rows) if rows else [0.0] * 4
+    for sample in samples:
+        chosen = [r for r in rows if r[0] == sample["sample_id"]]
+        if chosen:
+            line(sample["sample_id"], chosen)
+    given = "".join(f" {name}={value!r}".replace(", ", ",") for name, value in settings.items())
+    print("relevance recall@5={:.3f} recall@10={:.3f} (plain FTS5 {:.3f}/{:.3f}) n={} {}{}".format(
+        *overall, len(rows), kind, given))
+    return 0
+
+
+def locomo_recall(samples, facts):
+    """Add the samples' memories to a new Store, then ask each question of it and of plain FTS5
+    within its conversation: ([(sample_id, category, recall@5, recall@10, plain FTS5's
+    recall@5, recall@10)], memories added, questions without evidence)."""
+    work = tempfile.mkdtemp(prefix="flood-relevance-")
+    # The index's settings read now, not when Store was defined, so that --set reaches them.
+    s = Store(os.path.join(work, store.DB_NAME), hot_min_df=store.HOT_MIN_DF,
+              hot_list=store.HOT_LIST)
+    db = sqlite3.connect(s.path)
+    try:
+        turn_of, known, added = {}, {}, 0
+        for sample in samples:
+            memories = locomo_memories(sample, facts)
+            known[sample["sample_id"]] = {dia for _, _, dia in memories}
+            for content, session, dia in memories:
+                try:
+                    node = s.add(content, [sample["sample_id"], f"session-{session}"],
+                                 source=f"locomo/{sample['sample_id']}/{dia}")
+                except InvalidInput:
+                    continue  # an empty turn: locomo_recall.py's remember fails too
+                turn_of[node["id"]] = dia  # a duplicate stands for its last turn, as there
+                added += 1
+        s.fold()
+        rows, dropped = [], 0
+        for sample in samples:
+            sample_id = sample["sample_id"]
+            for qa in sample["qa"]:
+                evidence = set(locomo_evidence(qa, known[sample_id]))
+                if not evidence:
+                    dropped += 1
+                    continue
+                ours = [turn_of[n["id"]] for n in s.search(qa["question"], [sample_id], 10)]
+                words = store.query_words(qa["question"])
+                plain = [turn_of[i] for (i,) in db.execute(
+                    PLAIN_FTS, (sample_id, store.fts_query(words), 10))] if words else []
+                rows.append((sample_id, qa.get("category"),
+                             *(len(evidence.intersection(ranked[:k])) / len(evidence)
+                               for ranked in (ours, plain) for k in (5, 10))))
+        return rows, added, dropped
+    finally:
+        db.close()
+        s.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 # The whole suite runs in this many processes at once, each taking every JOBS-th test: many
@@ -5668,6 +5884,8 @@ def main(argv=None):
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["bench"]:
         return bench(argv[2:])
+    if argv[1:2] == ["relevance"]:
+        return relevance(argv[2:])
     if argv[1:2] == ["plain-server"]:
         return plain_server(argv[2])
     if len(argv) == 1:
