@@ -22,6 +22,8 @@ Where the test for a behaviour lives:
     JSON-RPC over stdio: handshake, revisions, tools and their         StdioTest
       schemas, errors, batches; the server.py process itself
     setup.py: the data directory, the configuration it prints          SetupTest
+    what macOS and Windows do differently, simulated: paths, commands, PlatformTest
+      messages, the test runner's closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
     recall's since and until, the newest-first listing, exact and      TimeAndDuplicatesTest
       near duplicates in remember, over the store, stdio and HTTP
@@ -1988,6 +1990,22 @@ class SetupTest(TempDirTest):
         self.assertIn("cannot use SQLite", setup.fit_to_serve(broken))
         self.assertIn("did not answer initialize", setup.check_start(broken, self.dir))
         self.assertIsNone(setup.check_start(sys.executable, self.dir))
+
+
+class PlatformTest(unittest.TestCase):
+    """What macOS and Windows do differently, simulated here: the platform, its paths and its
+    environment are given to the small functions that decide, and what the user would get
+    (the printed configuration and commands, the messages) is checked."""
+
+    def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
+        # Windows ends the lines a part prints with \r\n: every part counted as failed.
+        for end in ("\n", "\r\n"):
+            with self.subTest(end=end):
+                text = end.join(["..s.", "Ran 4 tests in 0.1s", "", "OK (skipped=1)",
+                                 "part 1 of 2: 3 passed, 0 failed, 1 skipped", ""])
+                self.assertEqual(part_counts(text), (3, 0, 1))
+                self.assertEqual(part_counts(text.replace(", 1 skipped", "")), (3, 0, 0))
+        self.assertIsNone(part_counts("Traceback (most recent call last):\r\n"))
 
 
 # ----------------------------------------------------------------------------- replies
@@ -5309,8 +5327,10 @@ def bench(argv):
 # tests wait on servers, subprocesses and locks. On 2 cores, 2 processes took the suite from
 # 69 s to 40 s (49-56 s with another process keeping a core busy, all passing).
 JOBS = max(2, min(4, os.cpu_count() or 1))
-SUMMARY = re.compile(r"^(?:part \d+ of \d+: )?(\d+) passed, (\d+) failed(?:, (\d+) skipped)?$",
-                     re.MULTILINE)
+# A part's closing line. On Windows the parts end their lines with \r\n, and "$" in MULTILINE
+# mode matches only before the \n: without "\r?" every part there counted as failed.
+SUMMARY = re.compile(r"^(?:part \d+ of \d+: )?(\d+) passed, (\d+) failed(?:, (\d+) skipped)?"
+                     r"\r?$", re.MULTILINE)
 
 
 def each_test(suite):
@@ -5320,6 +5340,12 @@ def each_test(suite):
             yield from each_test(test)
         else:
             yield test
+
+
+def part_counts(text):
+    """(passed, failed, skipped) from the last closing line in a part's output, or None."""
+    found = SUMMARY.findall(text)
+    return tuple(int(n or 0) for n in found[-1]) if found else None
 
 
 def run_part(k, n):
@@ -5350,11 +5376,9 @@ def run_parts(jobs):
         text = out.read().decode(errors="replace")
         out.close()
         sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
-        found = SUMMARY.findall(text)
-        if found and proc.returncode in (0, 1):
-            passed += int(found[-1][0])
-            failed += int(found[-1][1])
-            skipped += int(found[-1][2] or 0)
+        counts = part_counts(text)
+        if counts and proc.returncode in (0, 1):
+            passed, failed, skipped = (a + b for a, b in zip((passed, failed, skipped), counts))
         else:
             print(f"part {k + 1} of {jobs} ended without a result (exit status {proc.returncode})")
             failed += 1
