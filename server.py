@@ -13,6 +13,16 @@ import os
 import signal
 import sys
 
+MIN_PYTHON = (3, 11)
+# Checked before store.py is imported: on an older Python (a Mac's /usr/bin/python3 is 3.9)
+# it fails to load with an error that does not say why ("module 'sqlite3' has no attribute
+# 'SQLITE_IOERR'").
+if sys.version_info < MIN_PYTHON:
+    sys.exit(f"flood-memory: Flood Memory needs Python {'.'.join(map(str, MIN_PYTHON))} or "
+             f"newer, and {sys.executable} is Python "
+             f"{'.'.join(map(str, sys.version_info[:3]))}; run setup.py with a newer Python "
+             f"and use the command it prints")
+
 from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, StoreError,
                    TRAVERSAL_CAP, open_directory)
 

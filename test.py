@@ -1992,10 +1992,24 @@ class SetupTest(TempDirTest):
         self.assertIsNone(setup.check_start(sys.executable, self.dir))
 
 
-class PlatformTest(unittest.TestCase):
+class PlatformTest(TempDirTest):
     """What macOS and Windows do differently, simulated here: the platform, its paths and its
     environment are given to the small functions that decide, and what the user would get
     (the printed configuration and commands, the messages) is checked."""
+
+    def test_server_py_on_an_older_python_says_which_it_needs(self):
+        # A Mac's /usr/bin/python3 is 3.9; 3.10 died loading store.py with an AttributeError.
+        code = ("import runpy, sys\nsys.version_info = (3, 10, 13, 'final', 0)\n"
+                f"try:\n    runpy.run_path({os.path.join(HERE, 'server.py')!r}, "
+                "run_name='__main__')\n"
+                "finally:\n    print('store loaded' if 'store' in sys.modules else 'no store')\n")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              stdin=subprocess.DEVNULL, cwd=HERE, timeout=60)
+        self.assertEqual(done.returncode, 1, done.stderr)
+        self.assertEqual(done.stdout, "no store\n")  # checked before store.py is loaded
+        self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+        self.assertIn("Flood Memory needs Python 3.11 or newer", done.stderr)
+        self.assertIn(f"{sys.executable} is Python 3.10.13", done.stderr)
 
     def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
         # Windows ends the lines a part prints with \r\n: every part counted as failed.
