@@ -23,8 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from server import (PROTOCOL_VERSIONS, SERVER_INFO, Session, decode, encode, handle_payload,
-                    rpc_error)
-from store import DEFAULT_DIR, StoreError, open_directory
+                    open_data_directory, rpc_error)
 
 log = logging.getLogger("flood-memory.http")
 
@@ -522,8 +521,7 @@ def _settings(environ):
                          f"got {body_text!r}") from None
     origins = [o.strip() for o in environ.get("FLOOD_MEMORY_ALLOWED_ORIGINS", "").split(",")]
     return {"token": token, "host": host, "port": port, "max_body": max_body,
-            "allowed_origins": [o for o in origins if o],
-            "directory": environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR}
+            "allowed_origins": [o for o in origins if o]}
 
 
 def _connection_cap():
@@ -548,10 +546,8 @@ def main(argv=None):
     except ValueError as exc:
         print(f"flood-memory: {exc}", file=sys.stderr)
         return 1
-    try:
-        store = open_directory(settings["directory"])
-    except StoreError as exc:
-        print(f"flood-memory: {exc}", file=sys.stderr)
+    store = open_data_directory(os.environ)
+    if store is None:
         return 1
     host, port = settings["host"], settings["port"]
     try:

@@ -51,7 +51,9 @@ import itertools
 import io
 import json
 import logging
+import ntpath
 import os
+import posixpath
 import random
 import re
 import shutil
@@ -2010,6 +2012,70 @@ class PlatformTest(TempDirTest):
         self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
         self.assertIn("Flood Memory needs Python 3.11 or newer", done.stderr)
         self.assertIn(f"{sys.executable} is Python 3.10.13", done.stderr)
+
+    def test_a_data_directory_that_is_not_absolute_is_refused(self):
+        with unittest.mock.patch.dict(os.environ, clear=True):  # no USERPROFILE, no HOME
+            with self.assertRaises(ValueError) as cm:
+                server.data_directory("~/flood/memory", ntpath)
+            self.assertIn("cannot expand ~ (it has no USERPROFILE)", str(cm.exception))
+        with unittest.mock.patch.dict(os.environ, {"USERPROFILE": r"C:\Users\bob"}, clear=True):
+            self.assertEqual(ntpath.normpath(server.data_directory("~/flood/memory", ntpath)),
+                             r"C:\Users\bob\flood\memory")
+        for paths, relative in ((ntpath, r"flood\memory"), (posixpath, "flood/memory")):
+            with self.subTest(paths=paths.__name__), self.assertRaises(ValueError) as cm:
+                server.data_directory(relative, paths)
+            self.assertIn("a relative path", str(cm.exception))
+        self.assertEqual(server.data_directory("/srv/flood", posixpath), "/srv/flood")
+        # Both servers refuse to start with it, in one line, and make nothing.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+        for script in ("server.py", "server_remote.py"):
+            with self.subTest(script=script):
+                done = subprocess.run([sys.executable, os.path.join(HERE, script)], input=b"",
+                                      env=dict(env, FLOOD_MEMORY_DIR="relative-data"),
+                                      cwd=self.dir, capture_output=True, timeout=60)
+                self.assertEqual(done.returncode, 1, done.stderr)
+                self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+                self.assertIn(b"FLOOD_MEMORY_DIR is relative-data, a relative path", done.stderr)
+                self.assertEqual(os.listdir(self.dir), [])
+
+    def test_a_data_directory_on_a_share_or_in_a_synced_folder_is_warned_about(self):
+        cases = [
+            ("Windows", r"\\nas\home\flood", "on a network share"),
+            ("Windows", "//nas/home/flood", "on a network share"),
+            ("Windows", r"\\?\UNC\nas\home\flood", "on a network share"),
+            ("Windows", r"\\?\C:\Users\bob\flood", None),
+            ("Windows", r"C:\Users\bob\OneDrive - Contoso\flood", "OneDrive"),
+            ("Windows", r"C:\Users\bob\OneDrive\Documents\flood", "OneDrive"),
+            ("Windows", r"C:\Users\bob\Dropbox\flood", "Dropbox"),
+            ("Windows", r"C:\Users\bob\iCloudDrive\flood", "iCloud Drive"),
+            ("Windows", r"C:\Users\bob\flood\memory", None),
+            ("Darwin", "/Users/bob/Library/Mobile Documents/com~apple~CloudDocs/f", "iCloud Drive"),
+            ("Darwin", "/Users/bob/Library/CloudStorage/OneDrive-Personal/flood", "OneDrive"),
+            ("Darwin", "/Users/bob/Library/CloudStorage/GoogleDrive-bob@example.com/My Drive/f",
+             "Google Drive"),
+            ("Darwin", "/Users/bob/Library/CloudStorage/Box-Box/flood", "a cloud storage service"),
+            ("Darwin", "/Users/bob/Dropbox/flood", "Dropbox"),
+            ("Darwin", "/Users/bob/flood/memory", None),
+            ("Linux", "/home/bob/Dropbox (Personal)/flood", "Dropbox"),
+            ("Linux", "/home/bob/dropboxes/flood", None),
+        ]
+        for system, path, named in cases:
+            with self.subTest(system=system, path=path):
+                risk = server.risky_location(path, system)
+                if named is None:
+                    self.assertIsNone(risk)
+                    continue
+                self.assertIn(f"the data directory {path} is ", risk)
+                self.assertIn(named, risk)
+                self.assertIn("Set FLOOD_MEMORY_DIR to a folder", risk)
+        # The server says so at start, and serves all the same.
+        synced = os.path.join(self.dir, "Dropbox", "memory")
+        proc = self.server_process(synced, os.path.join(self.dir, "server.log"))
+        self.assertEqual(proc.send(request("ping"))["result"], {})
+        self.assertEqual(proc.close(), 0)
+        with open(os.path.join(self.dir, "server.log"), "rb") as f:
+            self.assertIn(b"WARNING: the data directory %s is in a folder that Dropbox "
+                          b"synchronizes" % synced.encode(), f.read())
 
     def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
         # Windows ends the lines a part prints with \r\n: every part counted as failed.
