@@ -27,7 +27,7 @@ if sys.version_info < MIN_PYTHON:
              f"and use the command it prints")
 
 from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, StoreError,
-                   TRAVERSAL_CAP, open_directory)
+                   TRAVERSAL_CAP, open_directory, reader_gone)
 
 log = logging.getLogger("flood-memory.server")
 
@@ -746,6 +746,12 @@ def _terminate(signum, frame):
     raise SystemExit(0)
 
 
+def stop_signals(signals=signal):
+    """The signals that ask a server to stop: SIGTERM, and Ctrl+Break (SIGBREAK), which is
+    what Windows can send instead."""
+    return [getattr(signals, name) for name in ("SIGTERM", "SIGBREAK") if hasattr(signals, name)]
+
+
 # ----------------------------------------------------------------------------- data directory
 
 
@@ -830,14 +836,17 @@ def main(argv=None):
     store = open_data_directory(os.environ)
     if store is None:
         return 1
-    signal.signal(signal.SIGTERM, _terminate)
+    for signum in stop_signals():
+        signal.signal(signum, _terminate)
     try:
         serve_stdio(store)
     except KeyboardInterrupt:
         pass
-    except BrokenPipeError:
-        # The client stopped reading: the session is over. Point stdout at /dev/null so that
-        # Python's own flush at exit does not complain about the pipe once more.
+    except OSError as exc:
+        if not reader_gone(exc):
+            raise
+        # The client stopped reading: the session is over. Point stdout at the null device
+        # so that Python's own flush at exit does not complain about the pipe once more.
         log.info("the client closed its end of stdout; stopping")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:

@@ -22,6 +22,7 @@ and lists back. The module reads top down:
 
 import collections
 import contextlib
+import errno
 import functools
 import gc
 import hashlib
@@ -3546,6 +3547,15 @@ USAGE = """usage: python3 store.py export [FILE] | import FILE [--format F] | ba
 The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory)."""
 
 
+def reader_gone(exc, system=None):
+    """Whether `exc`, raised by a write to standard output, says that its reader has gone:
+    BrokenPipeError, or on Windows (`system`, os.name, says "nt") OSError EINVAL, which is
+    what a write to a pipe closed at the other end raises there."""
+    return isinstance(exc, BrokenPipeError) or (
+        (system or os.name) == "nt" and isinstance(exc, OSError) and exc.errno == errno.EINVAL
+        and exc.filename is None)
+
+
 def export(store, out):
     """Write every memory to the text stream `out`, one JSON line each; return how many."""
     n = 0
@@ -3949,9 +3959,9 @@ def main(argv=None):
                       f"{done['skipped']:,} already stored", file=sys.stderr)
                 if report is not None:
                     print(_official_summary(report), file=sys.stderr)
-    except BrokenPipeError:
-        return 1  # whoever read the export stopped reading
     except OSError as exc:
+        if reader_gone(exc):
+            return 1  # whoever read the export stopped reading
         print(f"flood-memory: {command}: cannot read {exc.filename}: {exc.strerror}",
               file=sys.stderr)
         return 1

@@ -46,6 +46,7 @@ subprocess, for the tests and the benchmark alike).
 
 import collections
 import contextlib
+import errno
 import http.client
 import itertools
 import io
@@ -65,6 +66,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import unittest
 import unittest.mock
 import uuid
@@ -412,6 +414,45 @@ def remote_process(data_dir, settings, **popen):
     env = dict(env, FLOOD_MEMORY_DIR=data_dir, **settings)
     return subprocess.Popen([sys.executable, os.path.join(HERE, "server_remote.py")], env=env,
                             stdin=subprocess.DEVNULL, **popen)
+
+
+def simulated(prelude, script, *args, **popen):
+    """The file `script` of this checkout (server.py, store.py...) run with `args` as a
+    program, in a process that first runs the Python statements `prelude`: how a test makes
+    this system look like another in one respect (how a pipe fails, which signals exist)."""
+    path = os.path.join(HERE, script)
+    code = (f"import sys\nsys.path.insert(0, {HERE!r})\nimport server, store\n{prelude}\n"
+            f"import runpy\nsys.argv = [{path!r}, *sys.argv[1:]]\n"
+            f"runpy.run_path({path!r}, run_name='__main__')\n")
+    return subprocess.Popen([sys.executable, "-c", code, *args], **popen)
+
+
+# Standard output that fails as a pipe closed at its other end fails on Windows: OSError
+# EINVAL, not BrokenPipeError. Set after the imports, as the modules look at os.name then.
+WINDOWS_PIPE = """
+import errno, io, os
+
+
+class WindowsPipe(io.RawIOBase):
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return 1
+
+    def write(self, data):
+        try:
+            return os.write(1, data)
+        except BrokenPipeError:
+            raise OSError(errno.EINVAL, "Invalid argument") from None
+
+
+sys.stdout = io.TextIOWrapper(io.BufferedWriter(WindowsPipe()), encoding="utf-8")
+os.name = "nt"
+"""
+
+# Ctrl+Break on Windows, played here by SIGUSR1.
+SIGBREAK = "import signal\nsignal.SIGBREAK = signal.SIGUSR1"
 
 
 # ----------------------------------------------------------------------------- words
@@ -2076,6 +2117,92 @@ class PlatformTest(TempDirTest):
         with open(os.path.join(self.dir, "server.log"), "rb") as f:
             self.assertIn(b"WARNING: the data directory %s is in a folder that Dropbox "
                           b"synchronizes" % synced.encode(), f.read())
+
+    def test_a_taken_port_is_refused_on_windows_too_and_dual_stack_takes_ipv4(self):
+        # SO_REUSEADDR let a second server take a port silently on Windows.
+        self.assertEqual(server_remote.listening_options("nt", "127.0.0.1"),
+                         [("SOL_SOCKET", "SO_EXCLUSIVEADDRUSE", 1)])
+        self.assertEqual(server_remote.listening_options("posix", "0.0.0.0"),
+                         [("SOL_SOCKET", "SO_REUSEADDR", 1)])
+        for host in ("::", "0:0:0:0:0:0:0:0"):
+            self.assertEqual(server_remote.listening_options("nt", host),
+                             [("SOL_SOCKET", "SO_EXCLUSIVEADDRUSE", 1),
+                              ("IPPROTO_IPV6", "IPV6_V6ONLY", 0)])
+        self.assertEqual(len(server_remote.listening_options("nt", "::1")), 1)
+        # What this system's listening socket got.
+        s = Store(self.path)
+        self.addCleanup(s.close)
+        httpd = self.serve_http(s)
+        self.assertEqual(httpd.socket.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) != 0,
+                         os.name != "nt")
+        try:
+            httpd = server_remote.RemoteServer(("::", 0), s, token=TOKEN)
+        except OSError:
+            return  # no IPv6 here
+        self.addCleanup(httpd.server_close)
+        self.assertEqual(httpd.socket.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY), 0)
+        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
+        self.addCleanup(httpd.shutdown)
+        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=10)
+        self.addCleanup(conn.close)
+        self.assertEqual(http_post(conn, request("ping"))[0], 200)  # IPv4 reaches ::
+
+    def test_a_pipe_closed_as_windows_says_it_ends_the_export_and_the_server_quietly(self):
+        gone = OSError(errno.EINVAL, "Invalid argument")
+        self.assertTrue(store.reader_gone(gone, "nt"))
+        self.assertFalse(store.reader_gone(gone, "posix"))
+        self.assertFalse(store.reader_gone(OSError(errno.EINVAL, "Invalid argument", "a:b?"),
+                                           "nt"))  # a file name Windows refuses
+        self.assertTrue(store.reader_gone(BrokenPipeError(), "posix"))
+        env = dict(os.environ, FLOOD_MEMORY_DIR=self.dir)
+        with Store(self.path) as s:
+            s.load([{"id": str(uuid.UUID(int=i, version=4)), "content": f"memory {i} " * 40}
+                    for i in range(2_000)])  # more than a pipe holds
+        export = simulated(WINDOWS_PIPE, "store.py", "export", env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+        export.stdout.read(100)
+        export.stdout.close()
+        self.assertEqual(export.wait(60), 1)
+        err = export.stderr.read()
+        export.stderr.close()
+        self.assertEqual(err, b"")  # no traceback, no "cannot read None: Invalid argument"
+        stdio = simulated(WINDOWS_PIPE, "server.py", env=env, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdio.stdout.close()
+        _, err = stdio.communicate(json.dumps(request("tools/list")).encode() + b"\n", 60)
+        self.assertEqual(stdio.returncode, 0, err)
+        self.assertNotIn(b"Traceback", err)
+        self.assertIn(b"the client closed its end of stdout", err)
+
+    def test_ctrl_break_stops_the_servers_as_sigterm_does(self):
+        fake = types.SimpleNamespace(SIGTERM=15, SIGBREAK=21)
+        self.assertEqual(server.stop_signals(fake), [15, 21])
+        self.assertEqual(server.stop_signals(types.SimpleNamespace(SIGTERM=15)), [15])
+
+    @unittest.skipUnless(hasattr(signal, "SIGUSR1"), "Windows has no SIGUSR1 to play Ctrl+Break "
+                         "with; test_sigterm_shuts_down_cleanly sends it the real Ctrl+Break")
+    def test_ctrl_break_played_by_sigusr1_stops_both_servers_cleanly(self):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+        port = free_port()
+        env.update(FLOOD_MEMORY_DIR=self.dir, FLOOD_MEMORY_PORT=str(port))
+        remote = simulated(SIGBREAK, "server_remote.py", env=env, stdin=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE)
+        self.addCleanup(lambda: remote.poll() is None and remote.kill())
+        self.assertTrue(wait_for_port(port, remote))
+        stdio = simulated(SIGBREAK, "server.py", env=env, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.addCleanup(lambda: stdio.poll() is None and stdio.kill())
+        stdio.stdin.write(json.dumps(request("ping")).encode() + b"\n")
+        stdio.stdin.flush()
+        self.assertEqual(json.loads(stdio.stdout.readline())["result"], {})
+        errors = []
+        for proc in (remote, stdio):
+            proc.send_signal(signal.SIGUSR1)
+            errors.append(proc.communicate(timeout=30)[1])
+            self.assertEqual(proc.returncode, 0, errors[-1])
+            self.assertNotIn(b"Traceback", errors[-1])
+        self.assertIn(b"stopping: letting requests in flight finish", errors[0])
+        self.assertFalse(os.path.exists(self.path + "-wal"), "the database was not closed")
 
     def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
         # Windows ends the lines a part prints with \r\n: every part counted as failed.
