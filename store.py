@@ -3264,7 +3264,7 @@ class Store:
                     count = copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
                 finally:
                     copy.close()
-            os.replace(partial, target)
+            _replace(partial, target)
         except OSError as exc:
             raise StoreError(f"cannot write the backup {target}: {exc.strerror}") from exc
         finally:
@@ -3413,6 +3413,29 @@ def _open_private(path):
     if os.name == "posix":
         os.fchmod(fd, PRIVATE_FILE)  # it may have been there with another mode
     return fd
+
+
+REPLACE_TRIES = 20      # times a finished copy is renamed over a file held open (Windows)...
+REPLACE_PAUSE = 0.25    # ...this many seconds apart
+
+
+def _replace(source, target, system=None):
+    """os.replace(source, target). On Windows (`system`, os.name, says "nt") a target that
+    another program holds open (an editor, a sync or backup tool, an antivirus scan) cannot
+    be replaced ("Access is denied"), often for a moment only: the rename is tried again for
+    a few seconds, then StoreError says what to close."""
+    for tries_left in range(REPLACE_TRIES - 1, -1, -1):
+        try:
+            os.replace(source, target)
+            return
+        except PermissionError:
+            if (system or os.name) != "nt":
+                raise
+            if not tries_left:
+                raise StoreError(f"cannot replace {target}: another program has it open "
+                                 f"(Windows does not let a file in use be replaced); close "
+                                 f"it, or choose another file, and try again") from None
+            time.sleep(REPLACE_PAUSE)
 
 
 def _create_private(path):
@@ -3883,7 +3906,7 @@ def _export_to(store, target):
     try:
         with open(_open_private(partial), "w", encoding="utf-8", newline="\n") as out:
             n = export(store, out)
-        os.replace(partial, target)
+        _replace(partial, target)
         return n
     except OSError as exc:
         raise StoreError(f"cannot write {target}: {exc.strerror}") from exc

@@ -47,6 +47,7 @@ subprocess, for the tests and the benchmark alike).
 import collections
 import contextlib
 import errno
+import functools
 import http.client
 import itertools
 import io
@@ -2173,6 +2174,56 @@ class PlatformTest(TempDirTest):
         self.assertEqual(stdio.returncode, 0, err)
         self.assertNotIn(b"Traceback", err)
         self.assertIn(b"the client closed its end of stdout", err)
+
+    def test_a_file_another_program_holds_open_on_windows_is_waited_for_then_named(self):
+        s = self.open_store()
+        s.add("a memory to copy")
+        real = os.replace
+        tries = []
+
+        def held(times):
+            """os.replace, failing as Windows does while another program has the target
+            open, the first `times` tries."""
+            def replace(source, target):
+                tries.append(target)
+                if len(tries) <= times:
+                    raise PermissionError(13, "Access is denied", target)
+                real(source, target)
+            return replace
+
+        windows = functools.partial(store._replace, system="nt")
+        for name, write in (("b.db", s.backup), ("e.jsonl",
+                                                 lambda t: store._export_to(s, t))):
+            target = os.path.join(self.dir, name)
+            with open(target, "w") as f:
+                f.write("an old copy, open in another program")
+            with self.subTest(target=name), \
+                    unittest.mock.patch.object(store, "REPLACE_PAUSE", 0), \
+                    unittest.mock.patch.object(store, "_replace", windows):
+                tries.clear()
+                with unittest.mock.patch("os.replace", held(3)):
+                    self.assertEqual(write(target), 1)  # let go after three tries
+                self.assertEqual(len(tries), 4)
+                with open(target, "rb") as f:
+                    self.assertNotIn(b"an old copy", f.read())
+                tries.clear()
+                with unittest.mock.patch("os.replace", held(1000)), \
+                        self.assertRaises(StoreError) as cm:
+                    write(target)
+                self.assertEqual(len(tries), store.REPLACE_TRIES)
+                self.assertIn(f"cannot replace {target}: another program has it open",
+                              str(cm.exception))
+                self.assertIn("close it", str(cm.exception))
+                self.assertEqual([f for f in os.listdir(self.dir) if f.endswith(".part")], [])
+        # Elsewhere a refused rename is a permission problem, said at once.
+        tries.clear()
+        with unittest.mock.patch("os.replace", held(1000)), \
+                unittest.mock.patch.object(store, "_replace",
+                                           functools.partial(store._replace, system="posix")), \
+                self.assertRaises(StoreError) as cm:
+            s.backup(os.path.join(self.dir, "b.db"))
+        self.assertEqual(len(tries), 1)
+        self.assertIn("cannot write the backup", str(cm.exception))
 
     def test_ctrl_break_stops_the_servers_as_sigterm_does(self):
         fake = types.SimpleNamespace(SIGTERM=15, SIGBREAK=21)
