@@ -20,6 +20,7 @@ and lists back. The module reads top down:
 - command line: `python3 store.py export | import | backup | restore`
 """
 
+import codecs
 import collections
 import contextlib
 import errno
@@ -3641,6 +3642,33 @@ def read_entries(lines):
     return False, ((f"line {line}", value) for line, value in values)
 
 
+def utf8_lines(source):
+    """The lines of the binary file `source`, as UTF-8 bytes. A file that starts with a UTF-16
+    byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is decoded."""
+    head = source.read(2)
+    if head not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        return itertools.chain(io.BytesIO(head + source.readline()), source)
+    return _utf16_lines(head, source)
+
+
+def _utf16_lines(head, source):
+    decoder = codecs.getincrementaldecoder("utf-16")()  # the byte order mark picks LE or BE
+    pending = [decoder.decode(head)]  # the line read so far, in pieces: one may be long
+    try:
+        for chunk in iter(lambda: source.read(1 << 16), b""):
+            *ended, rest = decoder.decode(chunk).split("\n")
+            for text in ended:
+                pending.append(text)
+                yield ("".join(pending) + "\n").encode("utf-8")
+                pending = []
+            pending.append(rest)
+        pending.append(decoder.decode(b"", final=True))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
+    if "".join(pending):
+        yield "".join(pending).encode("utf-8")
+
+
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder()
 
@@ -3947,7 +3975,7 @@ def main(argv=None):
                 source = stack.enter_context(sys.stdin.buffer if rest[0] == "-" else
                                              open(rest[0], "rb"))
                 spool = stack.enter_context(tempfile.TemporaryFile())
-                graph, entries = read_entries(source)
+                graph, entries = read_entries(utf8_lines(source))
                 first = next(entries, None)
                 entries = itertools.chain([first] if first else [], entries)
                 report = None

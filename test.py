@@ -44,6 +44,7 @@ Helpers shared by the tests come first: checks on a database file, the JSON-RPC 
 subprocess, for the tests and the benchmark alike).
 """
 
+import codecs
 import collections
 import contextlib
 import errno
@@ -3798,7 +3799,9 @@ class BackupTest(TempDirTest):
                  (good + "\n\n" + json.dumps({"id": "x", "content": "y"}), b"record 2: "),
                  (json.dumps({"content": "no id"}), b"record 1: a memory needs an id"),
                  (good + "\n" + json.dumps([1]), b"record 2: a memory must be a JSON object")]
-        for text, message in cases + [(b"\xff\xfe\n", b"record 1 (line 1) is not UTF-8")]:
+        for text, message in cases + [(b"\xff\n", b"record 1 (line 1) is not UTF-8"),
+                                      (b"\xff\xfe\n", b"the file starts as UTF-16 text but "
+                                                      b"is not: truncated data")]:
             with self.subTest(message=message):
                 done = self.run_store("import", "-", stdin=text if isinstance(text, bytes)
                                       else text.encode())
@@ -4069,6 +4072,38 @@ class BackupTest(TempDirTest):
             got = [(r["created_at"], r["last_accessed"]) for r in s.records()]
         self.assertEqual(got, [("2024-01-01T00:00:00.000Z", "2024-01-01T00:00:00.000Z"),
                                ("2024-01-01T05:00:00.000Z", "2024-02-01T00:00:00.000Z")])
+
+    def test_import_reads_utf16_as_windows_powershell_writes_it(self):
+        # Windows PowerShell 5.1's `store.py export > file` writes UTF-16 with a byte order
+        # mark and \r\n; importing that file was refused as "not UTF-8 text".
+        s = self.open_store()
+        self.fill(s)
+        exported = self.run_store("export").stdout
+        text = exported.decode("utf-8").replace("\n", "\r\n")
+        for encoding in ("utf-16-le", "utf-16-be"):
+            with self.subTest(encoding=encoding):
+                path = os.path.join(self.dir, f"{encoding}.jsonl")
+                with open(path, "wb") as f:
+                    f.write(codecs.BOM_UTF16_LE if encoding.endswith("le") else
+                            codecs.BOM_UTF16_BE)
+                    f.write(text.encode(encoding))
+                other = os.path.join(self.dir, encoding)
+                done = self.run_store("import", path, data_dir=other)
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertEqual(self.run_store("export", data_dir=other).stdout, exported)
+        # A long line crosses the chunks it is decoded in; a broken file is one line of error.
+        lines = list(store.utf8_lines(io.BytesIO(codecs.BOM_UTF16_LE +
+                                                 ("x" * 200_000 + "\ny\n€").encode("utf-16-le"))))
+        self.assertEqual(lines, [b"x" * 200_000 + b"\n", b"y\n", "€".encode()])
+        self.assertEqual(list(store.utf8_lines(io.BytesIO(b'{"a": 1}\n\n2'))),
+                         [b'{"a": 1}\n', b"\n", b"2"])
+        path = os.path.join(self.dir, "broken.jsonl")
+        with open(path, "wb") as f:
+            f.write(codecs.BOM_UTF16_LE + "{}\n".encode("utf-16-le") + b"\x00\xd8}\x00")
+        done = self.run_store("import", path, data_dir=os.path.join(self.dir, "broken"))
+        self.assertEqual(done.returncode, 1)
+        self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
+        self.assertIn(b"the file starts as UTF-16 text but is not", done.stderr)
 
     def test_import_of_a_record_with_60000_missing_links_is_linear_and_quiet(self):
         s = self.open_store()
