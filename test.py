@@ -48,6 +48,7 @@ import codecs
 import collections
 import contextlib
 import errno
+import fnmatch
 import functools
 import http.client
 import itertools
@@ -56,9 +57,11 @@ import json
 import logging
 import ntpath
 import os
+import platform
 import posixpath
 import random
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -76,6 +79,7 @@ from datetime import datetime, timedelta, timezone
 
 import server
 import server_remote
+import setup
 import store
 from store import InvalidInput, NotFound, Store, StoreError
 
@@ -1993,10 +1997,11 @@ class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
-        # A relative FLOOD_MEMORY_DIR is printed absolute: clients start the server elsewhere.
-        env = dict(os.environ, FLOOD_MEMORY_DIR="relative-data")
+        # FLOOD_MEMORY_DIR is printed absolute, ~ expanded: clients start the server
+        # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~.
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              cwd=self.dir, env=env, capture_output=True, text=True, timeout=60)
+                              cwd=self.dir, env=dict(os.environ, FLOOD_MEMORY_DIR="relative-data"),
+                              capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         data = os.path.join(os.path.realpath(self.dir), "relative-data")
         self.assertTrue(os.path.exists(os.path.join(data, store.DB_NAME)))
@@ -2005,14 +2010,16 @@ class SetupTest(TempDirTest):
         entry = config["mcpServers"]["flood-memory"]
         self.assertEqual(entry["args"], [os.path.join(HERE, "server.py")])
         self.assertEqual(os.path.realpath(entry["env"]["FLOOD_MEMORY_DIR"]), data)
+        self.assertTrue(os.path.isabs(entry["env"]["FLOOD_MEMORY_DIR"]))
         self.assertIn("claude mcp add", done.stdout)
         self.assertIn("Checked: ", done.stdout)
+        self.assertIn("Edit Config opens the file it reads", done.stdout)
         # The command is an absolute path to Python 3.11+, and it starts the server in the
-        # bare environment a desktop app gives it: HOME, PATH=/usr/bin:/bin and the env.
+        # bare environment a desktop app gives it, from another directory.
         self.assertTrue(os.path.isabs(entry["command"]), entry["command"])
-        bare = dict(entry["env"], HOME=os.path.expanduser("~"), PATH="/usr/bin:/bin")
+        bare = dict(setup.bare_environment(platform.system(), os.environ), **entry["env"])
         started = self.server_process(command=[entry["command"], *entry["args"]], env=bare,
-                                      cwd="/", timeout=60)
+                                      cwd=os.path.abspath(os.sep), timeout=60)
         replies = [started.send(request("initialize", {"protocolVersion": "2025-06-18"})),
                    started.send(request("tools/list"))]
         self.assertEqual(replies[0]["result"]["serverInfo"]["name"], "flood-memory")
@@ -2023,18 +2030,39 @@ class SetupTest(TempDirTest):
         headers = remote["mcpServers"]["flood-memory"]["headers"]
         self.assertEqual(headers, {"Authorization": "Bearer ${FLOOD_MEMORY_AUTH_TOKEN}"})
         self.assertIn("does not expand ${...}", done.stdout)
+        # ~ comes out expanded.
+        home = os.path.join(self.dir, "home")
+        os.mkdir(home)
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
+                              env=dict(os.environ, FLOOD_MEMORY_DIR="~/tilde-data", HOME=home,
+                                       USERPROFILE=home),
+                              cwd=self.dir, capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("~/tilde-data", done.stdout)
+        self.assertIn(json.dumps(os.path.join(home, "tilde-data")), done.stdout)
+        self.assertTrue(os.path.exists(os.path.join(home, "tilde-data", store.DB_NAME)))
 
     def test_setup_says_clearly_when_the_server_would_not_start(self):
-        import setup
-        self.assertIsNone(setup.fit_to_serve(sys.executable))
-        self.assertIn("does not start", setup.fit_to_serve(os.path.join(self.dir, "nothing")))
-        broken = os.path.join(self.dir, "python")
-        with open(broken, "w") as f:
-            f.write("#!/bin/sh\necho 'Python 3.9.6'; exit 1\n")
-        os.chmod(broken, 0o755)
-        self.assertIn("cannot use SQLite", setup.fit_to_serve(broken))
-        self.assertIn("did not answer initialize", setup.check_start(broken, self.dir))
-        self.assertIsNone(setup.check_start(sys.executable, self.dir))
+        env = setup.bare_environment(platform.system(), os.environ)
+        self.assertIsNone(setup.fit_to_serve(sys.executable, env))
+        self.assertIn("does not start", setup.fit_to_serve(os.path.join(self.dir, "nothing"),
+                                                           env))
+        # An interpreter that runs but has no full-text search, or is too old (a Mac's
+        # /usr/bin/python3 is 3.9), played by this one given another probe.
+        with unittest.mock.patch.object(setup, "_PROBE", "import sys; "
+                                                         "sys.exit('no module named _sqlite3')"):
+            self.assertEqual(setup.fit_to_serve(sys.executable, env), "it cannot use SQLite's "
+                             "full-text search (no module named _sqlite3)")
+        with unittest.mock.patch.object(setup, "_PROBE", "print(3, 9)"):
+            self.assertEqual(setup.fit_to_serve(sys.executable, env),
+                             "it is Python 3.9, older than 3.11")
+        path = os.path.join(self.dir, "a-file")
+        with open(path, "w"):
+            pass
+        problem = setup.check_start(sys.executable, path, env)  # a server that exits at once
+        self.assertIn("did not answer initialize and tools/list (exit 1: flood-memory: the "
+                      "data directory", problem)
+        self.assertIsNone(setup.check_start(sys.executable, self.dir, env))
 
 
 class PlatformTest(TempDirTest):
@@ -2255,6 +2283,165 @@ class PlatformTest(TempDirTest):
             self.assertNotIn(b"Traceback", errors[-1])
         self.assertIn(b"stopping: letting requests in flight finish", errors[0])
         self.assertFalse(os.path.exists(self.path + "-wal"), "the database was not closed")
+
+    # -- setup.py
+
+    WINDOWS_ENV = {"USERPROFILE": r"C:\Users\Bob", "LOCALAPPDATA": r"C:\Users\Bob\AppData\Local",
+                   "APPDATA": r"C:\Users\Bob\AppData\Roaming", "SYSTEMROOT": r"C:\WINDOWS"}
+    MSIX = r"C:\Users\Bob\AppData\Local\Packages\Claude_pzs8sxrjxfjjc"
+    MSIX_CONFIG = MSIX + r"\LocalCache\Roaming\Claude\claude_desktop_config.json"
+    OLDER_CONFIG = r"C:\Users\Bob\AppData\Roaming\Claude\claude_desktop_config.json"
+
+    def windows_setup(self, *files, python=r"C:\Program Files\Python313\python.exe",
+                      data_dir=r"C:\Users\Bob\flood\memory", here=r"C:\Users\Bob\Bob's code"):
+        """What setup.py prints on a Windows whose disk holds `files` (glob finds them)."""
+        configs = setup.desktop_config_files("Windows", self.WINDOWS_ENV,
+                                             lambda pattern: fnmatch.filter(files, pattern))
+        return configs, setup.instructions("Windows", python, data_dir, configs, "tok-EN_1",
+                                           here=here)
+
+    def test_setup_names_the_claude_desktop_config_that_windows_reads(self):
+        for files, named in (
+                ((self.MSIX, self.MSIX_CONFIG, self.OLDER_CONFIG),
+                 [self.MSIX_CONFIG, self.OLDER_CONFIG]),  # both: the package's first
+                ((self.MSIX, self.MSIX_CONFIG), [self.MSIX_CONFIG]),
+                ((self.MSIX, self.OLDER_CONFIG), [self.OLDER_CONFIG]),
+                ((self.MSIX,), [self.MSIX_CONFIG]),  # installed, never configured
+                ((), [self.OLDER_CONFIG])):
+            with self.subTest(files=files):
+                configs, printed = self.windows_setup(*files)
+                self.assertEqual(configs, named)
+                self.assertIn(f"== Claude Desktop: merge into {named[0]}\n", printed)
+                self.assertEqual("exists too" in printed, len(named) == 2)
+                if len(named) == 2:
+                    self.assertIn(f"({named[1]} exists too; Claude reads the first.)", printed)
+                self.assertIn("Claude's Settings -> Developer -> Edit Config opens the file it "
+                              "reads", printed)
+        self.assertEqual(setup.desktop_config_files("Darwin", {"HOME": "/Users/bob"}, None),
+                         ["/Users/bob/Library/Application Support/Claude/"
+                          "claude_desktop_config.json"])
+
+    def test_setup_prints_powershell_commands_on_windows(self):
+        _, printed = self.windows_setup(self.MSIX, self.MSIX_CONFIG)
+        python, here = r"'C:\Program Files\Python313\python.exe'", r"C:\Users\Bob\Bob''s code"
+        lines = printed.splitlines()
+        self.assertIn(f"claude mcp add --transport stdio --scope user flood-memory --env "
+                      rf"FLOOD_MEMORY_DIR=C:\Users\Bob\flood\memory '--' {python} "
+                      rf"'{here}\server.py'", lines)
+        self.assertIn(rf"$env:FLOOD_MEMORY_AUTH_TOKEN = 'tok-EN_1'; $env:FLOOD_MEMORY_DIR = "
+                      rf"'C:\Users\Bob\flood\memory'; & {python} '{here}\server_remote.py'", lines)
+        self.assertIn(f"& {python} -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                      printed)
+        self.assertIn("[Environment]::SetEnvironmentVariable('FLOOD_MEMORY_AUTH_TOKEN', "
+                      "'tok-EN_1', 'User')", lines)
+        # The token written out: $FLOOD_MEMORY_AUTH_TOKEN would be an empty PowerShell
+        # variable, and the server then answers 401 to "Bearer ".
+        self.assertIn("claude mcp add --transport http --scope user flood-memory "
+                      "http://HOST:8080/mcp --header 'Authorization: Bearer tok-EN_1'", lines)
+        self.assertNotIn("$FLOOD_MEMORY_AUTH_TOKEN", printed)
+        self.assertNotIn("export ", printed)
+        # A quoted program at the start of a line is a parse error without &.
+        self.assertEqual([l for l in lines if l.startswith(("'", '"'))], [])
+        config = json.loads(printed[printed.index("{"):printed.index("\n}\n") + 2])
+        self.assertEqual(config["mcpServers"]["flood-memory"],
+                         {"command": r"C:\Program Files\Python313\python.exe",
+                          "args": [r"C:\Users\Bob\Bob's code\server.py"],
+                          "env": {"FLOOD_MEMORY_DIR": r"C:\Users\Bob\flood\memory"}})
+
+    def test_setup_quotes_what_each_shell_would_misread(self):
+        # POSIX: an apostrophe in a path ended the quoted word early.
+        for word in ("/Users/bob/Bob's code/server.py", "it's 'quoted'", "~/x", "a b", "$HOME",
+                     "", "-c", "FLOOD_MEMORY_DIR=/srv/flood"):
+            with self.subTest(shell="posix", word=word):
+                self.assertEqual(shlex.split(setup.Posix.quote(word)), [word])
+        self.assertEqual(setup.Posix.quote("/Users/bob/Bob's code"),
+                         "'/Users/bob/Bob'\\''s code'")
+        self.assertEqual(setup.Posix.quote("/opt/homebrew/bin/python3.13"),
+                         "/opt/homebrew/bin/python3.13")
+        for word, quoted in (("--", "'--'"), ("--scope", "--scope"), ("-x:y", "'-x:y'"),
+                             ("0x10", "'0x10'"), ("1kb", "'1kb'"), ("a,b", "'a,b'"),
+                             ("$env:HOME", "'$env:HOME'"), (r"C:\Users\Bob", r"C:\Users\Bob"),
+                             ("Bob's", "'Bob''s'"), ("Bob\u2019s", "'Bob\u2019\u2019s'"),
+                             ("", "''"), ("@x", "'@x'"), ("a;b", "'a;b'")):
+            with self.subTest(shell="powershell", word=word):
+                self.assertEqual(setup.PowerShell.quote(word), quoted)
+        self.assertEqual(setup.PowerShell.run([r"C:\Python 3\python.exe", "-V"]),
+                         r"& 'C:\Python 3\python.exe' -V")
+        self.assertEqual(setup.PowerShell.run(["py", "-V"], {"A": "x"}), "$env:A = 'x'; py -V")
+        self.assertEqual(setup.Posix.run(["python3", "-V"], {"A": "x y"}), "A='x y' python3 -V")
+
+    def test_setup_finds_python_through_the_py_launcher_on_windows(self):
+        stub = r"C:\Users\Bob\AppData\Local\Microsoft\WindowsApps\python3.exe"
+        installed = {"3.13": r"C:\Users\Bob\AppData\Local\Programs\Python\Python313\python.exe",
+                     "3.11": r"C:\Python311\python.exe"}
+        which = {"python3": stub, "python": stub}.get
+        self.assertEqual(setup.candidates("Windows", installed["3.11"], which, installed.get),
+                         [installed["3.11"], installed["3.13"], stub])
+        self.assertIn("Microsoft Store app alias", setup.unfit_on_sight("Windows", stub))
+        self.assertIsNone(setup.unfit_on_sight("Windows", installed["3.13"]))
+        self.assertIsNone(setup.unfit_on_sight("Darwin", "/Users/bob/WindowsApps/python3"))
+        # The launcher is asked for each version; what it prints is the interpreter.
+        answer = subprocess.CompletedProcess([], 0, stdout=installed["3.13"] + "\r\n")
+        with unittest.mock.patch("shutil.which", return_value=r"C:\Windows\py.exe"), \
+                unittest.mock.patch("subprocess.run", return_value=answer) as run:
+            self.assertEqual(setup.ask_launcher("3.13"), installed["3.13"])
+        self.assertEqual(run.call_args.args[0], [r"C:\Windows\py.exe", "-3.13", "-c",
+                                                 "import sys; print(sys.executable)"])
+        with unittest.mock.patch("shutil.which", return_value=None):
+            self.assertIsNone(setup.ask_launcher("3.13"))  # no launcher: not Windows, or none
+        # A stub is passed over without being run (running it opens the Store).
+        fake = os.path.join(self.dir, "WindowsApps", "python3.exe")
+        os.mkdir(os.path.dirname(fake))
+        with open(fake, "w"):
+            pass
+        env = setup.bare_environment(platform.system(), os.environ)
+        python, reasons = setup.interpreter("Windows", env, [fake, sys.executable])
+        self.assertEqual(python, os.path.abspath(sys.executable))
+        self.assertEqual(len(reasons), 1)
+        self.assertIn(f"{fake}: it is a Microsoft Store app alias", reasons[0])
+        self.assertIn("from python.org", reasons[0])
+        # On macOS and Linux, python3.14 to 3.11 by name and where installers put them.
+        found = setup.candidates("Darwin", "/usr/bin/python3", {"python3.12": "/x/python3.12"}.get,
+                                 None)
+        self.assertEqual(found[:3], ["/usr/bin/python3", "/opt/homebrew/bin/python3.14",
+                                     "/usr/local/bin/python3.14"])
+        self.assertIn("/x/python3.12", found)
+        self.assertLess(found.index("/opt/homebrew/bin/python3.13"), found.index("/x/python3.12"))
+
+    def test_setup_warns_of_the_folders_macos_keeps_from_claude(self):
+        home = "/Users/bob"
+        self.assertEqual(setup.privacy_warnings("Darwin", home, "/Users/bob/code/flood",
+                                                "/Users/bob/flood/memory"), [])
+        for place, shown in (("Documents", "~/Documents"), ("desktop", "~/Desktop"),
+                             ("Downloads", "~/Downloads"),
+                             ("Library/Mobile Documents/com~apple~CloudDocs", "iCloud Drive")):
+            with self.subTest(place=place):
+                warnings = setup.privacy_warnings("Darwin", home, f"{home}/{place}/flood",
+                                                  f"{home}/{place}/memory")
+                self.assertEqual(len(warnings), 2)
+                self.assertTrue(warnings[0].startswith(f"This checkout {home}/{place}/flood is "
+                                                       f"in {shown}, "), warnings[0])
+                self.assertTrue(warnings[1].startswith("The data directory"), warnings[1])
+                self.assertIn('fails with "Operation not permitted" when Claude Desktop starts '
+                              'it', warnings[0])
+                self.assertIn("Privacy & Security -> Files and Folders", warnings[1])
+        self.assertEqual(setup.privacy_warnings("Darwin", home, f"{home}/Documentation/flood",
+                                                f"{home}/flood"), [])
+        self.assertEqual(setup.privacy_warnings("Linux", "/home/bob", "/home/bob/Documents/f",
+                                                "/home/bob/Documents/m"), [])
+
+    def test_setup_says_what_keeps_the_database_private(self):
+        self.assertEqual(setup.privacy_note("Darwin", "/Users/bob/flood", "/Users/bob"),
+                         "readable by you only")
+        note = setup.privacy_note("Windows", r"C:\Users\Bob\flood\memory", r"C:\Users\Bob")
+        self.assertIn(r"the permissions of your user folder C:\Users\Bob", note)
+        self.assertNotIn("readable by you only", note)
+        note = setup.privacy_note("Windows", r"D:\flood", r"C:\Users\Bob")
+        self.assertIn("only the permissions of that folder keep it private", note)
+        self.assertEqual(setup.bare_environment("Windows", self.WINDOWS_ENV),
+                         {"SYSTEMROOT": r"C:\WINDOWS", "PATH": r"C:\WINDOWS\System32"})
+        self.assertEqual(setup.describe_environment(setup.bare_environment(
+            "Darwin", {"HOME": "/Users/bob"})), "only HOME and PATH=/usr/bin:/bin")
 
     def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
         # Windows ends the lines a part prints with \r\n: every part counted as failed.
