@@ -4667,7 +4667,7 @@ class BackupTest(TempDirTest):
                     counts.append(db.execute("SELECT count(*) FROM nodes").fetchone()[0])
                 finally:
                     db.close()
-                self.assertIn(f"backed up {counts[-1]:,} memories".encode(), done.stderr)
+                self.assertIn(f"backed up {store._memories(counts[-1])}".encode(), done.stderr)
                 self.assertTrue(fts_agrees(copy))
                 self.assertTrue(links_are_mutual(copy))
         finally:
