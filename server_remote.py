@@ -363,8 +363,10 @@ def listening_options(system, host):
 
     SO_REUSEADDR lets a restarted server listen while its old connections wind down; on
     Windows it lets a second process take the same port without an error, so there
-    SO_EXCLUSIVEADDRUSE makes the second one fail ("cannot listen"). An IPv6 socket on ::
-    takes IPv4 connections too once IPV6_V6ONLY is cleared, as Windows does not by default.
+    SO_EXCLUSIVEADDRUSE makes the second one fail ("cannot listen"), at a cost Microsoft
+    documents: right after a stop, the port may stay taken while the connections of the
+    server before finish closing. An IPv6 socket on :: takes IPv4 connections too once
+    IPV6_V6ONLY is cleared, as Windows does not by default.
     """
     options = [("SOL_SOCKET", "SO_EXCLUSIVEADDRUSE" if system == "nt" else "SO_REUSEADDR", 1)]
     with contextlib.suppress(ValueError):

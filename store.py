@@ -3665,8 +3665,9 @@ def _utf16_lines(head, source):
         pending.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
-    if "".join(pending):
-        yield "".join(pending).encode("utf-8")
+    last = "".join(pending)
+    if last:
+        yield last.encode("utf-8")
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
