@@ -2283,6 +2283,16 @@ class PlatformTest(TempDirTest):
         self.assertEqual(len(tries), 1)
         self.assertIn("cannot write the backup", str(cm.exception))
 
+    def test_the_remote_server_says_how_to_make_a_token_with_py_on_windows(self):
+        env = dict(os.environ, FLOOD_MEMORY_AUTH_TOKEN="1", FLOOD_MEMORY_DIR=self.dir)
+        for system, command in (("nt", b'py -c "import secrets'), ("posix", b'python3 -c "')):
+            with self.subTest(system=system):
+                proc = simulated(f"import os\nos.name = {system!r}", "server_remote.py",
+                                 env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                _, err = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, 1, err)
+                self.assertIn(b"Make one with: " + command, err)
+
     def test_ctrl_break_stops_the_servers_as_sigterm_does(self):
         fake = types.SimpleNamespace(SIGTERM=15, SIGBREAK=21)
         self.assertEqual(server.stop_signals(fake), [15, 21])
