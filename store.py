@@ -4013,7 +4013,10 @@ def main(argv=None):
                     print(_official_summary(report), file=sys.stderr)
     except OSError as exc:
         if reader_gone(exc):
-            return 1  # whoever read the export stopped reading
+            # Whoever read the export stopped reading. Standard output goes to the null
+            # device, or Python's flush of what is left at exit fails on the pipe once more.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         print(f"flood-memory: {command}: cannot read {exc.filename}: {exc.strerror}",
               file=sys.stderr)
         return 1
