@@ -9,12 +9,25 @@ and `tools/call` dispatches through it, so the two cannot drift apart.
 import io
 import json
 import logging
+import ntpath
 import os
+import platform
+import posixpath
 import signal
 import sys
 
+MIN_PYTHON = (3, 11)
+# Checked before store.py is imported: on an older Python (a Mac's /usr/bin/python3 is 3.9)
+# it fails to load with an error that does not say why ("module 'sqlite3' has no attribute
+# 'SQLITE_IOERR'").
+if sys.version_info < MIN_PYTHON:
+    sys.exit(f"flood-memory: Flood Memory needs Python {'.'.join(map(str, MIN_PYTHON))} or "
+             f"newer, and {sys.executable} is Python "
+             f"{'.'.join(map(str, sys.version_info[:3]))}; run setup.py with a newer Python "
+             f"and use the command it prints")
+
 from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET,
-                   MAX_QUERY_WORDS, StoreError, TRAVERSAL_CAP, open_directory)
+                   MAX_QUERY_WORDS, StoreError, TRAVERSAL_CAP, open_directory, reader_gone)
 
 log = logging.getLogger("flood-memory.server")
 
@@ -789,23 +802,107 @@ def _terminate(signum, frame):
     raise SystemExit(0)
 
 
+def stop_signals(signals=signal):
+    """The signals that ask a server to stop: SIGTERM, and Ctrl+Break (SIGBREAK), which is
+    what Windows can send instead."""
+    return [getattr(signals, name) for name in ("SIGTERM", "SIGBREAK") if hasattr(signals, name)]
+
+
+# ----------------------------------------------------------------------------- data directory
+
+
+def data_directory(value, paths=os.path):
+    """The data directory that FLOOD_MEMORY_DIR's `value` names, `~` expanded by `paths`
+    (os.path, or ntpath and posixpath to simulate a system); ValueError when it is not an
+    absolute path then. A client starts the server in a directory of its own choosing, and
+    Claude Desktop on Windows may give it no USERPROFILE: `~` then stayed as it was, and the
+    memories went to a folder named `~` wherever the server had started."""
+    expanded = paths.expanduser(value)
+    if expanded.startswith("~"):
+        raise ValueError(f"FLOOD_MEMORY_DIR is {value}, and this process cannot expand ~ (it "
+                         f"has no {'USERPROFILE' if paths is ntpath else 'HOME'}): set "
+                         f"FLOOD_MEMORY_DIR to an absolute path, as setup.py prints it")
+    if not paths.isabs(expanded):
+        raise ValueError(f"FLOOD_MEMORY_DIR is {value}, a relative path, and a client starts "
+                         f"the server in a directory of its own choosing: set it to an "
+                         f"absolute path, as setup.py prints it")
+    return expanded
+
+
+# Folders a sync service copies elsewhere, by a part of their path in lower case, the most
+# specific first: a macOS CloudStorage folder holds one per service.
+_SYNCED = (("onedrive", "OneDrive"), ("dropbox", "Dropbox"), ("googledrive", "Google Drive"),
+           ("google drive", "Google Drive"), ("iclouddrive", "iCloud Drive"),
+           ("icloud drive", "iCloud Drive"), ("mobile documents", "iCloud Drive"),
+           ("cloudstorage", "a cloud storage service"))
+
+
+def _on_network_share(directory):
+    r"""Whether a Windows path is on a network share (\\server\share, \\?\UNC\...). A
+    mapped drive letter cannot be told from a local one by its name."""
+    drive = ntpath.splitdrive(directory)[0].replace("/", "\\").upper()
+    return drive.startswith("\\\\?\\UNC\\") or (
+        drive.startswith("\\\\") and not drive.startswith(("\\\\?\\", "\\\\.\\")))
+
+
+def risky_location(directory, system=None):
+    """Why `directory` is a poor place for the database, or None. SQLite's write-ahead log
+    needs a local disk (memory shared between the processes that use it, and locks), which a
+    network share does not give; a sync service copies memory.db apart from its -wal, whose
+    pages it needs, and may put a conflicting copy in its place. `system` is what
+    platform.system() says."""
+    system = system or platform.system()
+    paths = ntpath if system == "Windows" else posixpath
+    if system == "Windows" and _on_network_share(directory):
+        return (f"the data directory {directory} is on a network share: SQLite's write-ahead "
+                f"log needs a local disk, or memories can be lost and the database damaged. "
+                f"Set FLOOD_MEMORY_DIR to a folder on this computer's own disk")
+    parts = [p.lower() for p in paths.normpath(directory).replace("\\", "/").split("/")]
+    for prefix, service in _SYNCED:
+        if any(p == prefix or p.startswith((prefix + " ", prefix + "-")) for p in parts):
+            return (f"the data directory {directory} is in a folder that {service} "
+                    f"synchronizes: it copies memory.db without the memory.db-wal that holds "
+                    f"its latest changes, and may replace it with a conflicting copy. Set "
+                    f"FLOOD_MEMORY_DIR to a folder outside it, and keep copies with store.py "
+                    f"backup instead")
+    return None
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def open_data_directory(environ):
+    """The store in the data directory `environ` names, and a warning about its location
+    logged; None after saying in one line why it cannot be opened."""
+    try:
+        directory = data_directory(environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR)
+        store = open_directory(directory)
+    except (ValueError, StoreError) as exc:
+        print(f"flood-memory: {exc}", file=sys.stderr)
+        return None
+    risk = risky_location(directory)
+    if risk:
+        log.warning("%s", risk)
+    return store
+
+
 def main(argv=None):
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="flood-memory: %(levelname)s: %(message)s")
-    directory = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
-    try:
-        store = open_directory(directory)
-    except StoreError as exc:
-        print(f"flood-memory: {exc}", file=sys.stderr)
+    store = open_data_directory(os.environ)
+    if store is None:
         return 1
-    signal.signal(signal.SIGTERM, _terminate)
+    for signum in stop_signals():
+        signal.signal(signum, _terminate)
     try:
         serve_stdio(store)
     except KeyboardInterrupt:
         pass
-    except BrokenPipeError:
-        # The client stopped reading: the session is over. Point stdout at /dev/null so that
-        # Python's own flush at exit does not complain about the pipe once more.
+    except OSError as exc:
+        if not reader_gone(exc):
+            raise
+        # The client stopped reading: the session is over. Point stdout at the null device
+        # so that Python's own flush at exit does not complain about the pipe once more.
         log.info("the client closed its end of stdout; stopping")
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:

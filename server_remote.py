@@ -23,8 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from server import (PROTOCOL_VERSIONS, SERVER_INFO, Session, decode, encode, handle_payload,
-                    rpc_error)
-from store import DEFAULT_DIR, StoreError, open_directory
+                    open_data_directory, rpc_error, stop_signals)
 
 log = logging.getLogger("flood-memory.http")
 
@@ -358,11 +357,31 @@ class Handler(BaseHTTPRequestHandler):
         return b"".join(chunks)
 
 
+def listening_options(system, host):
+    """The socket options, as (level, option, value) names in the socket module, that the
+    listening socket for `host` takes on `system` (os.name).
+
+    SO_REUSEADDR lets a restarted server listen while its old connections wind down; on
+    Windows it lets a second process take the same port without an error, so there
+    SO_EXCLUSIVEADDRUSE makes the second one fail ("cannot listen"), at a cost Microsoft
+    documents: right after a stop, the port may stay taken while the connections of the
+    server before finish closing. An IPv6 socket on :: takes IPv4 connections too once
+    IPV6_V6ONLY is cleared, as Windows does not by default.
+    """
+    options = [("SOL_SOCKET", "SO_EXCLUSIVEADDRUSE" if system == "nt" else "SO_REUSEADDR", 1)]
+    with contextlib.suppress(ValueError):
+        address = ipaddress.ip_address(host)
+        if address.version == 6 and address.is_unspecified:
+            options.append(("IPPROTO_IPV6", "IPV6_V6ONLY", 0))
+    return options
+
+
 class RemoteServer(ThreadingHTTPServer):
     """The HTTP server: one thread per connection, all sharing one Store."""
 
     daemon_threads = True
     request_queue_size = 128  # the default of 5 resets connections under a burst of clients
+    allow_reuse_address = False  # server_bind sets what each system needs instead
 
     def __init__(self, address, store, *, token=None, allowed_origins=(),
                  max_body=DEFAULT_MAX_BODY, request_timeout=REQUEST_TIMEOUT,
@@ -383,6 +402,11 @@ class RemoteServer(ThreadingHTTPServer):
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
+
+    def server_bind(self):
+        for level, option, value in listening_options(os.name, self.server_address[0]):
+            self.socket.setsockopt(getattr(socket, level), getattr(socket, option), value)
+        super().server_bind()
 
     def begin_request(self):
         """Count a request as in flight; False once the server is stopping."""
@@ -477,7 +501,9 @@ class RemoteServer(ThreadingHTTPServer):
 
 
 MIN_TOKEN = 32             # characters a bearer token must have
-MAKE_TOKEN = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+# How to make a token, with the command that starts Python here (Windows: the py launcher).
+MAKE_TOKEN = ("py" if os.name == "nt" else "python3") + \
+    ' -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
 def _token(environ):
@@ -522,8 +548,7 @@ def _settings(environ):
                          f"got {body_text!r}") from None
     origins = [o.strip() for o in environ.get("FLOOD_MEMORY_ALLOWED_ORIGINS", "").split(",")]
     return {"token": token, "host": host, "port": port, "max_body": max_body,
-            "allowed_origins": [o for o in origins if o],
-            "directory": environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR}
+            "allowed_origins": [o for o in origins if o]}
 
 
 def _connection_cap():
@@ -548,10 +573,8 @@ def main(argv=None):
     except ValueError as exc:
         print(f"flood-memory: {exc}", file=sys.stderr)
         return 1
-    try:
-        store = open_directory(settings["directory"])
-    except StoreError as exc:
-        print(f"flood-memory: {exc}", file=sys.stderr)
+    store = open_data_directory(os.environ)
+    if store is None:
         return 1
     host, port = settings["host"], settings["port"]
     # Said before listening: a client that connects at once must find it in the log.
@@ -578,8 +601,8 @@ def main(argv=None):
         log.info("stopping: letting requests in flight finish")
         threading.Thread(target=httpd.shutdown, daemon=True).start()
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    for signum in (*stop_signals(), signal.SIGINT):
+        signal.signal(signum, stop)
     try:
         httpd.serve_forever()
     finally:

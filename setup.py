@@ -1,18 +1,26 @@
 """Set up Flood Memory on this machine: data directory, test run, client configuration.
 
-    python3 setup.py             # all three
+    python3 setup.py             # all three (on Windows: py setup.py)
     python3 setup.py --no-tests  # skip the test run
 
 It changes nothing outside the data directory: the client configuration is printed, for
-you to paste where it says. Before printing it, it starts the server exactly as a client
-will (the same command, in the bare environment a desktop app gives its servers) and checks
-that the server answers.
+you to paste where it says, with commands in the shell of this system (PowerShell on
+Windows). Before printing it, it starts the server exactly as a client will (the same
+command, in the bare environment a desktop app gives its servers) and checks that the
+server answers.
+
+What differs between macOS, Windows and Linux is decided by small functions that take the
+system (platform.system()) and its environment as arguments, so that the tests can play
+each system on any other.
 """
 
 import argparse
+import glob
 import json
+import ntpath
 import os
 import platform
+import posixpath
 import secrets
 import shutil
 import subprocess
@@ -22,32 +30,44 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "flood-memory"
 MIN_PYTHON = (3, 11)
 TOKEN_VARIABLE = "FLOOD_MEMORY_AUTH_TOKEN"
+CONFIG_NAME = "claude_desktop_config.json"
 
 # What an interpreter must do for the server: be new enough and have SQLite with FTS5.
 _PROBE = ("import sys, sqlite3; sqlite3.connect(':memory:').execute("
           "'CREATE VIRTUAL TABLE t USING fts5(x)'); print(*sys.version_info[:2])")
 
-# Where Python 3.11+ often lives when the one running setup is not fit to serve.
+# Newest first: the interpreters looked for when the one running setup is not fit to serve.
+_VERSIONS = ("3.14", "3.13", "3.12", "3.11")
+
+# Where Python 3.11+ often lives on macOS and Linux.
 _LIKELY = ["/opt/homebrew/bin", "/usr/local/bin", "/usr/bin",
            "/Library/Frameworks/Python.framework/Versions/Current/bin"]
 
 
-def bare_environment():
+# ----------------------------------------------------------------------------- interpreter
+
+
+def bare_environment(system, environ):
     """The environment a GUI app (Claude Desktop) gives the servers it starts: no shell
-    profile, so no PATH additions (pyenv, Homebrew, virtualenvs)."""
-    if platform.system() == "Windows":
-        keep = ("SYSTEMROOT", "USERPROFILE", "APPDATA", "LOCALAPPDATA", "TEMP", "TMP")
-        env = {k: os.environ[k] for k in keep if k in os.environ}
-        env["PATH"] = os.path.join(os.environ.get("SYSTEMROOT", r"C:\Windows"), "System32")
-        return env
-    return {"HOME": os.path.expanduser("~"), "PATH": "/usr/bin:/bin"}
+    profile, so no PATH additions (pyenv, Homebrew, virtualenvs). On Windows it has been
+    seen to pass little more than the configuration's own env block: no USERPROFILE."""
+    if system == "Windows":
+        root = environ.get("SYSTEMROOT", r"C:\Windows")
+        return {"SYSTEMROOT": root, "PATH": ntpath.join(root, "System32")}
+    return {"HOME": environ.get("HOME") or os.path.expanduser("~"), "PATH": "/usr/bin:/bin"}
 
 
-def fit_to_serve(python):
-    """Why `python` cannot run the server, or None if it can."""
+def describe_environment(env):
+    """`env` in words: "only HOME and PATH=/usr/bin:/bin"."""
+    return "only " + " and ".join(f"PATH={v}" if k == "PATH" else k for k, v in env.items())
+
+
+def fit_to_serve(python, env):
+    """Why `python` cannot run the server when started with the environment `env`, or None
+    if it can."""
     try:
         out = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True,
-                             timeout=30, env=bare_environment())
+                             timeout=30, env=env)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"it does not start ({exc})"
     parts = out.stdout.split()
@@ -59,28 +79,64 @@ def fit_to_serve(python):
     return None
 
 
-def interpreter():
-    """An absolute path to the Python that clients should start the server with: the one
-    running setup, unless it is unfit, then the first fit one found. (None, reasons) if
-    there is none."""
-    candidates = [sys.executable]
-    for name in ("python3.14", "python3.13", "python3.12", "python3.11", "python3"):
-        candidates += [shutil.which(name)]
-        candidates += [os.path.join(d, name) for d in _LIKELY]
+def ask_launcher(version):
+    """The interpreter the Windows py launcher starts for `version` ("3.13"), or None."""
+    launcher = shutil.which("py")
+    if launcher is None:
+        return None
+    try:
+        out = subprocess.run([launcher, f"-{version}", "-c", "import sys; print(sys.executable)"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() or None
+
+
+def candidates(system, running, which, launcher):
+    """Interpreters to try, best first: `running` (the one running setup), then those that
+    `which` (shutil.which) finds by name and, on Windows, that `launcher` (ask_launcher)
+    finds per version: python.org's installers register with the py launcher, while
+    `python3` there is often the Microsoft Store's stub."""
+    found = [running]
+    if system == "Windows":
+        found += [launcher(v) for v in _VERSIONS] + [which("python"), which("python3")]
+    else:
+        for name in [f"python{v}" for v in _VERSIONS] + ["python3"]:
+            found += [which(name)] + [posixpath.join(d, name) for d in _LIKELY]
+    return list(dict.fromkeys(path for path in found if path))
+
+
+def unfit_on_sight(system, path):
+    """Why `path` is not even tried, or None: on Windows, a Microsoft Store app alias
+    (WindowsApps) is often only a stub that opens the Store."""
+    if system == "Windows" and "windowsapps" in path.lower().replace("/", "\\").split("\\"):
+        return ("it is a Microsoft Store app alias (WindowsApps), often only a stub that "
+                "opens the Store; install Python 3.11+ from python.org")
+    return None
+
+
+def interpreter(system, env, paths):
+    """An absolute path to the Python that clients should start the server with: the first
+    of `paths` fit to serve. (None, reasons) if there is none."""
     reasons = []
-    for path in dict.fromkeys(c for c in candidates if c and os.path.isfile(c)):
+    for path in paths:
+        if not os.path.isfile(path):
+            continue
         path = os.path.abspath(path)
-        problem = fit_to_serve(path)
+        problem = unfit_on_sight(system, path) or fit_to_serve(path, env)
         if problem is None:
             return path, reasons
         reasons.append(f"{path}: {problem}")
     return None, reasons
 
 
-def check_start(python, data_dir):
-    """Start the server as a client would and ask for initialize and tools/list; None if it
-    answered both, else what went wrong."""
-    env = dict(bare_environment(), FLOOD_MEMORY_DIR=data_dir)
+def check_start(python, data_dir, env):
+    """Start the server as a client would, in the environment `env` plus the data
+    directory, and ask for initialize and tools/list; None if it answered both, else what
+    went wrong."""
+    env = dict(env, FLOOD_MEMORY_DIR=data_dir)
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-06-18", "capabilities": {},
@@ -90,8 +146,10 @@ def check_start(python, data_dir):
     ]
     stdin = "".join(json.dumps(m) + "\n" for m in messages)
     try:
+        # Started from the file system's root: a client's working directory is its own.
         done = subprocess.run([python, os.path.join(HERE, "server.py")], input=stdin,
-                              capture_output=True, text=True, timeout=30, env=env, cwd="/")
+                              capture_output=True, text=True, timeout=30, env=env,
+                              cwd=os.path.abspath(os.sep))
     except (OSError, subprocess.SubprocessError) as exc:
         return f"it did not run: {exc}"
     try:
@@ -106,26 +164,160 @@ def check_start(python, data_dir):
     return None
 
 
-def desktop_config_path():
-    """Where Claude Desktop keeps its configuration on this OS."""
-    system = platform.system()
-    if system == "Darwin":
-        return "~/Library/Application Support/Claude/claude_desktop_config.json"
+# ----------------------------------------------------------------------------- where things are
+
+
+def desktop_config_files(system, environ, find):
+    """The Claude Desktop configuration files to name, the one Claude reads first. `find` is
+    glob.glob (a list of the paths a pattern matches).
+
+    On Windows the installer of today is an MSIX package, which reads
+    %LOCALAPPDATA%\\Packages\\Claude_*\\LocalCache\\Roaming\\Claude\\, and the older one
+    %APPDATA%\\Claude\\: those that exist are named, the package's first; with neither, the
+    package's if it is installed, else the older one.
+    """
     if system == "Windows":
-        return os.path.join(os.environ.get("APPDATA", r"%APPDATA%"), "Claude",
-                            "claude_desktop_config.json")
-    return "~/.config/Claude/claude_desktop_config.json"
+        profile = environ.get("USERPROFILE", r"C:\Users\you")
+        local = environ.get("LOCALAPPDATA") or ntpath.join(profile, "AppData", "Local")
+        roaming = environ.get("APPDATA") or ntpath.join(profile, "AppData", "Roaming")
+        packages = sorted(find(ntpath.join(glob.escape(local), "Packages", "Claude_*")))
+        msix = [ntpath.join(p, "LocalCache", "Roaming", "Claude", CONFIG_NAME) for p in packages]
+        older = ntpath.join(roaming, "Claude", CONFIG_NAME)
+        return [p for p in [*msix, older] if find(glob.escape(p))] or msix[:1] or [older]
+    home = environ.get("HOME") or "~"
+    if system == "Darwin":
+        return [posixpath.join(home, "Library", "Application Support", "Claude", CONFIG_NAME)]
+    return [posixpath.join(home, ".config", "Claude", CONFIG_NAME)]
 
 
-def shell_quote(text):
-    if platform.system() == "Windows":
-        return f'"{text}"' if " " in text else text
-    return text if text and all(c.isalnum() or c in "/._-~:=" for c in text) else f"'{text}'"
+# Folders macOS keeps from apps the user has not allowed (TCC), under the home directory.
+_PROTECTED = ("Documents", "Desktop", "Downloads", "Library/Mobile Documents")
 
 
-def local_config(python, data_dir):
-    entry = {"command": python, "args": [os.path.join(HERE, "server.py")],
-             "env": {"FLOOD_MEMORY_DIR": data_dir}}
+def privacy_warnings(system, home, checkout, data_dir):
+    """Warnings for the checkout and the data directory when they are in folders that
+    macOS's privacy protection keeps from Claude Desktop: there the server works from
+    Terminal, where setup runs, and fails with "Operation not permitted" when Claude starts
+    it."""
+    if system != "Darwin":
+        return []
+    warnings = []
+    for what, path, remedy in (
+            ("This checkout", checkout, "Move the checkout out of it (to ~/flood-memory, for "
+                                        "example) and run setup.py there"),
+            ("The data directory", data_dir, "Set FLOOD_MEMORY_DIR to a folder outside it (the "
+                                             "default, ~/flood/memory, is)")):
+        for folder in _PROTECTED:
+            protected = posixpath.join(home, folder)
+            # APFS ignores case by default: ~/documents is ~/Documents.
+            if (path.lower() + "/").startswith(protected.lower() + "/"):
+                shown = "iCloud Drive" if folder.startswith("Library") else f"~/{folder}"
+                warnings.append(
+                    f"{what} {path} is in {shown}, which macOS keeps from apps you have not "
+                    f"allowed: the server works from Terminal but fails with \"Operation not "
+                    f"permitted\" when Claude Desktop starts it. {remedy}, or allow Claude in "
+                    f"System Settings -> Privacy & Security -> Files and Folders.")
+                break
+    return warnings
+
+
+def privacy_note(system, data_dir, home):
+    """What keeps memory.db private, as the data directory line says it."""
+    if system != "Windows":
+        return "readable by you only"
+    if (data_dir.lower() + "\\").startswith(home.rstrip("\\").lower() + "\\"):
+        return (f"private through the permissions of your user folder {home}: Windows has "
+                f"no file modes to set")
+    return (f"Windows has no file modes to set, so only the permissions of that folder keep "
+            f"it private: inside your user folder {home} they do by default")
+
+
+# ----------------------------------------------------------------------------- shells
+
+
+class Posix:
+    """Commands as a POSIX shell (zsh, bash) reads them."""
+
+    name = "zsh or bash"
+
+    @staticmethod
+    def quote(word):
+        if word and all(c.isascii() and (c.isalnum() or c in "/._-:=,+@%") for c in word):
+            return word
+        return "'" + word.replace("'", "'\\''") + "'"
+
+    @classmethod
+    def run(cls, words, env=None):
+        """One command line: `words` (program first), after the variables `env`."""
+        prefix = "".join(f"{k}={cls.quote(v)} " for k, v in (env or {}).items())
+        return prefix + " ".join(map(cls.quote, words))
+
+    @classmethod
+    def set_for_later(cls, name, value):
+        return f"export {name}={cls.quote(value)}"
+
+    @staticmethod
+    def bearer_header(token):
+        # The shell fills in the variable that the export line before it sets.
+        return f'"Authorization: Bearer ${TOKEN_VARIABLE}"'
+
+
+class PowerShell:
+    """Commands as PowerShell (the shell Windows opens) reads them."""
+
+    name = "PowerShell"
+    _BARE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./\\:=+")
+
+    @classmethod
+    def quote(cls, word):
+        """`word` as one argument of a command."""
+        # Bare words PowerShell reads as something else are quoted: "--" ends a script's
+        # parameters (claude installed by npm is a script), a dash word holding a colon
+        # takes the next word as its value, and 0x10 or 1kb arrive as numbers.
+        dash = word.startswith("-")
+        if word and set(word) <= cls._BARE and word != "--" and not word[0].isdigit() and \
+                not word.startswith(".") and not (dash and (":" in word or word[1:2].isdigit())):
+            return word
+        return cls.string(word)
+
+    @staticmethod
+    def string(text):
+        """`text` as a string literal, always quoted (a bare word in an expression is a
+        command). In single quotes only quotes are special: PowerShell takes the
+        typographic ones for ' too, and each is escaped by doubling it."""
+        for mark in "'\u2018\u2019\u201a\u201b":
+            text = text.replace(mark, mark + mark)
+        return f"'{text}'"
+
+    @classmethod
+    def run(cls, words, env=None):
+        """One command line: `words` (program first), after setting the variables `env`
+        for this session. A quoted program needs the call operator &."""
+        prefix = "".join(f"$env:{k} = {cls.string(v)}; " for k, v in (env or {}).items())
+        line = " ".join(map(cls.quote, words))
+        return prefix + ("& " + line if line.startswith("'") else line)
+
+    @classmethod
+    def set_for_later(cls, name, value):
+        return (f"[Environment]::SetEnvironmentVariable({cls.string(name)}, "
+                f"{cls.string(value)}, 'User')")
+
+    @classmethod
+    def bearer_header(cls, token):
+        # Written out: $FLOOD_MEMORY_AUTH_TOKEN is an empty PowerShell variable, and the
+        # variable set for later reaches only programs started after it.
+        return cls.quote(f"Authorization: Bearer {token}")
+
+
+def shell_for(system):
+    return PowerShell if system == "Windows" else Posix
+
+
+# ----------------------------------------------------------------------------- configuration
+
+
+def local_config(python, server, data_dir):
+    entry = {"command": python, "args": [server], "env": {"FLOOD_MEMORY_DIR": data_dir}}
     return {"mcpServers": {NAME: entry}}
 
 
@@ -137,8 +329,64 @@ def remote_config(url):
     return {"mcpServers": {NAME: entry}}
 
 
-def run_tests():
-    print("Running the test suite (python3 test.py)...", flush=True)
+def instructions(system, python, data_dir, config_files, token, here=HERE):
+    """Everything setup prints once the server has started as a client will start it."""
+    shell = shell_for(system)
+    paths = ntpath if system == "Windows" else posixpath
+    server, remote = paths.join(here, "server.py"), paths.join(here, "server_remote.py")
+    config = json.dumps(local_config(python, server, data_dir), indent=2)
+    also = "".join(f"\n   ({other} exists too; Claude reads the first.)"
+                   for other in config_files[1:])
+    url = "http://HOST:8080/mcp"
+    claude_add = ["claude", "mcp", "add", "--transport", "stdio", "--scope", "user", NAME,
+                  "--env", f"FLOOD_MEMORY_DIR={data_dir}", "--", python, server]
+    make_token = shell.run([python, "-c", "import secrets; print(secrets.token_urlsafe(32))"])
+    where = ("for the programs you start from now on: open a new terminal for Claude Code"
+             if system == "Windows" else "for example in ~/.zshrc or ~/.bashrc")
+    remote_add = shell.run(["claude", "mcp", "add", "--transport", "http", "--scope", "user",
+                            NAME, url, "--header"]) + " " + shell.bearer_header(token)
+    return f"""
+== Claude Desktop: merge into {config_files[0]}{also}
+   (Claude's Settings -> Developer -> Edit Config opens the file it reads.)
+{config}
+
+== Claude Code, for one project: merge into .mcp.json at the project's root
+{config}
+
+== Claude Code, for every project, in one line ({shell.name}):
+{shell.run(claude_add)}
+
+== Remote (HTTP) server, optional. On the machine that keeps the memories, start it
+   with a secret token of at least 32 characters (this one is freshly generated; make
+   another with: {make_token}):
+{shell.run([python, remote], {TOKEN_VARIABLE: token, "FLOOD_MEMORY_DIR": data_dir})}
+
+   On each client, set the same token in the environment Claude Code starts from
+   ({where}):
+{shell.set_for_later(TOKEN_VARIABLE, token)}
+
+   then, with HOST replaced by the server machine's name or address, either, for every
+   project (the token is written into your .claude.json, which stays on this machine):
+{remote_add}
+
+   or in a project's .mcp.json, which Claude Code fills in from that variable, so the file
+   can be committed without the secret:
+{json.dumps(remote_config(url), indent=2)}
+
+   Claude Desktop does not expand ${{...}} in its configuration: a token there must be
+   written out in full, so keep that file to yourself. Without a token the server is open
+   to anyone who can reach it, so it then listens on 127.0.0.1 only. Put it behind HTTPS
+   (a reverse proxy) before it crosses a network you do not trust: a bearer token over
+   plain HTTP can be read on the way.
+"""
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def run_tests(system):
+    print(f"Running the test suite ({'py' if system == 'Windows' else 'python3'} test.py)...",
+          flush=True)
     return subprocess.run([sys.executable, os.path.join(HERE, "test.py")], cwd=HERE).returncode
 
 
@@ -152,76 +400,56 @@ def main(argv=None):
         return 1
 
     sys.path.insert(0, HERE)
+    from server import risky_location
     from store import DEFAULT_DIR, StoreError, open_directory
 
-    data_dir = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
-    if not data_dir.startswith("~"):
-        data_dir = os.path.abspath(data_dir)  # clients start the server from elsewhere
+    system, environ = platform.system(), os.environ
+    home = os.path.expanduser("~")
+    data_dir = os.path.expanduser(environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR)
+    if data_dir.startswith("~"):
+        print(f"setup.py: cannot expand ~ in {data_dir} (no HOME or USERPROFILE); set "
+              f"FLOOD_MEMORY_DIR to an absolute path", file=sys.stderr)
+        return 1
+    # Absolute: a client starts the server in a directory of its own, and may not give it
+    # what ~ needs.
+    data_dir = os.path.abspath(data_dir)
     try:
         open_directory(data_dir).close()
     except StoreError as exc:
         print(f"setup.py: {exc}", file=sys.stderr)
         return 1
-    print(f"Data directory: {os.path.expanduser(data_dir)} (memory.db is ready, readable by "
-          f"you only)")
+    print(f"Data directory: {data_dir} (memory.db is ready, "
+          f"{privacy_note(system, data_dir, home)})")
+    warnings = privacy_warnings(system, home, os.path.realpath(HERE),
+                                os.path.realpath(data_dir))
+    risk = risky_location(data_dir, system)
+    for warning in [*warnings, *([risk[0].upper() + risk[1:]] if risk else [])]:
+        print(f"Warning: {warning}")
 
-    if not args.no_tests and run_tests() != 0:
+    if not args.no_tests and run_tests(system) != 0:
         print("setup.py: the tests failed; fix that before connecting a client.", file=sys.stderr)
         return 1
 
-    python, reasons = interpreter()
+    env = bare_environment(system, environ)
+    python, reasons = interpreter(system, env, candidates(system, sys.executable, shutil.which,
+                                                          ask_launcher))
     if python is None:
         print("setup.py: found no Python 3.11+ with SQLite full-text search that a client "
               "could start:\n  " + "\n  ".join(reasons), file=sys.stderr)
         return 1
     for reason in reasons:
         print(f"Not using {reason}")
-    problem = check_start(python, data_dir)
+    problem = check_start(python, data_dir, env)
     if problem is not None:
         print(f"setup.py: the server does not start as a client would start it "
-              f"({python} {os.path.join(HERE, 'server.py')}, with only HOME and "
-              f"PATH=/usr/bin:/bin): {problem}", file=sys.stderr)
+              f"({python} {os.path.join(HERE, 'server.py')}, with "
+              f"{describe_environment(env)}): {problem}", file=sys.stderr)
         return 1
-    print(f"Checked: {python} starts the server with a desktop app's bare environment, and it "
-          f"answers initialize and tools/list.")
-
-    server = os.path.join(HERE, "server.py")
-    config = json.dumps(local_config(python, data_dir), indent=2)
-    print(f"""
-== Claude Desktop: merge into {desktop_config_path()}
-{config}
-
-== Claude Code, for one project: merge into .mcp.json at the project's root
-{config}
-
-== Claude Code, for every project, in one line:
-claude mcp add --transport stdio --scope user {NAME} --env FLOOD_MEMORY_DIR={shell_quote(data_dir)} -- {shell_quote(python)} {shell_quote(server)}
-""")
-    token = secrets.token_urlsafe(32)
-    url = "http://HOST:8080/mcp"
-    print(f"""== Remote (HTTP) server, optional. On the machine that keeps the memories, start it
-   with a secret token of at least 32 characters (this one is freshly generated; make
-   another with: {shell_quote(python)} -c "import secrets; print(secrets.token_urlsafe(32))"):
-{TOKEN_VARIABLE}={token} FLOOD_MEMORY_DIR={shell_quote(data_dir)} {shell_quote(python)} {shell_quote(os.path.join(HERE, "server_remote.py"))}
-
-   On each client, set the same token in the environment Claude Code starts from (for
-   example in ~/.zshrc or ~/.bashrc):
-export {TOKEN_VARIABLE}={token}
-
-   then, with HOST replaced by the server machine's name or address, either, for every
-   project (your shell writes the token into ~/.claude.json, which stays on this machine):
-claude mcp add --transport http --scope user {NAME} {url} --header "Authorization: Bearer ${TOKEN_VARIABLE}"
-
-   or in a project's .mcp.json, which Claude Code fills in from that variable, so the file
-   can be committed without the secret:
-{json.dumps(remote_config(url), indent=2)}
-
-   Claude Desktop does not expand ${{...}} in its configuration: a token there must be
-   written out in full, so keep that file to yourself. Without a token the server is open
-   to anyone who can reach it, so it then listens on 127.0.0.1 only. Put it behind HTTPS
-   (a reverse proxy) before it crosses a network you do not trust: a bearer token over
-   plain HTTP can be read on the way.
-""")
+    print(f"Checked: {python} starts the server with a desktop app's bare environment "
+          f"({describe_environment(env)}), and it answers initialize and tools/list.")
+    print(instructions(system, python, data_dir,
+                       desktop_config_files(system, environ, glob.glob),
+                       secrets.token_urlsafe(32)))
     return 0
 
 

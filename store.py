@@ -20,8 +20,10 @@ and lists back. The module reads top down:
 - command line: `python3 store.py export | import | backup | restore`
 """
 
+import codecs
 import collections
 import contextlib
+import errno
 import functools
 import gc
 import hashlib
@@ -3150,7 +3152,7 @@ class Store:
                     count = copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
                 finally:
                     copy.close()
-            os.replace(partial, target)
+            _replace(partial, target)
         except OSError as exc:
             raise StoreError(f"cannot write the backup {target}: {exc.strerror}") from exc
         finally:
@@ -3513,6 +3515,29 @@ def _running(pid):
     return True
 
 
+REPLACE_TRIES = 20      # times a finished copy is renamed over a file held open (Windows)...
+REPLACE_PAUSE = 0.25    # ...this many seconds apart
+
+
+def _replace(source, target, system=None):
+    """os.replace(source, target). On Windows (`system`, os.name, says "nt") a target that
+    another program holds open (an editor, a sync or backup tool, an antivirus scan) cannot
+    be replaced ("Access is denied"), often for a moment only: the rename is tried again for
+    a few seconds, then StoreError says what to close."""
+    for tries_left in range(REPLACE_TRIES - 1, -1, -1):
+        try:
+            os.replace(source, target)
+            return
+        except PermissionError:
+            if (system or os.name) != "nt":
+                raise
+            if not tries_left:
+                raise StoreError(f"cannot replace {target}: another program has it open "
+                                 f"(Windows does not let a file in use be replaced); close "
+                                 f"it, or choose another file, and try again") from None
+            time.sleep(REPLACE_PAUSE)
+
+
 def _create_private(path):
     """Create the empty file `path` readable by its owner only; False if it was there."""
     try:
@@ -3645,6 +3670,15 @@ USAGE = """usage: python3 store.py export [FILE] | import FILE [--format F] | ba
 The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory)."""
 
 
+def reader_gone(exc, system=None):
+    """Whether `exc`, raised by a write to standard output, says that its reader has gone:
+    BrokenPipeError, or on Windows (`system`, os.name, says "nt") OSError EINVAL, which is
+    what a write to a pipe closed at the other end raises there."""
+    return isinstance(exc, BrokenPipeError) or (
+        (system or os.name) == "nt" and isinstance(exc, OSError) and exc.errno == errno.EINVAL
+        and exc.filename is None)
+
+
 def export(store, out):
     """Write every memory to the text stream `out`, one JSON line each; return how many."""
     n = 0
@@ -3705,6 +3739,34 @@ def read_entries(lines):
     if len(values) == 1 and isinstance(values[0][1], list):
         return False, ((f"item {n}", value) for n, value in enumerate(values[0][1], 1))
     return False, ((f"line {line}", value) for line, value in values)
+
+
+def utf8_lines(source):
+    """The lines of the binary file `source`, as UTF-8 bytes. A file that starts with a UTF-16
+    byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is decoded."""
+    head = source.read(2)
+    if head not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        return itertools.chain(io.BytesIO(head + source.readline()), source)
+    return _utf16_lines(head, source)
+
+
+def _utf16_lines(head, source):
+    decoder = codecs.getincrementaldecoder("utf-16")()  # the byte order mark picks LE or BE
+    pending = [decoder.decode(head)]  # the line read so far, in pieces: one may be long
+    try:
+        for chunk in iter(lambda: source.read(1 << 16), b""):
+            *ended, rest = decoder.decode(chunk).split("\n")
+            for text in ended:
+                pending.append(text)
+                yield ("".join(pending) + "\n").encode("utf-8")
+                pending = []
+            pending.append(rest)
+        pending.append(decoder.decode(b"", final=True))
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
+    last = "".join(pending)
+    if last:
+        yield last.encode("utf-8")
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
@@ -3987,7 +4049,7 @@ def _export_to(store, target):
     try:
         with open(_open_private(partial), "w", encoding="utf-8", newline="\n") as out:
             n = export(store, out)
-        os.replace(partial, target)
+        _replace(partial, target)
         return n
     except OSError as exc:
         raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
@@ -4028,7 +4090,7 @@ def main(argv=None):
                 source = stack.enter_context(sys.stdin.buffer if rest[0] == "-" else
                                              open(rest[0], "rb"))
                 spool = stack.enter_context(tempfile.TemporaryFile())
-                graph, entries = read_entries(source)
+                graph, entries = read_entries(utf8_lines(source))
                 first = next(entries, None)
                 entries = itertools.chain([first] if first else [], entries)
                 report = None
@@ -4060,9 +4122,12 @@ def main(argv=None):
                       f"{done['skipped']:,} already stored", file=sys.stderr)
                 if report is not None:
                     print(_official_summary(report), file=sys.stderr)
-    except BrokenPipeError:
-        return 1  # whoever read the export stopped reading
     except OSError as exc:
+        if reader_gone(exc):
+            # Whoever read the export stopped reading. Standard output goes to the null
+            # device, or Python's flush of what is left at exit fails on the pipe once more.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 1
         print(f"flood-memory: {command}: cannot read {exc.filename}: {exc.strerror}",
               file=sys.stderr)
         return 1
