@@ -31,6 +31,8 @@ MCP_PATH = "/mcp"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 REQUEST_TIMEOUT = 30.0      # seconds a client may take to send one request, headers and body
+HEADER_TIMEOUT = 5.0        # ...of which its request line and headers this many...
+ARRIVING_GRACE = 1.0        # ...and after this many, a new connection may take its slot
 MAX_HEADER_BYTES = 32_768   # the request line and headers together
 MAX_CONNECTIONS = 256       # open at once, fewer if the descriptor limit asks (see main)
 LINGER = 1.0                # seconds a connection refused with 503 stays open to its client...
@@ -85,8 +87,13 @@ class _Deadline:
     def __init__(self, rfile, sock, seconds, header_bytes):
         self._rfile = rfile
         self._sock = sock
-        self._end = time.monotonic() + seconds
+        self._start = time.monotonic()
+        self._end = self._start + seconds
         self._header_bytes = header_bytes  # left for the lines before the body
+
+    def extend(self, seconds):
+        """Move the deadline to `seconds` after the start (the body's, once the headers are in)."""
+        self._end = self._start + seconds
 
     def _arm(self):
         left = self._end - time.monotonic()
@@ -129,7 +136,8 @@ class Handler(BaseHTTPRequestHandler):
         self._raw_rfile = self.rfile
 
     def handle_one_request(self):
-        self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.request_timeout,
+        self.server.arriving(self.connection)
+        self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.header_timeout,
                                MAX_HEADER_BYTES)
         try:
             super().handle_one_request()
@@ -139,6 +147,14 @@ class Handler(BaseHTTPRequestHandler):
         except (TimeoutError, ConnectionError) as exc:
             log.info("%s: connection dropped: %s", self.client_address[0], exc)
             self.close_connection = True
+
+    def parse_request(self):
+        """http.server's parsing of the request line and headers; once they are in, the
+        connection is no longer arriving, and the body has until the request's deadline."""
+        parsed = super().parse_request()
+        self.server.arrived(self.connection)
+        self.rfile.extend(self.server.request_timeout)
+        return parsed
 
     def send_error(self, code, message=None, explain=None):
         """http.server's own refusals (a malformed request line, a header too long, an
@@ -385,19 +401,25 @@ class RemoteServer(ThreadingHTTPServer):
 
     def __init__(self, address, store, *, token=None, allowed_origins=(),
                  max_body=DEFAULT_MAX_BODY, request_timeout=REQUEST_TIMEOUT,
-                 max_connections=MAX_CONNECTIONS):
+                 header_timeout=HEADER_TIMEOUT, max_connections=MAX_CONNECTIONS):
         self.store = store
         self.token = token or None
         self.allowed_origins = frozenset(allowed_origins)
         self.max_body = max_body
         self.request_timeout = request_timeout
+        self.header_timeout = min(header_timeout, request_timeout)
         self.max_connections = max_connections
         self.loopback_only = is_loopback(address[0])
         self._busy = 0
         self._stopping = False
         self._idle = threading.Condition()
-        self._open = 0                  # connections being served
-        self._open_lock = threading.Lock()
+        self._open_lock = threading.Lock()  # guards the two fields below
+        self._open = 0                  # connections with a thread of their own
+        # Those of them yet to send a request's line and headers, oldest first, with when
+        # they began: past half of max_connections, a new connection closes the oldest of
+        # them if it has waited ARRIVING_GRACE, so that clients that never send them (260
+        # idle sockets locked a token holder out) cannot keep anyone else out.
+        self._arriving = collections.OrderedDict()
         self._lingering = collections.deque()  # (when to close, connection) refused with 503
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
@@ -438,14 +460,35 @@ class RemoteServer(ThreadingHTTPServer):
                 time.sleep(0.1)
             raise
 
+    def arriving(self, connection):
+        """The connection waits for a request's line and headers (see _arriving)."""
+        with self._open_lock:
+            self._arriving.setdefault(connection, time.monotonic())
+
+    def arrived(self, connection):
+        with self._open_lock:
+            self._arriving.pop(connection, None)
+
     def process_request(self, request, client_address):
         """Serve the connection in a thread, or, past max_connections at once, answer 503 at
         once: slow clients holding many connections must not starve the process of file
-        descriptors (about 1,000 did at ulimit -n 1024)."""
+        descriptors (about 1,000 did at ulimit -n 1024). A new connection that finds half
+        the slots held by connections still to send their headers closes the oldest of
+        them, if it has waited ARRIVING_GRACE: a client that sends its request at once gets
+        in, whatever else is open."""
+        evicted = None
         with self._open_lock:
-            full = self._open >= self.max_connections
+            now = time.monotonic()
+            if self._arriving and len(self._arriving) >= self.max_connections // 2 and \
+                    now - next(iter(self._arriving.values())) >= ARRIVING_GRACE:
+                evicted, _ = self._arriving.popitem(last=False)
+            full = evicted is None and self._open >= self.max_connections
             if not full:
                 self._open += 1
+                self._arriving[request] = now
+        if evicted is not None:
+            with contextlib.suppress(OSError):
+                evicted.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
         if not full:
             super().process_request(request, client_address)
             return
@@ -487,6 +530,7 @@ class RemoteServer(ThreadingHTTPServer):
         finally:
             with self._open_lock:
                 self._open -= 1
+                self._arriving.pop(request, None)
             self.store.close_thread()
 
     def handle_error(self, request, client_address):
