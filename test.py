@@ -1578,6 +1578,18 @@ class StoreTest(StoreTestCase):
         self.assertIn(a["id"], str(cm.exception))
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
+        # The others' links keep their order; an id another one starts with is no match.
+        ids = [self.store.add(f"spoke {i}")["id"] for i in range(5)]
+        hub = self.store.add("hub", links=ids)["id"]
+        twin = hub[:-1] + ("0" if hub[-1] != "0" else "1")
+        self.raw_write("UPDATE nodes SET links = json_insert(links, '$[#]', ?) WHERE id = ?",
+                       twin, ids[0])
+        for spoke in ids[1:4]:
+            self.store.update(spoke, links=[hub])  # the hub's list, reordered by them: none
+        self.store.delete(ids[2])
+        self.assertEqual(self.store.get(hub)["links"], [ids[0], ids[1], ids[3], ids[4]])
+        self.store.delete(hub)
+        self.assertEqual(self.store.get(ids[0])["links"], [twin])
 
     # -- update
 
