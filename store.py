@@ -147,7 +147,7 @@ CREATE INDEX hot_postings_node ON hot_postings (node);
 -- the memory (some 40 pages of the log per remember, against 1); the background thread folds
 -- them in, and a search counts the rows still here (see RankingIndex).
 CREATE TABLE pending (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused, so a process may keep what it read
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- the order of the changes
     node INTEGER NOT NULL,       -- nodes.rowid
     sign INTEGER NOT NULL,       -- +1: the memory was added; -1: removed (or its content replaced)
     counts TEXT NOT NULL,        -- JSON object: term -> occurrences in the memory
@@ -395,7 +395,6 @@ BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 UPKEEP_EVERY = 128      # write transactions between two rounds of background upkeep...
 UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
-LOG_GAP = 1 << 32       # seqs a restore leaves unused after the live database's last (_log_after)
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
 WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
 
@@ -1420,9 +1419,6 @@ RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
 PRECEDER = 0.2                  # ...and to the one memory stored just before it
-RAREST = 0.25                   # stage two: the query's rarest term weighs this much more
-SHORTER = 0.3                   # stage two: a shorter form of a rare query term weighs this much...
-SHORTER_MIN = 3                 # ...if it has at least this many letters (see Search._shorter)
 WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
 LENDERS = 10                    # stage-two matches that lend
 HOT_MIN_DF = 500                # a term is hot once this many memories hold it...
@@ -1491,68 +1487,6 @@ def _counted(text, distinctive=False):
     return Counted(counts, len(words), (mine or set(counts)) if distinctive else None)
 
 
-class _LogView:
-    """The pending log as this process has read it: each row parsed once, and found by term.
-
-    Rows never change once written, and their seq numbers only grow (AUTOINCREMENT); folding
-    removes the oldest. So a reader asks only for the range its snapshot holds, and reads
-    from the database just the rows of that range it has not seen. Reading and scanning the
-    whole log for every search and remember cost 0.3 ms with 60 rows in it.
-    """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._rows = {}    # seq -> (node, sign, terms)
-        self._by_term = collections.defaultdict(set)  # term -> seqs
-        self._first = self._last = 0  # every row from _first to _last is in _rows
-
-    def changes(self, db, terms):
-        """[(seq, node, sign, terms held)] of the rows in the snapshot of `db` that hold
-        one of `terms`, oldest first."""
-        low, high = db.execute("SELECT min(seq), max(seq) FROM pending").fetchone()
-        if low is None:
-            return []
-        with self._lock:
-            if self._last and high < self._first - 1:
-                # A snapshot older than the rows held, missing rows in between (folded since
-                # it began; a snapshot of middle age would see them): start again from it.
-                self._rows.clear()
-                self._by_term.clear()
-                self._first = self._last = 0
-            if high > self._last or low < self._first or self._last == 0:
-                start = low if low < self._first or self._last == 0 else self._last + 1
-                for seq, node, sign, counts in db.execute(
-                        "SELECT seq, node, sign, counts FROM pending WHERE seq BETWEEN ? AND ?",
-                        (start, high)):
-                    if seq not in self._rows:
-                        self._take(seq, node, sign, json.loads(counts))
-                self._first = min(self._first, start) if self._last else start
-                self._last = max(self._last, high)
-            if low > self._first:  # folded since: forget them
-                gone = (range(self._first, low) if low - self._first < len(self._rows)
-                        else [q for q in self._rows if q < low])
-                for seq in gone:
-                    for term in self._rows.pop(seq, (0, 0, ()))[2]:
-                        self._by_term[term].discard(seq)
-                self._first = low
-            seqs = sorted({q for t in terms for q in self._by_term.get(t, ()) if q <= high})
-            return [(q, *self._rows[q][:2], self._rows[q][2] & terms) for q in seqs]
-
-    def wrote(self, seq, node, sign, terms):
-        """Take in a row this process has just committed, so that it is not read back: only
-        the next row after those read, else the next read fetches it."""
-        with self._lock:
-            if self._last and seq == self._last + 1:
-                self._take(seq, node, sign, terms)
-                self._last = seq
-
-    def _take(self, seq, node, sign, terms):
-        held = frozenset(terms)
-        self._rows[seq] = (node, sign, held)
-        for term in held:
-            self._by_term[term].add(seq)
-
-
 # A hot term's entry: its list's floor, the average length its impacts were taken at, how
 # many memories the list holds, and (when asked for) its largest impact.
 HotTerm = collections.namedtuple("HotTerm", "floor avgdl size peak")
@@ -1573,7 +1507,6 @@ class RankingIndex:
         self.hot_min_df = hot_min_df
         self.hot_list = hot_list
         self._common = set()  # terms seen held by more than RARE memories (see holders)
-        self.log = _LogView()
         self._writes = 0      # writes logged by this process (see keep_up)
 
     # -- FTS5's own records
@@ -1617,7 +1550,7 @@ class RankingIndex:
         """What the log adds for `terms`: (Counter of df changes, rowids of memories added
         since the last fold that hold one of the terms)."""
         delta, fresh = collections.Counter(), {}
-        for _, node, sign, held in self.log.changes(db, frozenset(terms)):
+        for node, sign, held in self._logged(db, terms):
             for term in held:
                 delta[term] += sign
             if sign < 0:
@@ -1625,6 +1558,18 @@ class RankingIndex:
             else:
                 fresh[node] = None
         return delta, list(fresh)
+
+    def _logged(self, db, terms):
+        """[(rowid, sign, terms held)] of the rows of the log holding one of `terms`, oldest
+        first. SQLite reads the rows' JSON itself: the log is short (the background thread
+        folds it soon after the writes), and there is nothing to keep in step."""
+        rows = {}
+        for chunk in _chunks(list(terms)):
+            for seq, node, sign, term in db.execute(
+                    f"SELECT p.seq, p.node, p.sign, j.key FROM pending p, json_each(p.counts) j "
+                    f"WHERE j.key IN ({_marks(chunk)})", chunk):
+                rows.setdefault(seq, (node, sign, []))[2].append(term)
+        return [rows[seq] for seq in sorted(rows)]
 
     def hot_terms(self, db, terms, peaks=False):
         """{term: HotTerm} for the hot ones among `terms`; `peak` is None unless asked for."""
@@ -1641,10 +1586,9 @@ class RankingIndex:
 
     def note(self, db, node, sign, counted):
         """Log that the memory at rowid `node` with this text (its Counted record) was added
-        (+1) or is about to be removed or given new content (-1); the row's seq, for
-        log.wrote once committed."""
-        return db.execute("INSERT INTO pending (node, sign, counts, length) VALUES (?, ?, ?, ?)",
-                          (node, sign, _COUNTS.encode(counted.counts), counted.length)).lastrowid
+        (+1) or is about to be removed or given new content (-1)."""
+        db.execute("INSERT INTO pending (node, sign, counts, length) VALUES (?, ?, ?, ?)",
+                   (node, sign, _COUNTS.encode(counted.counts), counted.length))
 
     def keep_up(self, db):
         """Fold a batch now, inside the caller's write, if the log has grown past PENDING_MAX
@@ -1784,7 +1728,7 @@ class RankingIndex:
                     common.add(term)
                 else:
                     out[term] = set(map(int, nodes.split())) if nodes else set()
-        for _, node, sign, held in self.log.changes(db, frozenset(terms) - common):
+        for node, sign, held in self._logged(db, set(terms) - common):
             for term in held:
                 holders = out.setdefault(term, set())
                 (holders.add if sign > 0 else holders.discard)(node)
@@ -2016,15 +1960,6 @@ class Search:
         ascii_prefixes = sorted({re.escape(p) for p in self.prefixes if p.isascii()})
         self.ascii_words = re.compile(
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
-        # Stage two's weights: idf, and RAREST more for the rarest term (every one tied for
-        # it), the one most likely to name what the question is about ("turtles" in "When
-        # did Nate get his turtles?").
-        self.weight = dict(self.idf)
-        if len(self.terms) > 1:
-            rarest = max(self.idf.values())
-            for term in self.terms:
-                if self.idf[term] == rarest:
-                    self.weight[term] *= 1 + RAREST
         self.features = {}   # rowid -> Features, for both stages
         self.scored = {}     # stage one: rowid -> score, None when it lacks the tags
         self.best = []       # stage one: the n best so far, as (-score, rowid)
@@ -2286,9 +2221,8 @@ class Search:
     def rerank(self, first, limit):
         """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
 
-        Scores use RERANK_K1/B, which judge a long memory less harshly by its length, and
-        the stage-two weights (the rarest term weighs RAREST more); asked when, a memory
-        that says when weighs WHEN more (see _SAYS_WHEN). Then each of the best
+        Scores use RERANK_K1/B, which judge a long memory less harshly by its length; asked
+        when, a memory that says when weighs WHEN more (see _SAYS_WHEN). Then each of the best
         lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
         the one stored just before it, where they carry the same tags: memories stored
         together share a context (in a conversation, the memory after a matching question
@@ -2301,21 +2235,16 @@ class Search:
         """
         if not first:
             return []
-        terms, weight, avgdl = self.terms, self.weight, self.avgdl
-        shorter = self._shorter()
+        terms, idf, avgdl = self.terms, self.idf, self.avgdl
 
         def score(rowids):
             features = self._read(rowids)
-            texts = self._contents(features) if shorter or self.when else {}
-            more = self._occurrences(texts, shorter) if shorter else {}
-            dated = {r for r, text in texts.items()
+            dated = {r for r, text in self._contents(features).items()
                      if _SAYS_WHEN.search(text.lower())} if self.when else ()
-            return {r: (1 + WHEN if r in dated else 1) * (
-                sum(weight[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
-                    for t, tf in zip(terms, f.counts) if tf) +
-                sum(shorter[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
-                    for t, tf in more.get(r, {}).items()))
-                for r, f in features.items()}, features
+            return {r: (1 + WHEN if r in dated else 1) *
+                    sum(idf[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+                        for t, tf in zip(terms, f.counts) if tf)
+                    for r, f in features.items()}, features
 
         scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
@@ -2358,7 +2287,6 @@ class Search:
         scores.update(extra_scores)
         # Only a memory that matches the query itself gains: one holding a term that is not
         # faint (unless the query has nothing else), or one that follows a question.
-        idf = self.idf
         weighty = [i for i, t in enumerate(terms) if idf[t] > TINY_IDF] or range(len(terms))
         matched = {r for _, r in first}
         for rowid, extra in lent.items():
@@ -2375,44 +2303,6 @@ class Search:
         return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
                 self.db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
                                 f"({_marks(chunk)})", chunk)}
-
-    def _shorter(self):
-        """{term: stage-two weight} of the shorter forms of the query's rare terms: the
-        stems of the index, of SHORTER_MIN letters or more and no stopword, that a query term
-        held by RARE memories or fewer starts with.
-
-        Porter's stemmer leaves most derived words whole, so that "mentorship" does not find
-        "mentored", nor "puppy" "pup". A form of the query that few memories hold may be one
-        the memories put otherwise; a common one is how they say it already (and counting
-        the forms of every term made a recall 15-25% slower at p50). The forms weigh SHORTER
-        of their idf and only re-score what stage one found (on LoCoMo's dev questions:
-        facts' recall@10 0.799 -> 0.805, dialog 0.755 -> 0.757).
-        """
-        known = self.word_of  # every term of the query, held by a memory or not ("puppi")
-        forms = [t[:k] for t in known if self.df.get(t, 0) <= RARE
-                 for k in range(SHORTER_MIN, len(t))]
-        forms = [f for f in dict.fromkeys(forms) if f not in known and f not in STOPWORDS]
-        if not forms:
-            return {}
-        df, _ = self.index.counted(self.db, forms)
-        return {t: SHORTER * _idf(n, self.count) for t, n in df.items() if n > 0}
-
-    def _occurrences(self, texts, terms):
-        """{rowid: {term: occurrences}} of `terms` in the memories `texts` ({rowid: content})
-        that hold any.
-
-        Porter's stem of a word is the word's start, but for its last letter at most
-        (happy: happi), so only the words starting so are stemmed: taking every word that
-        started as the search's prefixes do (a letter, for "pup") made a recall 25% slower.
-        """
-        starts = tuple({t[:-1] for t in terms})
-        out = {}
-        for rowid, content in texts.items():
-            found = collections.Counter(t for t in map(stem, [
-                w for w in tokenize(content) if w.startswith(starts)]) if t in terms)
-            if found:
-                out[rowid] = found
-        return out
 
 
 # ----------------------------------------------------------------------------- store
@@ -2600,9 +2490,8 @@ class Store:
                 "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                 (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
             db.execute("INSERT INTO fingerprints (hash, node) VALUES (?, ?)", (fingerprint, rowid))
-            seq = self.index.note(db, rowid, +1, counted)
+            self.index.note(db, rowid, +1, counted)
             self.index.keep_up(db)
-        self.index.log.wrote(seq, rowid, +1, counted.counts)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         if near:
@@ -3181,8 +3070,6 @@ class Store:
                 raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
             count = _checked_backup(copy, source, self._page_size())
             with self.db.errors("restore the memories"):
-                _log_after(copy, self.db.connection().execute(
-                    "SELECT max(seq) FROM sqlite_sequence WHERE name = 'pending'").fetchone()[0])
                 backup = sqlite3.connect(copy, isolation_level=None)
                 deadline = time.monotonic() + self.timeout
 
@@ -3580,33 +3467,6 @@ def _checked_backup(path, name, page_size):
         reason = str(exc).replace(path, name)
         raise InvalidInput(f"{name} cannot be restored: {reason}; nothing was restored") from exc
     return count
-
-
-def _log_after(path, seq):
-    """Renumber the pending log of a restore's copy at `path` to follow `seq`, the largest
-    seq the live database has given (None for none), by LOG_GAP.
-
-    A seq is never reused: a running process keeps the log rows it has read by their seq
-    (_LogView), and would take a restored row for the one it holds under the same number
-    (a search then missed memories stored after the restore). The gap leaves room for
-    the rows other writers add before the restore takes the write lock.
-    """
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
-        db.execute("BEGIN IMMEDIATE")
-        low, top = db.execute("SELECT coalesce(min(seq), 1), coalesce(max(seq), 0) "
-                              "FROM pending").fetchone()
-        # From first + 1 on: above every seq the copy holds (no two rows meet while they
-        # move) and every one the live database gave, and no more (each restore adds about
-        # LOG_GAP, not the seqs' own size).
-        first = max(seq or 0, top) + LOG_GAP
-        db.execute("UPDATE pending SET seq = seq - ? + ?", (low - 1, first))
-        db.execute("DELETE FROM sqlite_sequence WHERE name = 'pending'")
-        db.execute("INSERT INTO sqlite_sequence (name, seq) VALUES ('pending', ?)",
-                   (first + top - low + 1,))
-        db.execute("COMMIT")
-    finally:
-        db.close()
 
 
 def _check_file(path):

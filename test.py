@@ -845,34 +845,6 @@ class RankingTest(StoreTestCase):
                     self.assertSameTop(words, [])
                     self.assertEqual(other.top(words, [], 10), self.store.top(words, [], 10))
 
-    def test_the_log_view_holds_every_row_of_snapshots_of_any_age(self):
-        # Three readers of one process hold snapshots of different ages across a fold: the
-        # oldest must not make the view claim rows that only the middle one sees.
-        s = self.open_store()
-        s.db.upkeep = None
-
-        def snapshot():
-            db = sqlite3.connect(self.path, isolation_level=None)
-            self.addCleanup(db.close)
-            db.execute("BEGIN")
-            db.execute("SELECT count(*) FROM pending").fetchone()
-            return db
-
-        s.add("zebra one")
-        s.add("zebra two")
-        old = snapshot()
-        s.add("zebra three")
-        s.add("zebra four")
-        middle = snapshot()
-        s.fold()
-        s.add("zebra five")
-        new = snapshot()
-        view, zebra = store._LogView(), frozenset({"zebra"})
-        for db in (new, old, middle, new, old):
-            with self.subTest(snapshot=[new, old, middle].index(db)):
-                logged = [q for (q,) in db.execute("SELECT seq FROM pending ORDER BY seq")]
-                self.assertEqual([row[0] for row in view.changes(db, zebra)], logged)
-
     # -- stage two, and what a user sees
 
     FILLER = ["The weather was mild and grey all week long", "We talked about the new kitchen tiles",
@@ -975,50 +947,6 @@ class RankingTest(StoreTestCase):
         found = [n["id"] for n in self.store.search("What did the kids see at the lake? heron")]
         self.assertEqual(found[0], match)
         self.assertLess(found.index(before), found.index(rival))
-
-    def test_the_rarest_word_of_a_question_weighs_more_in_stage_two(self):
-        self.fill()
-        turtles = self.store.add("Nate keeps his turtles in a big tank", ["a"])["id"]
-        got = self.store.add("Nate got a new gaming chair and a new desk", ["b"])["id"]
-        for i in range(3):
-            self.store.add(f"Nate went to the gaming cafe again, visit {i}", [f"c{i}"])
-        found = [n["id"] for n in self.store.search("When did Nate get his turtles?")]
-        self.assertEqual(found[0], turtles)
-        self.assertIn(got, found)
-        with unittest.mock.patch.object(store, "RAREST", 0.0):
-            with self.store.db.read() as db:
-                search = store.Search(db, self.store.index, store.query_words("Nate turtles"))
-        self.assertEqual(search.weight, search.idf)
-        with self.store.db.read() as db:
-            search = store.Search(db, self.store.index, store.query_words("Nate turtles"))
-        rare = max(search.idf, key=search.idf.get)
-        self.assertAlmostEqual(search.weight[rare], search.idf[rare] * (1 + store.RAREST))
-
-    def test_a_shorter_form_of_a_query_word_counts_a_little_in_stage_two(self):
-        # Porter's stemmer leaves "puppy" (puppi) apart from "pup": a memory holding a stem
-        # that a query term starts with gains SHORTER of that stem's weight, in stage two.
-        self.fill()
-        cat = self.store.add("Maria named her new cat Luna", ["a"])["id"]
-        pup = self.store.add("Maria named her new pup Shadow", ["b"])["id"]
-        self.store.add("Their theme was the sea", ["c"])
-        question = "What is the name of Maria's new puppy? theatre"
-        self.assertEqual([n["id"] for n in self.store.search(question)][:2], [pup, cat])
-        with unittest.mock.patch.object(store, "SHORTER", 0.0):
-            self.assertEqual([n["id"] for n in self.store.search(question)][:2], [cat, pup])
-        with self.store.db.read() as db:
-            search = store.Search(db, self.store.index, store.query_words(question))
-            shorter = search._shorter()
-        # "pup" for "puppi"; not "the" for "theatr" (a stopword), nor forms under 3 letters.
-        self.assertEqual(set(shorter), {"pup"})
-        # Only a rare query term's forms count: one that more than RARE memories hold has none.
-        with unittest.mock.patch.object(store, "RARE", -1), self.store.db.read() as db:
-            self.assertEqual(store.Search(db, self.store.index,
-                                          store.query_words(question))._shorter(), {})
-        self.assertAlmostEqual(shorter["pup"], store.SHORTER * store._idf(1, search.count))
-        # Stage one is FTS5's bm25 as ever: the pup and the cat tie there, older first.
-        rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
-        self.assertEqual([r for _, r in self.store.top(store.query_words(question), [], 2)],
-                         [rowid[cat], rowid[pup]])
 
     def test_a_question_asking_when_favours_memories_that_say_when(self):
         # Asked "when", stage two weighs WHEN more a memory that gives a time: a year, a
@@ -4348,34 +4276,6 @@ class BackupTest(TempDirTest):
                          ["quokka 0", "quokka 1", "quokka 2"])
         self.assertEqual(s.problems(), [])
 
-    def test_a_restore_moves_the_backups_log_just_past_the_live_one(self):
-        # The backup's log rows are renumbered to follow the live database's last by
-        # LOG_GAP, and no further: added to numbers already that large, the gap would
-        # double them at each restore, and some 30 restores would overflow them.
-        s = self.open_store()
-        s.db.upkeep = None
-        for i in range(3):
-            s.add(f"memory {i}")
-        copy = os.path.join(self.dir, "copy.db")
-        s.backup(copy)
-        gap = store.LOG_GAP
-
-        def log():
-            db = sqlite3.connect(copy)
-            try:
-                return ([q for (q,) in db.execute("SELECT seq FROM pending ORDER BY seq")],
-                        db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'pending'")
-                        .fetchone()[0])
-            finally:
-                db.close()
-
-        self.assertEqual(log(), ([1, 2, 3], 3))
-        store._log_after(copy, 1000)
-        self.assertEqual(log(), ([1000 + gap + 1, 1000 + gap + 2, 1000 + gap + 3], 1000 + gap + 3))
-        store._log_after(copy, 50)  # numbers of its own larger than the live ones
-        last = 1000 + gap + 3
-        self.assertEqual(log(), ([last + gap + 1, last + gap + 2, last + gap + 3], last + gap + 3))
-
     def test_restore_checks_the_backup_before_touching_anything(self):
         s = self.open_store()
         self.fill(s)
@@ -6293,7 +6193,7 @@ def bench(argv):
 # on the same database: the question's words as recall takes them, OR-ed, ORDER BY bm25.
 # --facts stores the dataset's observations instead (what an assistant would write down), each
 # standing for the turn it was written from. --set changes a ranking constant of store.py for
-# the run, so that what each signal buys can be measured: --set RAREST=0 --set "FOLLOWERS=(0,0)".
+# the run, so that what each signal buys can be measured: --set PRECEDER=0 --set "FOLLOWERS=(0,0)".
 
 CATEGORIES = {4: "single-hop", 1: "multi-hop", 2: "temporal", 3: "open-domain",
               5: "adversarial"}  # LoCoMo's ids, in the order of the paper's tables
