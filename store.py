@@ -1095,23 +1095,26 @@ def _carrying(tags, column):
 # ----------------------------------------------------------------------------- connections
 
 
-class _Turns:
-    """A lock that threads get in the order they asked for it. A plain lock lets the thread
-    that releases it take it again at once, and SQLite's own wait for its write lock polls
-    with sleeps: under 80-100 HTTP clients either let some writes wait past any bound.
+class WriteQueue:
+    """The writers of this process, first come first served, and the small changes handed
+    over to whichever of them writes next.
 
-    Each waiting thread blocks on a lock of its own, and release hands the turn to the first
-    of them alone: waking them all (a Condition's notify_all) made every write cost a wake-up
-    of every waiting thread, and 100 clients got 83 writes/s instead of hundreds.
+    A plain lock lets the thread that releases it take it again at once, and SQLite's own
+    wait for its write lock polls with sleeps: under many HTTP clients either let some
+    writes wait past any bound. Here each waiting thread blocks on a lock of its own, and
+    the turn goes to the first of them alone (waking them all made every write wake every
+    waiting thread).
     """
 
     def __init__(self):
-        self._lock = threading.Lock()          # guards the two fields below
+        self._lock = threading.Lock()          # guards the fields below
         self._taken = False
         self._waiting = collections.deque()    # one held lock per waiting thread, in order
+        self._handed = []                      # changes for the next write transaction
 
-    def acquire(self, timeout):
-        """True once it is the caller's turn; False, and out of the line, after `timeout`."""
+    def take(self, timeout):
+        """True once it is the caller's turn to write; False, and out of the queue, after
+        `timeout` seconds."""
         with self._lock:
             if not self._taken:
                 self._taken = True
@@ -1122,19 +1125,39 @@ class _Turns:
             mine.acquire()
             self._waiting.append(mine)
         if mine.acquire(timeout=timeout):
-            return True  # release() handed the turn over
+            return True  # give() passed the turn on
         with self._lock:
             if mine in self._waiting:
                 self._waiting.remove(mine)
                 return False
-        return True  # handed over just as the wait ran out
+        return True  # passed on just as the wait ran out
 
-    def release(self):
+    def give(self):
+        """End the caller's turn: the next in the queue has it."""
         with self._lock:
             if self._waiting:
                 self._waiting.popleft().release()
             else:
                 self._taken = False
+
+    def hand_over(self, change):
+        """Keep change(db) for the next write transaction to make."""
+        with self._lock:
+            self._handed.append(change)
+
+    def handed(self):
+        """The changes handed over so far, taken out of the queue."""
+        with self._lock:
+            handed, self._handed = self._handed, []
+        return handed
+
+    def hand_back(self, changes):
+        """Changes a transaction took and could not commit: for the next one."""
+        with self._lock:
+            self._handed[:0] = changes
+
+    def __bool__(self):
+        return bool(self._handed)
 
 
 class Database:
@@ -1158,8 +1181,7 @@ class Database:
         self._worker = None             # the background thread, while it runs
         self._wake = threading.Event()
         self._closing = False
-        self._turns = _Turns()          # one writer at a time within this process
-        self._riders = []               # changes for the next write transaction (see ride)
+        self.queue = WriteQueue()       # one writer at a time within this process
 
     def connection(self):
         """The calling thread's connection, opened on first use."""
@@ -1201,65 +1223,59 @@ class Database:
     def write(self, doing="write to the memory database"):
         """One write transaction: IMMEDIATE, so that it waits for other writers up front.
 
-        The threads of this process take turns first (see _Turns), so that SQLite's wait of
-        `timeout` seconds only ever waits for another process; a thread that cannot get its
-        turn in twice that long gives up, saying the cause was this server's own load.
+        The threads of this process take turns first (see WriteQueue), so that SQLite's wait
+        of `timeout` seconds only ever waits for another process; a thread that cannot get
+        its turn in twice that long gives up, saying the cause was this server's own load.
         """
-        if not self._turns.acquire(2 * self.timeout):
+        if not self.queue.take(2 * self.timeout):
             raise Busy(f"could not {doing}: this server had more writes queued than it could "
                        f"do in {2 * self.timeout:g} s")
         try:
             with self._transaction() as db:
                 yield db
         finally:
-            self._turns.release()
+            self.queue.give()
         self._wrote()
 
-    def ride(self, change):
+    def write_soon(self, change):
         """Make the small write change(db) in a transaction of its own if no other thread
-        of this process is writing; else hand it to the transaction that writes next, and
-        return at once.
-
-        For counting accesses: with 100 HTTP clients, each recall waited for its turn behind
-        every remember queued, only to add one to a few counters.
-        """
-        if self._turns.acquire(0):
+        of this process is writing; else hand it over to the transaction that writes next,
+        and return at once. For counting accesses: a recall need not wait its turn behind
+        every remember queued, only to add one to a few counters."""
+        if self.queue.take(0):
             try:
                 with self._transaction() as db:
                     change(db)
             finally:
-                self._turns.release()
+                self.queue.give()
             self._wrote()
             return
-        with self._lock:
-            self._riders.append(change)
+        self.queue.hand_over(change)
         self.wake()  # in case no other write comes: the background thread writes it
 
     @contextlib.contextmanager
     def _transaction(self):
-        """BEGIN IMMEDIATE, the caller's statements, the changes handed over by ride(),
-        COMMIT; all rolled back if one of the caller's fails."""
+        """BEGIN IMMEDIATE, the caller's statements, the changes handed over (see
+        write_soon), COMMIT; all rolled back if one of the caller's fails."""
         db = self.connection()
         self._begin(db)
-        riders = []
+        handed = []
         try:
             yield db
-            with self._lock:
-                riders, self._riders = self._riders, []
-            for change in riders:
-                db.execute("SAVEPOINT rider")
+            handed = self.queue.handed()
+            for change in handed:
+                db.execute("SAVEPOINT handed")
                 try:
                     change(db)
                 except sqlite3.Error as exc:  # it fails alone
                     log.debug("a change handed over failed: %s", exc)
-                    db.execute("ROLLBACK TO rider")
-                db.execute("RELEASE rider")
+                    db.execute("ROLLBACK TO handed")
+                db.execute("RELEASE handed")
             db.execute("COMMIT")
         except BaseException:
             with contextlib.suppress(sqlite3.Error):
                 db.execute("ROLLBACK")
-            with self._lock:
-                self._riders[:0] = riders  # for the next transaction
+            self.queue.hand_back(handed)
             raise
 
     def _begin(self, db):
@@ -1326,16 +1342,16 @@ class Database:
                 self._open.discard(db)
             db.close()
 
-    def write_riders(self):
-        """Write the changes handed over by ride() that no transaction has taken yet."""
-        if self._riders:
+    def write_handed(self):
+        """Write the changes handed over that no transaction has taken yet."""
+        if self.queue:
             with self.write():
                 pass
 
     def close(self):
         """Close every connection this process opened here. Using it again reopens it."""
         with contextlib.suppress(sqlite3.Error, StoreError):
-            self.write_riders()
+            self.write_handed()
         with self._lock:
             self._closing = True
             worker = self._worker
@@ -1378,7 +1394,7 @@ class Database:
                 try:
                     while self.upkeep is not None and not self._closing and self.upkeep():
                         pass
-                    self.write_riders()
+                    self.write_handed()
                     self.connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except (sqlite3.Error, StoreError) as exc:
                     # The next write wakes it again; a closing store ends it.
@@ -2437,11 +2453,20 @@ class Store:
             return self.db.connection().execute("SELECT count(*) FROM nodes").fetchone()[0]
 
     def records(self):
-        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot."""
-        with self.db.errors("read the memories"), self.db.read() as db:
-            cursor = db.execute(f"SELECT {_COLUMNS} FROM nodes ORDER BY rowid")
-            while rows := cursor.fetchmany(1000):
-                yield from map(_node, rows)
+        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot.
+
+        Read through a connection of its own: a caller may stop early and keep the rest
+        unread, which must not leave the thread's connection inside a transaction (its next
+        write failed)."""
+        with self.db.errors("read the memories"):
+            db = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                db.execute("BEGIN")
+                cursor = db.execute(f"SELECT {_COLUMNS} FROM nodes ORDER BY rowid")
+                while rows := cursor.fetchmany(1000):
+                    yield from map(_node, rows)
+            finally:
+                db.close()
 
     def _row(self, db, node_id):
         row = db.execute(f"SELECT {_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
@@ -2951,7 +2976,7 @@ class Store:
         through here.
 
         The memories are read first; the count is a write of its own, which waits for no
-        other writer of this process (see Database.ride). When another process holds the
+        other writer of this process (see Database.write_soon). When another process holds the
         write lock past the timeout (a long import, say), the memories are returned all the
         same, only not counted, with a warning.
         """
@@ -2970,7 +2995,7 @@ class Store:
                            (now, *chunk))
         try:
             with self.db.errors("count the access"):
-                self.db.ride(count)
+                self.db.write_soon(count)
         except StoreError as exc:  # locked by another process, a full disk, a read-only file
             _warn_once(f"accesses not counted: "
                        f"{str(exc).removeprefix('could not count the access: ')}")

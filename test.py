@@ -1210,6 +1210,16 @@ class StoreTest(StoreTestCase):
 
     # -- remember and get
 
+    def test_a_reader_of_every_memory_that_stops_early_leaves_writes_working(self):
+        # records() held a read transaction on the thread's connection for as long as its
+        # caller kept it: the next write on that thread failed.
+        for i in range(3):
+            self.store.add(f"memory {i}")
+        first = next(self.store.records())
+        self.assertEqual(first["content"], "memory 0")
+        self.assertEqual(self.store.add("written meanwhile")["content"], "written meanwhile")
+        self.assertEqual(self.store.count(), 4)
+
     def test_the_access_count_stops_at_its_ceiling(self):
         # Past 2^63 - 1 SQLite's integer became a float, and the export could not be imported.
         node = {"id": str(uuid.uuid4()), "content": "recalled very often",
@@ -3701,35 +3711,35 @@ class FaultTest(StoreTestCase):
         self.assertIn(b"is a file, not a directory", proc.stderr)
 
     def test_writers_of_one_process_take_turns_and_name_their_own_queue(self):
-        turns = store._Turns()
+        turns = store.WriteQueue()
         order = []
-        self.assertTrue(turns.acquire(1))
+        self.assertTrue(turns.take(1))
 
         def wait(name):
-            if turns.acquire(5):
+            if turns.take(5):
                 order.append(name)
-                turns.release()
+                turns.give()
 
         threads = [threading.Thread(target=wait, args=(i,)) for i in range(5)]
         for t in threads:
             t.start()
             time.sleep(0.05)  # each asks after the one before
-        turns.release()
+        turns.give()
         for t in threads:
             t.join(10)
         self.assertEqual(order, [0, 1, 2, 3, 4])  # first come, first served
-        self.assertTrue(turns.acquire(1))
-        self.assertFalse(turns.acquire(0.05))  # gives up after its timeout, out of the line
-        turns.release()
-        self.assertTrue(turns.acquire(1))
-        turns.release()
+        self.assertTrue(turns.take(1))
+        self.assertFalse(turns.take(0.05))  # gives up after its timeout, out of the line
+        turns.give()
+        self.assertTrue(turns.take(1))
+        turns.give()
         s = Store(os.path.join(self.dir, "q.db"), timeout=0.1)
         self.addCleanup(s.close)
-        s.db._turns.acquire(1)  # a write of this process that never ends
+        s.db.queue.take(1)  # a write of this process that never ends
         with self.assertRaises(store.Busy) as cm:
             s.add("waits its turn")
         self.assertIn("this server had more writes queued than it could do", str(cm.exception))
-        s.db._turns.release()
+        s.db.queue.give()
         self.assertEqual(s.add("after")["content"], "after")
 
     def test_a_recall_hands_its_count_to_the_write_ahead_and_does_not_wait(self):
@@ -3738,7 +3748,7 @@ class FaultTest(StoreTestCase):
         s = self.open_store()
         kept = s.add("the memory recalled while another write runs")
         count = lambda: self.raw("SELECT access_count FROM nodes WHERE id = ?", kept["id"])[0][0]
-        self.assertTrue(s.db._turns.acquire(1))  # a write of this process, in progress
+        self.assertTrue(s.db.queue.take(1))  # a write of this process, in progress
         found = []
         reader = threading.Thread(target=lambda: found.extend(s.search("memory recalled")))
         reader.start()
@@ -3746,7 +3756,7 @@ class FaultTest(StoreTestCase):
         self.assertFalse(reader.is_alive())
         self.assertEqual([n["access_count"] for n in found], [1])
         self.assertEqual(count(), 0)  # handed over, not written yet
-        s.db._turns.release()
+        s.db.queue.give()
         s.add("the next write of this process")
         self.assertEqual(count(), 1)  # it came with that write
         # The hand-over woke the background thread, which writes too (upkeep): closing ends
@@ -3754,28 +3764,28 @@ class FaultTest(StoreTestCase):
         s.close()
         s.search("memory recalled")  # no write ahead: counted at once
         self.assertEqual(count(), 2)
-        self.assertTrue(s.db._turns.acquire(1))
+        self.assertTrue(s.db.queue.take(1))
         s.search("memory recalled")
-        s.db._turns.release()
+        s.db.queue.give()
         for _ in range(100):  # no write comes: the background thread writes it
             if count() == 3:
                 break
             time.sleep(0.05)
         self.assertEqual(count(), 3)
-        self.assertTrue(s.db._turns.acquire(1))
+        self.assertTrue(s.db.queue.take(1))
         s.search("memory recalled")
-        s.db._turns.release()
+        s.db.queue.give()
         s.close()  # and closing writes what is left
         self.assertEqual(count(), 4)
 
     def test_a_failing_handed_over_change_leaves_the_write_that_took_it_whole(self):
         s = self.open_store()
-        self.assertTrue(s.db._turns.acquire(1))
-        s.db.ride(lambda db: db.execute("UPDATE no_such_table SET x = 1"))
-        s.db._turns.release()
+        self.assertTrue(s.db.queue.take(1))
+        s.db.write_soon(lambda db: db.execute("UPDATE no_such_table SET x = 1"))
+        s.db.queue.give()
         kept = s.add("written with a broken change aboard")
         self.assertEqual(s.get(kept["id"])["content"], "written with a broken change aboard")
-        self.assertEqual(s.db._riders, [])
+        self.assertFalse(s.db.queue)
 
 
     def test_nothing_is_tokenized_while_the_write_lock_is_held(self):
