@@ -2102,16 +2102,16 @@ class Search:
         self.drift = {t: max(1.0, self.avgdl / h.avgdl) for t, h in self.hot.items()}
         self.peak = {t: idf[t] * self.drift[t] * max(h.peak or 0.0, h.floor)
                      for t, h in self.hot.items()}
-        self._admit(self.fresh)  # logged since the last fold: in no impact list yet
+        self._score(self.fresh)  # logged since the last fold: in no impact list yet
         if cold:
             self._cold_class(cold, strong)
         try:
-            self._settle(strong, self.slack)
+            self._search_hot(strong, self.slack)
             if not self.slack:  # a query of faint words alone: they are all there is
-                if len(faint) > 1 and self._skim(faint):
+                if len(faint) > 1 and self._heads_of_lists(faint):
                     self.trace("faint words")
                     return self._matches(self._ranked())
-                self._settle(faint, 0.0)
+                self._search_hot(faint, 0.0)
         except _ScanInstead:
             self.trace("tag scan")
             self._scan()
@@ -2126,7 +2126,7 @@ class Search:
     def _ranked(self):
         return [(-s, r) for s, r in self.best]
 
-    def _admit(self, rowids):
+    def _score(self, rowids):
         """Score the memories at `rowids` in full, and keep the n best of all scored."""
         idf, avgdl = self.idf, self.avgdl
         rowids = [r for r in rowids if r not in self.scored]
@@ -2148,10 +2148,10 @@ class Search:
         cold_words = [word_of[t] for t in cold]
         depth = max(n, 32)
         rows = self._bm25(cold_words, depth, margin=slack)
-        self._admit([r for _, r in rows])
+        self._score([r for _, r in rows])
         if strong and len(rows) >= depth and self._theta() < \
                 rows[depth - 1][0] + sum(self.peak[t] for t in strong) + slack:
-            self._admit([r for _, r in self._bm25([word_of[t] for t in strong], n,
+            self._score([r for _, r in self._bm25([word_of[t] for t in strong], n,
                                                   within=cold_words, margin=slack)])
 
     def _postings(self, term, limit=-1):
@@ -2197,25 +2197,25 @@ class Search:
         sql, parameters = self._kept_sql()[0]
         cursor = self.db.execute(sql, parameters)
         while rows := cursor.fetchmany(500):
-            self._admit([r for (r,) in rows])
+            self._score([r for (r,) in rows])
 
-    def _skim(self, group):
+    def _heads_of_lists(self, group):
         """Memories heading the impact lists of `group`, each scored in full; True if they
         are n at least. Not exhaustive: memories ranked lower in every list but holding
         several of the words may score higher. For words this common (bm25 gives each
         1e-6) that is not worth scoring most of the index for."""
         for term in group:
             limit = max(self.n, 50) if not self.tags else self.index.hot_list
-            self._admit([r for r, _ in self._postings(term, limit)])
+            self._score([r for r, _ in self._postings(term, limit)])
         return len(self.best) >= self.n
 
-    def _settle(self, group, margin):
+    def _search_hot(self, group, margin):
         """The classes of memories holding hot terms of `group` and nothing rarer."""
         idf, hot, drift, word_of = self.idf, self.hot, self.drift, self.word_of
         for term in group:  # holding one of them: its impact list, best first
             cursor = self._postings(term)
             while rows := cursor.fetchmany(max(self.n, 16)):
-                self._admit([r for r, _ in rows])
+                self._score([r for r, _ in rows])
                 if idf[term] * rows[-1][1] * drift[term] + margin < self._theta():
                     break
             if idf[term] * hot[term].floor * drift[term] + margin > self._theta():
@@ -2223,13 +2223,13 @@ class Search:
                 # the tagged memories are few, scoring them all.
                 self._scan_if_cheaper(self.df[term])
                 self.trace("single-term query")
-                self._admit([r for _, r in self._bm25([word_of[term]], self.n, margin=margin)])
+                self._score([r for _, r in self._bm25([word_of[term]], self.n, margin=margin)])
         for i, term in enumerate(group):  # holding two or more: FTS5 AND queries
             rest = group[i + 1:]
             if not rest or sum(self.peak[u] for u in group[i:]) + margin <= self._theta():
                 break
             self._scan_if_cheaper(self.df[term])
-            self._admit([r for _, r in self._bm25([word_of[u] for u in rest], self.n,
+            self._score([r for _, r in self._bm25([word_of[u] for u in rest], self.n,
                                                   within=[word_of[term]], margin=margin)])
 
     # -- stage two
@@ -2431,7 +2431,7 @@ class Store:
     def _upkeep(self):
         """The background thread's work: a count a load left owed, then one batch of the
         log folded in its own transaction; True if more may be left."""
-        self._settle_links(LOAD_PAUSE, stop=lambda: self.db.closing)
+        self._make_links_two_way(LOAD_PAUSE, stop=lambda: self.db.closing)
         self._count_owed(LOAD_PAUSE, stop=lambda: self.db.closing)
         with self.db.errors("update the ranking statistics"):
             if not self.db.connection().execute("SELECT 1 FROM pending LIMIT 1").fetchone():
@@ -2497,12 +2497,12 @@ class Store:
         node_id, now = str(uuid.uuid4()), _now()
         counted = _counted(content, distinctive=True)
         with self.db.errors("save the memory"), self.db.write() as db:
-            twin = self._twin(db, fingerprint, content, tags)
-            if twin is not None:
-                node = self._join(db, twin, self._existing(db, links, skipped), skipped)
+            stored = self._exact_duplicate(db, fingerprint, content, tags)
+            if stored is not None:
+                node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            near = self._near(db, counted.distinctive)  # before the new memory is in
+            near = self._near_candidates(db, counted.distinctive)  # before the new memory is in
             # A new id is in nobody's links yet: each back-link is one append, and a target
             # that no memory has is the one the append finds nothing to change in.
             linked = [target for target in links if db.execute(
@@ -2525,7 +2525,7 @@ class Store:
                 node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
 
-    def _twin(self, db, fingerprint, content, tags):
+    def _exact_duplicate(self, db, fingerprint, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly."""
         text, tagged = " ".join(content.split()), set(tags)
         for node_id, stored, stored_tags in db.execute(
@@ -2535,7 +2535,7 @@ class Store:
                 return node_id
         return None
 
-    def _join(self, db, node_id, links, skipped):
+    def _add_links(self, db, node_id, links, skipped):
         """The memory `node_id`, its links extended by `links` (both ways)."""
         node = self._row(db, node_id)
         if node_id in links:
@@ -2548,7 +2548,7 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-    def _near(self, db, mine):
+    def _near_candidates(self, db, mine):
         """The stored memories that a new one with the distinctive terms `mine` may be very
         close to (see _similar): the NEAR_CANDIDATES that share the most rare terms with it
         (held by RARE memories or fewer), NEAR_RARE at least, as rowids."""
@@ -2716,7 +2716,7 @@ class Store:
                     db.execute("DELETE FROM owed WHERE work = 'links'")
             time.sleep(pause)
 
-    def _settle_links(self, pause, stop=lambda: False):
+    def _make_links_two_way(self, pause, stop=lambda: False):
         """Make every link two-way, once a load that owed back-links has stopped beating for
         them (see owed): it was interrupted between its links and their back-links."""
         with self.db.errors("link the loaded memories"):
@@ -2877,7 +2877,7 @@ class Store:
                     words, tags, offset + limit, since, until, when)][offset:]
             else:
                 rowids = self._newest(tags, since, until, limit, offset)
-            return self._touch("rowid", rowids, fit)
+            return self._read_counted("rowid", rowids, fit)
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
@@ -2938,7 +2938,7 @@ class Store:
                 distances = self._walk(db, node_id, depth)
             order = list(distances)[:TRAVERSAL_CAP]
             page = order[offset:offset + limit]
-            nodes = self._touch("id", page, fit, {i: {"distance": distances[i]} for i in page})
+            nodes = self._read_counted("id", page, fit, {i: {"distance": distances[i]} for i in page})
         return {"nodes": nodes, "total": len(order), "exact": len(distances) <= TRAVERSAL_CAP}
 
     def _walk(self, db, node_id, depth):
@@ -2969,7 +2969,7 @@ class Store:
 
     # -- access counting
 
-    def _touch(self, column, keys, fit=None, extra=None):
+    def _read_counted(self, column, keys, fit=None, extra=None):
         """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, each
         counted as accessed, with the fields of `extra[key]` added. With `fit`, only the first
         fit(memories) of them are counted and returned. Both search and neighbors count
@@ -2984,7 +2984,7 @@ class Store:
             return []
         now = _now()
         with self.db.read() as db:
-            nodes = self._fitted(db, column, keys, fit, extra)
+            nodes = self._read_fitted(db, column, keys, fit, extra)
         ids = [node["id"] for node in nodes]
 
         def count(db):
@@ -3005,7 +3005,7 @@ class Store:
             node["access_count"] = min(node["access_count"] + 1, MAX_INT)
         return nodes
 
-    def _fitted(self, db, column, keys, fit, extra):
+    def _read_fitted(self, db, column, keys, fit, extra):
         """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
         `fit` allows."""
         found = {}
