@@ -90,8 +90,8 @@ CREATE TABLE node_tags (
     created_at TEXT NOT NULL,    -- the memory's
     PRIMARY KEY (tag, node)      -- whether a memory carries a tag: asked of every match
 ) WITHOUT ROWID;
--- A tag's memories newest first, and within a window, straight from an index range. (Keyed
--- by time instead, node_tags made a ranked search with a tag 30% slower.)
+-- A tag's memories newest first, and within a window, straight from an index range. (The
+-- primary key stays (tag, node): a ranked search asks whether a memory carries a tag.)
 CREATE INDEX node_tags_created ON node_tags (tag, created_at);
 CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
     INSERT OR IGNORE INTO node_tags (tag, node, created_at)
@@ -117,7 +117,7 @@ CREATE TABLE fingerprints (
 ) WITHOUT ROWID;
 
 -- How many memories hold each term the index holds (a porter stem), as of the last fold of
--- `pending`. A df lookup here takes 0.014 ms; through FTS5's fts5vocab, 3-10 ms at 100,000.
+-- `pending`: a lookup by primary key, where FTS5's fts5vocab would scan its index.
 CREATE TABLE terms (
     term TEXT PRIMARY KEY,
     df INTEGER NOT NULL,
@@ -296,10 +296,10 @@ _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_
 
 
 def _recount(db, rare=True):
-    """Count every term again from FTS5's own vocabulary (0.17 s at 100,000 memories, against
-    22.5 s re-tokenizing them in Python), and drop the impact lists, to be built anew. The
-    lists of rare terms are made too, unless `rare` is false: then they stay unknown (NULL)
-    until _list_rare makes them (1.5-1.8 s at 100,000 memories)."""
+    """Count every term again from FTS5's own vocabulary (SQLite counts in C what Python
+    would have to tokenize again), and drop the impact lists, to be built anew. The lists of
+    rare terms are made too, unless `rare` is false: then they stay unknown (NULL) until
+    _list_rare makes them, range by range in short transactions."""
     log.info("counting the terms of every memory")
     db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab "
                "USING fts5vocab(main, nodes_fts, row)")
@@ -325,7 +325,7 @@ def _list_rare(db, low="", high=None):
         f"SELECT term FROM terms WHERE df <= {int(RARE)} AND nodes IS NULL AND "
         f"{within.format('')}", bounds)}
     # Each rare term looked up in the vocabulary, rather than every term of the range read
-    # and the rare kept: 1.5-1.8 s against 2.9-3.2 s for the bench's 100,000 memories.
+    # and the rare kept: the rare are few among the instances.
     for term, doc in db.execute(
             f"SELECT term, doc FROM temp.nodes_vocab_instance WHERE term IN (SELECT term "
             f"FROM terms WHERE df <= {int(RARE)} AND {within.format('')})", bounds):
@@ -389,8 +389,7 @@ LOAD_INSTANCES = 250_000 # word occurrences whose rare terms one transaction lis
 LOAD_STEP = 0.25        # seconds after which a load's step of impact lists ends
 LINK_BATCH = 20_000     # links, or back-links, a load makes in one transaction
 OWED_LEASE = 60.0       # seconds without a beat after which owed work is taken over
-LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): 15 s -> 11.6 s
-                        # for an 80,000-memory import
+LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): random keys
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 UPKEEP_EVERY = 128      # write transactions between two rounds of background upkeep...
@@ -515,9 +514,9 @@ class _Folds(dict):
 
     unicode61 folds one character at a time, by tables of the Unicode version SQLite was
     built with, so the only faithful source is SQLite itself: the characters of a text not
-    seen yet are looked up together, in one round trip (one each made a text of 1,000
-    characters never seen cost 11 s once the table was full), by tokenizing each between two
-    letters, and kept. A full table (MAX_FOLDS) starts again from ASCII.
+    seen yet are looked up together, in one round trip whatever the table holds (looked up
+    one at a time, a long text of new characters held writers up for seconds), by tokenizing
+    each between two letters, and kept. A full table (MAX_FOLDS) starts again from ASCII.
     """
 
     def __init__(self):
@@ -636,7 +635,7 @@ def _m_gt1_s_or_t(s):
 
 def _by_last_letter(rules):
     """Rules grouped by the last letter of their suffix, order kept: a word is only tried
-    against the rules that can match it (3 times faster than trying every one)."""
+    against the rules that can match it, not every one."""
     grouped = collections.defaultdict(list)
     for rule in rules:
         grouped[rule[0][-1]].append(rule)
@@ -734,8 +733,7 @@ def term_counts(text):
 
 def first_words(text, n=None):
     """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds
-    more. Only the start of a long text is tokenized: a query of a million words took 9 s
-    and 549 MB."""
+    more. Only the start of a long text is tokenized: a query may be megabytes."""
     n = MAX_QUERY_WORDS if n is None else n
     size = 16 * n
     while True:
@@ -873,8 +871,8 @@ def _node_id(value, name="node_id"):
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {_kind(value)}")
     if _CANONICAL_ID.fullmatch(value):
-        # Canonical already, as every stored id is: 0.7 us instead of 4.6 for uuid.UUID,
-        # which an import of 100,000 memories asked 400,000 times (ids and links).
+        # Canonical already, as every stored id is: no uuid.UUID to build, which an import
+        # asks for every id and link.
         return value
     try:
         parsed = uuid.UUID(value)
@@ -908,7 +906,7 @@ def _tags(values):
     """Tags stripped of surrounding space, duplicates dropped, order kept."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
-    tags = {}  # in order, each once (a list asked `in` of every one: 10,000 tags took 1.3 s)
+    tags = {}  # in order, each once (a dict: asking a list grows with the square)
     for value in values:
         if not isinstance(value, str):
             raise InvalidInput(f"tags must be an array of strings, and holds {_kind(value)}")
@@ -1060,7 +1058,7 @@ def _json(value):
 
 def _id_list(ids):
     """A list of memory ids as _json writes it: ids hold nothing JSON would escape, so
-    joining them is the same text, made ten times faster."""
+    joining them is the same text, without the encoder's work on a hub's thousands."""
     return '["' + '", "'.join(ids) + '"]' if ids else "[]"
 
 
@@ -1197,7 +1195,7 @@ class Database:
                 # Checkpoints run in the background, not in a commit, unless writes come so
                 # fast that the log outgrows WAL_PAGES: a background checkpoint racing a
                 # stream of writes never finishes, and only a finished one lets the log
-                # start over (6,000 back-to-back writes grew it to 244 MB without this).
+                # start over (test_the_log_stays_bounded_under_back_to_back_writes).
                 db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_PAGES)}")
                 db.execute(f"PRAGMA journal_size_limit={int(WAL_BYTES)}")
             except sqlite3.Error as exc:
@@ -1281,7 +1279,7 @@ class Database:
     def _begin(self, db):
         """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
 
-        SQLite's own wait sleeps up to 100 ms between tries, and a process writing in bursts
+        SQLite's own wait sleeps longer and longer between tries, and a process writing in bursts
         (an import) leaves shorter gaps, so a writer could wait out its whole timeout between
         them. Each try here waits BUSY_POLL at most, so the next one comes soon enough.
         """
@@ -1479,8 +1477,7 @@ def _varint(data, i=0):
 # A memory's text as the ranking index counts it: {term: [occurrences, a word of the text
 # that stems to it]}, how many tokens FTS5 counts in it, and its distinctive terms (those of
 # its words that are not stopwords; all its terms if it has no other words), which the
-# near-duplicate hint compares. One pass over the words gives all three (remember tokenized
-# the text twice, once for each: 0.03 ms more in a loop, 0.07 ms in a server between calls).
+# near-duplicate hint compares. One pass over the words gives all three.
 Counted = collections.namedtuple("Counted", "counts length distinctive")
 
 _COUNTS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
@@ -1730,8 +1727,8 @@ class RankingIndex:
         by RARE memories or fewer), the log included.
 
         Terms seen to be common are remembered for a while and not looked up again: most
-        words of a memory are, and looking each up cost 0.1 ms of a remember at 100,000
-        memories. One that turns rare again is missed until the memory of them is cleared.
+        words of a memory are, and a remember asks for all of its words. One that turns rare
+        again is missed until the memory of them is cleared.
         """
         out, common = {}, self._common
         asked = [t for t in terms if t not in common]
@@ -1784,9 +1781,9 @@ class RankingIndex:
             "ORDER BY bm25(nodes_fts) LIMIT ?", (query, self.hot_list + 1)).fetchall()
         lengths = self.lengths(db, [r for r, _ in found])
         # FTS5's score of a memory for the one term is idf times its impact: the term's
-        # occurrences in it follow, and the impact is taken from them as ever. Reading and
-        # tokenizing the memories instead took 0.3 s of an import of 80,000. A memory whose
-        # score does not give a whole number of occurrences (none seen) is read.
+        # occurrences in it follow, and the impact is taken from them as ever, without
+        # reading and tokenizing the memories. A memory whose score does not give a whole
+        # number of occurrences (none seen) is read.
         df = db.execute("SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
                         (query,)).fetchone()[0]
         idf = _idf(df, count)
@@ -1916,8 +1913,8 @@ def _asks_when(query):
 # What says when something happened, in English: a year or decade, a date, a month, a day of
 # the week, a time of day, or a time relative to now ("last week", "two days ago",
 # "recently"). "May" and "March" count only next to a number (they are words too), and
-# month abbreviations only before one. For lowered text (3-4 times faster than asking the
-# expression to ignore case). Asked when, the answer is likely a memory that gives a time:
+# month abbreviations only before one. For lowered text (cheaper than asking the expression
+# to ignore case). Asked when, the answer is likely a memory that gives a time:
 # 47% of the facts and 82% of the dialog turns that answer a LoCoMo dev question asking
 # when match, against 13% and 16% of all. They weigh WHEN more in stage two (temporal
 # questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
@@ -1971,8 +1968,8 @@ class Search:
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
         # In ASCII text a word is a run of [a-z0-9] once lowered (as tokenize has it): the
         # words starting like a term are found by one regular expression, in C, instead of
-        # splitting every word out and asking each (a scan of the 1,900 memories of a week
-        # at 100,000 spent most of its 58 ms there).
+        # splitting every word out and asking each (a scan of many memories spends its time
+        # there).
         ascii_prefixes = sorted({re.escape(p) for p in self.prefixes if p.isascii()})
         self.ascii_words = re.compile(
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
@@ -2024,8 +2021,7 @@ class Search:
         """(first, last) rowid of the memories created in the window, and the share of all
         rowids that range covers. FTS5 skips to the range instead of scoring every memory
         that holds a word and then dropping those of other times; memories are mostly
-        stored in time order, so the range is narrow (a common word's best in a week of
-        100,000 memories took 4.3 ms, now 0.25)."""
+        stored in time order, so the range is narrow."""
         if self.span is None:
             first, last, top = self.db.execute(
                 f"SELECT min(rowid), max(rowid), (SELECT max(rowid) FROM nodes) FROM nodes "
@@ -2569,8 +2565,7 @@ class Store:
         1,210 LoCoMo facts, labelled by hand: the hint fires on 5.3% of stores, on 2.1% with
         no restatement among those listed, and catches 28% of the restatements labelled; on
         dialog turns it fires on 0.8% (the rare words keep it quiet on chit-chat). Comparing
-        memories that share one rare term caught 33% but cost 0.4 ms a remember at 100,000
-        memories, against 0.16 ms.
+        memories that share a single rare term caught 33%, at more than twice the cost.
 
         Called once the new memory is written, outside its transaction: comparing may read
         long texts, and other writers need not wait for that. A hint that cannot be read
@@ -2634,8 +2629,8 @@ class Store:
     def _count_owed(self, pause, stop=lambda: False, claim=True):
         """Do the count a load left owed: count the terms of every memory from FTS5's
         vocabulary, then make the lists of rare terms and the impact lists, each step a
-        transaction short enough that other writers keep their turns (in one, the last two
-        held the lock 7.5 s after a 100,000-memory import). With `claim`, only once its owner
+        transaction short enough that other writers keep their turns (in one, the lists held
+        the lock for seconds after a large import). With `claim`, only once its owner
         has stopped beating (see owed); stops early, still owed, when stop()."""
         with self.db.errors("count the loaded memories"):
             if not _claimed(self.db, "count", claim):
@@ -2835,8 +2830,8 @@ class Store:
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):
-        """Remove `node_id` from the links of each memory in `targets`, in SQL: a hub's
-        200,000 memories were read and written one by one, holding the lock for 2.9 s."""
+        """Remove `node_id` from the links of each memory in `targets`, in SQL, not one by one
+        through Python: a hub's are thousands."""
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
@@ -3187,8 +3182,8 @@ class _Load:
             tags = {}  # the same tags come again and again: each JSON made once
             # The triggers of the tag and full-text indexes are set aside for this transaction
             # only (a DROP rolls back with it; no other connection writes meanwhile, as this
-            # one holds the write lock), and each index is written in one statement instead:
-            # row by row, the triggers made a load two to three times slower.
+            # one holds the write lock), and each index is written in one statement instead
+            # of row by row.
             db.execute("DROP TRIGGER node_tags_ai")
             db.execute("DROP TRIGGER nodes_ai")
             inserted = db.executemany(
@@ -3705,8 +3700,8 @@ def _is_graph(value):
 #
 # An entity with more than OFFICIAL_LINKED observations (a file often has one such, the
 # user) is linked to its relations by its own memory only: linked to every observation, each
-# relation of it cost as many links. A user with 3,000 observations and 300 relations made
-# 900,000 of them, a 79 MB database from a 320 KB file in 3.4 s (now 4.3 MB in 1.0 s).
+# relation of it cost as many links: a user with 3,000 observations and 300 relations made
+# 900,000 of them.
 # From one of its observations, a related entity is two hops away and that entity's
 # observations three; connections at depth 2 from it would list its thousands of
 # neighbours first anyway.
@@ -3717,9 +3712,9 @@ OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the
 
 
 def _official_id(key):
-    """The text of uuid.uuid5(OFFICIAL, key), made five times faster (80,000 of them in an
-    import of the size the issue sets): the namespace is hashed once, and the version and
-    variant are set in the hex digits."""
+    """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
+    one a memory): the namespace is hashed once, and the version and variant are set in the
+    hex digits."""
     digest = _OFFICIAL_SHA1.copy()
     digest.update(key.encode("utf-8"))
     h = digest.hexdigest()
@@ -3795,7 +3790,7 @@ def official_records(entries, source, report):
 
 def _official_memories(entities, relations, source, report):
     """The Records of official_records, one by one: an import spools them to a file as they
-    come instead of holding them all (a file of 1,000,000 relations needed 1.8 GB)."""
+    come instead of holding them all (a large file's records were many times its size)."""
     now = _now()
     seen = {}  # name -> its tag
 
@@ -3896,7 +3891,7 @@ def _memories(n):
 class _Spool:
     """Records kept in the binary file `file` and read back as often as asked (a load reads
     them twice): an import's checked records wait here, on disk, rather than in memory.
-    In marshal's form, which this same process reads back three times faster than JSON."""
+    In marshal's form, which this same process reads back faster than JSON."""
 
     def __init__(self, records, file):
         self.file = file
@@ -3957,8 +3952,7 @@ def main(argv=None):
         with contextlib.ExitStack() as stack:
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
-                # cycles: the collector's passes over them took 0.3-0.4 s of an official
-                # import of 80,000 memories, and found nothing to free.
+                # cycles: the collector's passes over them would find nothing to free.
                 gc.disable()
                 stack.callback(gc.enable)
                 # The whole file is read and checked before the store is opened, so that a
