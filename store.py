@@ -1520,6 +1520,7 @@ class RankingIndex:
         self.hot_min_df = hot_min_df
         self.hot_list = hot_list
         self._common = set()  # terms seen held by more than RARE memories (see holders)
+        self._parsed = {}     # a log row's counts (JSON) -> its terms (see _logged)
         self._writes = 0      # writes logged by this process (see keep_up)
 
     # -- FTS5's own records
@@ -1563,7 +1564,7 @@ class RankingIndex:
         """What the log adds for `terms`: (Counter of df changes, rowids of memories added
         since the last fold that hold one of the terms)."""
         delta, fresh = collections.Counter(), {}
-        for node, sign, held in self._logged(db, terms):
+        for node, sign, held in self._logged(db, frozenset(terms)):
             for term in held:
                 delta[term] += sign
             if sign < 0:
@@ -1574,15 +1575,20 @@ class RankingIndex:
 
     def _logged(self, db, terms):
         """[(rowid, sign, terms held)] of the rows of the log holding one of `terms`, oldest
-        first. SQLite reads the rows' JSON itself: the log is short (the background thread
-        folds it soon after the writes), and there is nothing to keep in step."""
-        rows = {}
-        for chunk in _chunks(list(terms)):
-            for seq, node, sign, term in db.execute(
-                    f"SELECT p.seq, p.node, p.sign, j.key FROM pending p, json_each(p.counts) j "
-                    f"WHERE j.key IN ({_marks(chunk)})", chunk):
-                rows.setdefault(seq, (node, sign, []))[2].append(term)
-        return [rows[seq] for seq in sorted(rows)]
+        first, as they are now: the log is short (the background thread folds it soon after
+        the writes). Each row's terms are parsed once per process and kept by the row's
+        text, which nothing can make stale (a restore brings other rows, under the same seqs
+        maybe)."""
+        out, parsed = [], self._parsed
+        for node, sign, counts in db.execute("SELECT node, sign, counts FROM pending ORDER BY seq"):
+            held = parsed.get(counts)
+            if held is None:
+                if len(parsed) >= 4096:
+                    parsed.clear()
+                held = parsed[counts] = frozenset(json.loads(counts))
+            if not held.isdisjoint(terms):
+                out.append((node, sign, held & terms))
+        return out
 
     def hot_terms(self, db, terms, peaks=False):
         """{term: HotTerm} for the hot ones among `terms`; `peak` is None unless asked for."""
@@ -1741,7 +1747,7 @@ class RankingIndex:
                     common.add(term)
                 else:
                     out[term] = set(map(int, nodes.split())) if nodes else set()
-        for node, sign, held in self._logged(db, set(terms) - common):
+        for node, sign, held in self._logged(db, frozenset(terms) - common):
             for term in held:
                 holders = out.setdefault(term, set())
                 (holders.add if sign > 0 else holders.discard)(node)

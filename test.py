@@ -476,14 +476,14 @@ def can_symlink():
 KILLED = -signal.SIGKILL if hasattr(signal, "SIGKILL") else 1
 
 
-def remote_process(data_dir, settings, **popen):
-    """server_remote.py in a subprocess serving `data_dir`, configured by `settings` (its
-    FLOOD_MEMORY_ variables) alone: the caller's own FLOOD_MEMORY_ variables are left out.
-    Stop it with ask_to_stop."""
+def remote_process(data_dir, settings, project=HERE, **popen):
+    """`project`'s server_remote.py in a subprocess serving `data_dir`, configured by
+    `settings` (its FLOOD_MEMORY_ variables) alone: the caller's own FLOOD_MEMORY_ variables
+    are left out. Stop it with ask_to_stop."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
     env = dict(env, FLOOD_MEMORY_DIR=data_dir, **settings)
-    return subprocess.Popen([sys.executable, os.path.join(HERE, "server_remote.py")], env=env,
-                            stdin=subprocess.DEVNULL, **OWN_GROUP, **popen)
+    return subprocess.Popen([sys.executable, os.path.join(project, "server_remote.py")],
+                            env=env, stdin=subprocess.DEVNULL, **OWN_GROUP, **popen)
 
 
 def simulated(prelude, script, *args, **popen):
@@ -2637,12 +2637,18 @@ class ReplyBudgetTest(StoreTestCase):
         self.assertIn("shows 20 of its 60 links", result[1]["content"][1]["text"])
 
     def test_the_largest_limits_stay_near_the_ceiling(self):
+        # The most a call may ask for fills a reply close to the budget, never past it, and
+        # says where the rest begins.
         hub = self.hub()
         for name, arguments in (("recall", {"query": "alpha note detail", "limit": 100}),
                                 ("recall", {"tags": ["alpha"], "limit": 100, "offset": 1000}),
                                 ("connections", {"node_id": hub, "depth": 100})):
             with self.subTest(name=name, arguments=arguments):
-                self.result(name, arguments)
+                value, text = self.result(name, arguments)
+                found = value.get("results", value.get("nodes"))
+                self.assertGreater(len(found), 50)
+                self.assertGreater(len(text), server.REPLY_BUDGET * 3 // 4)
+                self.assertEqual(value["next_offset"], arguments.get("offset", 0) + len(found))
 
     def test_echoes_are_cut_and_fields_are_measured_as_json_writes_them(self):
         # Unknown argument names were echoed whole (20,000 of them: a 1.48 MB error), and so
@@ -2976,7 +2982,6 @@ class RemoteTest(StoreTestCase):
         slow_headers = socket.create_connection(("127.0.0.1", self.port), timeout=5)
         self.addCleanup(slow_headers.close)
         slow_headers.sendall(b"POST /mcp HTTP/1.1\r\n")
-        started = time.monotonic()
         self.assertEqual(self.post(request("ping"))[0], 200)  # others are served meanwhile
         for _ in range(6):  # a header byte every 0.15 s: never stalls, never finishes
             time.sleep(0.15)
@@ -2984,9 +2989,9 @@ class RemoteTest(StoreTestCase):
                 slow_headers.sendall(b"X")
             except OSError:
                 break
+        # Closed by the server (an empty read), not still open when the reads give up.
         self.assertEqual(stalled_body.recv(100), b"")
         self.assertEqual(slow_headers.recv(100), b"")
-        self.assertLess(time.monotonic() - started, 4)
 
     def test_client_that_vanishes_mid_reply_leaves_no_traceback(self):
         for i in range(30):
@@ -3085,9 +3090,9 @@ class RemoteTest(StoreTestCase):
         self.start(max_connections=2)
         held = [self.being_served() for _ in range(2)]  # slow clients, mid-request
         time.sleep(0.2)
-        started = time.monotonic()
+        # At once: the reply comes well within the 10 s its reads wait, not after the 30 s
+        # a request may take to arrive.
         status, headers, body = self.raw_reply(b"POST /mcp HTTP/1.1\r\nHost: x\r\n\r\n")
-        self.assertLess(time.monotonic() - started, 5)
         self.assertEqual(status, 503, body)
         self.assertEqual(headers["retry-after"], "1")
         self.assertCors(headers)
@@ -3113,9 +3118,7 @@ class RemoteTest(StoreTestCase):
             idle.append(sock)
         time.sleep(server_remote.ARRIVING_GRACE + 0.2)
         for _ in range(3):  # each takes the slot of the oldest, and is answered
-            started = time.monotonic()
             self.assertEqual(self.rpc(request("ping"))["result"], {})
-            self.assertLess(time.monotonic() - started, 5)
         closed = 0
         for sock in idle:
             sock.settimeout(1)
@@ -3130,9 +3133,7 @@ class RemoteTest(StoreTestCase):
         slow = socket.create_connection(("127.0.0.1", self.port), timeout=10)
         self.addCleanup(slow.close)
         slow.sendall(b"POST /mcp HTTP/1.1\r\n")
-        started = time.monotonic()
-        self.assertEqual(slow.recv(100), b"")  # closed, unanswered
-        self.assertLess(time.monotonic() - started, 5)
+        self.assertEqual(slow.recv(100), b"")  # closed, unanswered, before the read gives up
         body = json.dumps(request("ping")).encode()
         status, _, reply = self.raw_reply(
             b"POST /mcp HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
@@ -3253,10 +3254,8 @@ class RemoteTest(StoreTestCase):
                  "resource.setrlimit(resource.RLIMIT_NOFILE, (96, 96)); "
                  "signal.signal(signal.SIGUSR1, lambda *_: "
                  "os.write(1, b'%f\\n' % time.process_time())); ")
-        proc = subprocess.Popen([sys.executable, "-c", limit + "import runpy; runpy.run_path("
-                                 f"{os.path.join(HERE, 'server_remote.py')!r}, "
-                                 "run_name='__main__')"], env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        proc = simulated(limit, "server_remote.py", env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         killer = threading.Timer(120, proc.kill)  # a hung server fails the test, not the run
         killer.start()
@@ -3703,12 +3702,13 @@ class FaultTest(StoreTestCase):
         with self.assertRaises(StoreError) as cm:
             store.open_directory(path)
         self.assertIn("is a file, not a directory", str(cm.exception))
-        proc = subprocess.run([sys.executable, os.path.join(HERE, "server.py")], input=b"",
-                              env=dict(os.environ, FLOOD_MEMORY_DIR=path),
-                              capture_output=True, timeout=60)
-        self.assertEqual(proc.returncode, 1)
-        self.assertEqual(len(proc.stderr.splitlines()), 1, proc.stderr)
-        self.assertIn(b"is a file, not a directory", proc.stderr)
+        log = os.path.join(self.dir, "server.log")
+        proc = self.server_process(path, log)
+        self.assertEqual(proc.proc.wait(60), 1)
+        with open(log, "rb") as f:
+            said = f.read()
+        self.assertEqual(len(said.splitlines()), 1, said)
+        self.assertIn(b"is a file, not a directory", said)
 
     def test_writers_of_one_process_take_turns_and_name_their_own_queue(self):
         turns = store.WriteQueue()
@@ -5480,10 +5480,8 @@ class ConcurrencyTest(TempDirTest):
         peer = sqlite3.connect(self.path, isolation_level=None)
         self.addCleanup(peer.close)
         peer.execute("BEGIN IMMEDIATE")  # a peer that holds the write lock and never lets go
-        started = time.monotonic()
         with self.assertRaises(StoreError) as cm:
             s.add("waits for the lock")
-        self.assertLess(time.monotonic() - started, 5)
         self.assertIn("locked by another process for more than 0.3 s", str(cm.exception))
         self.assertEqual(s.get(kept["id"])["content"], "written before the lock")  # reads go on
         # Recall and connections find what they find all the same, only the access is not
@@ -5695,7 +5693,8 @@ class PlainStore:
                                 "WHERE id = ?", (node["id"], target))
         return node
 
-    def search(self, query, tags=(), limit=10, *, offset=0, since=None, until=None, fit=None):
+    def search(self, query, tags=(), limit=10, *, offset=0, since=None, until=None, fit=None,
+               report=None):
         """The best `limit` memories by FTS5's bm25 for the words of `query` quoted and OR-ed,
         as recall takes them, each counted as accessed as SPEC.md asks. A query alone: the
         bench asks it nothing else."""
@@ -5797,16 +5796,18 @@ def cold_starts(project, data_dir, runs):
     return times[1:]
 
 
+def bench_settings(port):
+    """What the benchmark's remote servers are started with."""
+    return {"FLOOD_MEMORY_PORT": str(port), "FLOOD_MEMORY_AUTH_TOKEN": TOKEN,
+            "FLOOD_MEMORY_HOST": "127.0.0.1"}
+
+
 def http_round_trips(project, data_dir, corpus, rnd, calls):
     """{label: round trips in ms} of ping and recall over one kept-alive HTTP connection to
     `project`'s server_remote.py serving `data_dir`."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
-    env.update(FLOOD_MEMORY_DIR=data_dir, FLOOD_MEMORY_PORT=str(port),
-               FLOOD_MEMORY_AUTH_TOKEN=TOKEN, FLOOD_MEMORY_HOST="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "server_remote.py"], cwd=project, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    proc = remote_process(data_dir, bench_settings(port), project, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
     try:
         if not wait_for_port(port, proc):
             raise SystemExit("server_remote.py did not start")
@@ -5977,13 +5978,9 @@ def remote_server(project, data_dir, log):
     """`project`'s server_remote.py serving `data_dir` on a free port, its log (a line per
     request) going to the file `log`: (process, port)."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
-    env.update(FLOOD_MEMORY_DIR=data_dir, FLOOD_MEMORY_PORT=str(port),
-               FLOOD_MEMORY_AUTH_TOKEN=TOKEN, FLOOD_MEMORY_HOST="127.0.0.1")
     with open(log, "ab") as err:
-        proc = subprocess.Popen([sys.executable, "server_remote.py"], cwd=project, env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                **OWN_GROUP)
+        proc = remote_process(data_dir, bench_settings(port), project,
+                              stdout=subprocess.DEVNULL, stderr=err)
     if not wait_for_port(port, proc):
         proc.kill()
         raise SystemExit("server_remote.py did not start")
