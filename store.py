@@ -21,6 +21,7 @@ and lists back. The module reads top down:
 """
 
 import codecs
+import array
 import collections
 import contextlib
 import errno
@@ -108,10 +109,29 @@ CREATE TRIGGER node_tags_au AFTER UPDATE OF tags, created_at ON nodes BEGIN
         SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
 END;
 
+-- Every tag in use, with how many memories carry it and its case-folded form, kept by
+-- triggers: a tag filter matches by that form ("Maria", "maria" and "MARIA" alike), and a
+-- recall that finds nothing names the tags closest to the one asked.
+CREATE TABLE tags (
+    tag TEXT PRIMARY KEY,        -- as the memories spell it
+    folded TEXT NOT NULL,        -- tag.casefold(): lower() here folds ASCII, and the Store
+                                 -- the rest (see _fold_tags)
+    memories INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE INDEX tags_folded ON tags (folded);
+CREATE TRIGGER tags_ai AFTER INSERT ON node_tags BEGIN
+    INSERT INTO tags (tag, folded, memories) VALUES (new.tag, lower(new.tag), 1)
+        ON CONFLICT (tag) DO UPDATE SET memories = memories + 1;
+END;
+CREATE TRIGGER tags_ad AFTER DELETE ON node_tags BEGIN
+    UPDATE tags SET memories = memories - 1 WHERE tag = old.tag;
+    DELETE FROM tags WHERE tag = old.tag AND memories <= 0;
+END;
+
 -- Which memories hold the same text and tags, for remember to find an exact duplicate.
 CREATE TABLE fingerprints (
     hash INTEGER NOT NULL,       -- 64 bits of BLAKE2b over the content with its whitespace
-                                 -- collapsed and the sorted tags (see _fingerprint)
+                                 -- collapsed and the sorted folded tags (see _fingerprint)
     node INTEGER NOT NULL,       -- nodes.rowid
     PRIMARY KEY (hash, node)
 ) WITHOUT ROWID;
@@ -174,7 +194,8 @@ CREATE TABLE owed (
 # 4: pending, the log of changes the ranking statistics have yet to count.
 # 5: time and duplicates: created_at in one UTC form and indexed (nodes_created), and in
 #    node_tags (node_tags_created); fingerprints; terms.nodes, the holders of rare terms.
-# 6: owed, the work an interrupted load left to do.
+# 6: owed, the work an interrupted load left to do; tags, every tag with its folded form, and
+#    fingerprints over folded tags.
 SCHEMA_VERSION = 6
 
 
@@ -281,8 +302,21 @@ def _claimed(database, work, claim):
 
 
 def _migrate_from_5(db):
-    """The work a load left to do, kept in the file (see owed)."""
-    _create(db, "owed")
+    """The work a load left to do (see owed); the tags with their folded forms, and the
+    fingerprints of memories whose tags fold to other spellings."""
+    _create(db, "owed", "tags")
+    db.execute("INSERT INTO tags (tag, folded, memories) SELECT tag, lower(tag), count(*) "
+               "FROM node_tags GROUP BY tag")
+    _fold_tags(db, [t for (t,) in db.execute("SELECT tag FROM tags")])
+    changed = []
+    for rowid, content, tags in db.execute("SELECT rowid, content, tags FROM nodes "
+                                           "WHERE tags NOT IN ('[]', '')"):
+        tags = _tag_list(tags)
+        if any(t != t.casefold() for t in tags):
+            changed.append((rowid, _fingerprint(content, tags, fold=False),
+                            _fingerprint(content, tags)))
+    db.executemany("UPDATE fingerprints SET hash = ? WHERE node = ? AND hash = ?",
+                   [(new, rowid, old) for rowid, old, new in changed])
 
 
 # MIGRATIONS[v] takes a version-v database to version v + 1, inside the one transaction that
@@ -817,11 +851,12 @@ def _window_end(value, name):
         raise InvalidInput(f"{name} must be {TIME_FORMS}; got {_shorten(value)}") from None
 
 
-def _fingerprint(content, tags):
+def _fingerprint(content, tags, fold=True):
     """What makes two memories exact duplicates, as a signed 64-bit integer: the content with
-    its whitespace trimmed and collapsed, and the set of tags."""
+    its whitespace trimmed and collapsed, and the set of tags, whatever their case (not
+    folded: as version 5 made it)."""
     key = " ".join(content.split()) + "\0" + "\0".join(
-        sorted({t for t in tags if isinstance(t, str)}))
+        sorted({t.casefold() if fold else t for t in tags if isinstance(t, str)}))
     digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
     return int.from_bytes(digest, "big", signed=True)
 
@@ -903,7 +938,8 @@ def _content(value):
 
 
 def _tags(values):
-    """Tags stripped of surrounding space, duplicates dropped, order kept."""
+    """Tags stripped of surrounding space, duplicates whatever their case dropped (the first
+    spelling kept), order kept."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
     tags = {}  # in order, each once (a dict: asking a list grows with the square)
@@ -919,10 +955,17 @@ def _tags(values):
         if len(tag) > MAX_TAG_LENGTH:
             raise InvalidInput(f"a tag may have at most {MAX_TAG_LENGTH} characters, "
                                f"got one of {len(tag)}")
-        tags[tag] = None
+        tags.setdefault(tag.casefold(), tag)
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"a memory may have at most {MAX_TAGS} tags, got {len(tags)}")
-    return list(tags)
+    return list(tags.values())
+
+
+def _fold_tags(db, tags):
+    """Give the tags among `tags` whose case-folded form SQLite's lower() gets wrong (it
+    folds ASCII only) their form in the tags table."""
+    db.executemany("UPDATE tags SET folded = ? WHERE tag = ? AND folded <> ?",
+                   [(t.casefold(), t, t.casefold()) for t in tags if not t.isascii()])
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -1062,10 +1105,15 @@ def _id_list(ids):
     return '["' + '", "'.join(ids) + '"]' if ids else "[]"
 
 
+def _folded(tags):
+    """Tags as a filter compares them: a frozenset of their case-folded forms."""
+    return frozenset(t.casefold() for t in tags)
+
+
 @functools.lru_cache(maxsize=1024)
-def _tag_set(tags_json):
-    """The tags of a `tags` column value, as a frozenset."""
-    return frozenset(json.loads(tags_json or "[]"))
+def _folded_tags(tags_json):
+    """The tags of a `tags` column value, folded (see _folded)."""
+    return _folded(_tag_list(tags_json))
 
 
 def _chunks(items, size=500):
@@ -1079,15 +1127,16 @@ def _marks(items):
 
 def _carrying(tags, column):
     """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
-    one of `tags` remain. One join per tag up to three; the rest are looked up one memory at
-    a time in the last join's condition, since many joins exhaust SQLite's planner (and
-    FTS5's MATCH with it: 16 tags made it refuse, 64 hit the join limit)."""
+    tag of `tags` remain, each given as the list of its spellings (see Store._spellings).
+    One join per tag up to three; the rest are looked up one memory at a time in the last
+    join's condition, since many joins exhaust SQLite's planner (and FTS5's MATCH with it:
+    16 tags made it refuse, 64 hit the join limit)."""
     joined, rest = tags[:3], tags[3:]
-    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag = ?"
-                  for i in range(len(joined)))
-    sql += "".join(f" AND EXISTS (SELECT 1 FROM node_tags x{i} WHERE x{i}.tag = ? AND "
-                   f"x{i}.node = {column})" for i in range(len(rest)))
-    return sql, [*joined, *rest]
+    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_marks(s)})"
+                  for i, s in enumerate(joined))
+    sql += "".join(f" AND EXISTS (SELECT 1 FROM node_tags x{i} WHERE x{i}.tag IN "
+                   f"({_marks(s)}) AND x{i}.node = {column})" for i, s in enumerate(rest))
+    return sql, [t for spellings in (*joined, *rest) for t in spellings]
 
 
 # ----------------------------------------------------------------------------- connections
@@ -1858,6 +1907,10 @@ class RankingIndex:
                 for t in _tag_list(tagged)}
         if set(db.execute("SELECT tag, created_at, node FROM node_tags")) != tags:
             problems.append("node_tags disagrees with nodes.tags")
+        used = collections.Counter(t for t, _, _ in tags)
+        if set(db.execute("SELECT tag, folded, memories FROM tags")) != \
+                {(t, t.casefold(), n) for t, n in used.items()}:
+            problems.append("the tags table disagrees with the memories' tags")
         prints = {(_fingerprint(text, _tag_list(tagged)), rowid)
                   for rowid, text, tagged, _ in stored}
         if set(db.execute("SELECT hash, node FROM fingerprints")) != prints:
@@ -1957,7 +2010,8 @@ class Search:
         self.db = db
         self.when = when  # the question asks when: stage two favours memories that say when
         self.index = index
-        self.tags = list(tags)
+        self.tags = list(tags)  # the spellings of each tag asked
+        self.wanted = frozenset(s[0].casefold() for s in self.tags)  # the tags, folded
         self.since, self.until = since, until  # created_at window, in the stored form
         self.filtered = bool(self.tags) or since is not None or until is not None
         self.trace = trace or (lambda path: None)
@@ -2042,9 +2096,10 @@ class Search:
         return (self.since is None or created >= self.since) and \
             (self.until is None or created < self.until)
 
-    def _read(self, rowids, tags=(), window=False):
-        """{rowid: Features} of the memories at `rowids` that carry every one of `tags` (and,
-        with `window`, were created in the window); each memory is read once per search."""
+    def _read(self, rowids, tagged=False, window=False):
+        """{rowid: Features} of the memories at `rowids` (that carry every tag asked, with
+        `tagged`, and were created in the window, with `window`); each memory is read once
+        per search."""
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         none = [0] * len(terms)  # shared by the memories holding no term: never changed
@@ -2067,9 +2122,9 @@ class Search:
                 known[rowid] = Features(counts,
                                         _varint(size)[0] if size else 0, tagged or "[]",
                                         created, "?" in content)
-        wanted = set(tags)
+        wanted = self.wanted if tagged else ()
         return {r: known[r] for r in rowids if r in known and
-                (not wanted or wanted <= _tag_set(known[r].tags)) and
+                (not wanted or wanted <= _folded_tags(known[r].tags)) and
                 (not window or self._in_window(known[r].created))}
 
     # -- stage one
@@ -2132,7 +2187,7 @@ class Search:
         """Score the memories at `rowids` in full, and keep the n best of all scored."""
         idf, avgdl = self.idf, self.avgdl
         rowids = [r for r in rowids if r not in self.scored]
-        for rowid, features in self._read(rowids, self.tags, window=True).items():
+        for rowid, features in self._read(rowids, tagged=True, window=True).items():
             self.scored[rowid] = sum(idf[t] * _impact(tf, features.length, avgdl)
                                      for t, tf in zip(self.terms, features.counts) if tf)
         for rowid in rowids:
@@ -2191,8 +2246,8 @@ class Search:
                 bounds.append(bound)
         if not self.tags:
             return [(f"SELECT rowid FROM nodes WHERE 1{window}", bounds)]
-        return [(f"SELECT node FROM node_tags WHERE tag = ?{window}", [tag, *bounds])
-                for tag in self.tags]
+        return [(f"SELECT node FROM node_tags WHERE tag IN ({_marks(spellings)}){window}",
+                 [*spellings, *bounds]) for spellings in self.tags]
 
     def _scan(self):
         """Score every memory the tags and window keep: then nothing is left to settle."""
@@ -2288,11 +2343,11 @@ class Search:
                                        "ORDER BY rowid DESC LIMIT 1", (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
-            context, asks = _tag_set(features[lender].tags), features[lender].asks
+            context, asks = _folded_tags(features[lender].tags), features[lender].asks
             neighbours = [(share, r, asks) for share, r in zip(FOLLOWERS, following)]
             neighbours += [(PRECEDER, r, False) for r in before]
             for share, rowid, answer in neighbours:
-                if _tag_set(stored[rowid]) == context:
+                if _folded_tags(stored[rowid]) == context:
                     lent[rowid] += share * scores[lender]
                     # Just below the lender: one stored before it must not pass it on the
                     # tie-break (older first) either.
@@ -2517,6 +2572,7 @@ class Store:
                 "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                 (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
             db.execute("INSERT INTO fingerprints (hash, node) VALUES (?, ?)", (fingerprint, rowid))
+            _fold_tags(db, tags)
             self.index.note(db, rowid, +1, counted)
             self.index.keep_up(db)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
@@ -2528,12 +2584,13 @@ class Store:
         return _with_skipped(node, "remember", skipped)
 
     def _exact_duplicate(self, db, fingerprint, content, tags):
-        """The id of the oldest stored memory that `content` and `tags` duplicate exactly."""
-        text, tagged = " ".join(content.split()), set(tags)
+        """The id of the oldest stored memory that `content` and `tags` duplicate exactly
+        (tags whatever their case)."""
+        text, tagged = " ".join(content.split()), _folded(tags)
         for node_id, stored, stored_tags in db.execute(
                 "SELECT n.id, n.content, n.tags FROM fingerprints f JOIN nodes n ON "
                 "n.rowid = f.node WHERE f.hash = ? ORDER BY n.rowid", (fingerprint,)):
-            if " ".join(stored.split()) == text and set(_tag_list(stored_tags)) == tagged:
+            if " ".join(stored.split()) == text and _folded_tags(stored_tags) == tagged:
                 return node_id
         return None
 
@@ -2755,6 +2812,7 @@ class Store:
                 changes["content"] = content
             if tags is not None:
                 changes["tags"] = _json(tags)
+                _fold_tags(db, tags)
             if links is not None:
                 made = self._existing(db, links, skipped)
                 kept, had = set(made), set(old["links"])  # a hub holds thousands
@@ -2885,13 +2943,27 @@ class Store:
         stage one's exact bm25 (Search.top), re-scored by stage two (Search.rerank), which
         favours memories that say when if the question asks `when`."""
         with self.db.read() as db:
-            search = Search(db, self.index, words, tags, self.trace, since, until, when)
+            spellings = self._spellings(db, tags)
+            if not all(spellings):
+                return []  # no memory carries one of the tags
+            search = Search(db, self.index, words, spellings, self.trace, since, until, when)
             return search.rerank(search.top(max(limit, RERANK_DEPTH)), limit)
 
     def top(self, words, tags=(), limit=10, since=None, until=None):
         """Stage one alone: [(bm25 score, rowid)], as FTS5's bm25() would rank them."""
         with self.db.errors("search the memories"), self.db.read() as db:
-            return Search(db, self.index, words, tags, self.trace, since, until).top(limit)
+            spellings = self._spellings(db, tags)
+            if not all(spellings):
+                return []
+            return Search(db, self.index, words, spellings, self.trace, since,
+                          until).top(limit)
+
+    def _spellings(self, db, tags):
+        """For each of `tags`, the spellings of it that memories carry, whatever the case:
+        [[spelling, ...], ...], most used first."""
+        return [[t for (t,) in db.execute("SELECT tag FROM tags WHERE folded = ? "
+                                          "ORDER BY memories DESC", (tag.casefold(),))]
+                for tag in tags]
 
     def _newest(self, tags, since, until, limit, offset):
         """The rowids of the newest memories carrying every tag, created in the window.
@@ -2910,14 +2982,19 @@ class Store:
             return [r for (r,) in db.execute(
                 f"SELECT rowid FROM nodes WHERE 1{window} ORDER BY created_at DESC, rowid DESC "
                 f"LIMIT ? OFFSET ?", (*bounds, limit, offset))]
-        counts = sorted((db.execute("SELECT count(*) FROM node_tags WHERE tag = ?",
-                                    (t,)).fetchone()[0], t) for t in tags)
-        first, others = counts[0][1], [t for _, t in counts[1:]]
-        sql = (f"SELECT node FROM node_tags a WHERE tag = ?{window}" +
+        spellings = self._spellings(db, tags)
+        if not all(spellings):
+            return []
+        counts = sorted((db.execute(f"SELECT sum(memories) FROM tags WHERE tag IN ({_marks(s)})",
+                                    s).fetchone()[0], s) for s in spellings)
+        first, others = counts[0][1], [s for _, s in counts[1:]]
+        sql = (f"SELECT DISTINCT node, created_at FROM node_tags a WHERE tag IN "
+               f"({_marks(first)}){window}" +
                "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.node = a.node "
-                       f"AND t{i}.tag = ?)" for i in range(len(others))) +
+                       f"AND t{i}.tag IN ({_marks(s)}))" for i, s in enumerate(others)) +
                " ORDER BY created_at DESC, node DESC LIMIT ? OFFSET ?")
-        return [r for (r,) in db.execute(sql, (first, *bounds, *others, limit, offset))]
+        return [r for r, _ in db.execute(sql, (*first, *bounds, *(t for s in others for t in s),
+                                               limit, offset))]
 
     # -- traversal
 
@@ -3188,10 +3265,10 @@ class _Load:
             tags = {}  # the same tags come again and again: each JSON made once
             # The triggers of the tag and full-text indexes are set aside for this transaction
             # only (a DROP rolls back with it; no other connection writes meanwhile, as this
-            # one holds the write lock), and each index is written in one statement instead
-            # of row by row.
-            db.execute("DROP TRIGGER node_tags_ai")
-            db.execute("DROP TRIGGER nodes_ai")
+            # one holds the write lock), and each index is written in one statement, or one
+            # row a tag, instead of row by row.
+            for trigger in ("node_tags_ai", "nodes_ai", "tags_ai"):
+                db.execute(f"DROP TRIGGER {trigger}")
             inserted = db.executemany(
                 "INSERT OR IGNORE INTO nodes (rowid, id, content, tags, links, source, "
                 "created_at, last_accessed, access_count) VALUES (?, ?, ?, ?, '[]', ?, ?, ?, ?)",
@@ -3201,13 +3278,16 @@ class _Load:
             fresh = range(len(chunk)) if inserted == len(chunk) else [r - first for (r,) in (
                 db.execute("SELECT rowid FROM nodes WHERE rowid >= ?", (first,)))]
             rows = {first + n: chunk[n] for n in fresh}
-            db.executemany("INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                           "VALUES (?, ?, ?)", sorted((t, rowid, r.created_at)
-                                                      for rowid, r in rows.items()
-                                                      for t in r.tags))
+            db.executemany("INSERT INTO node_tags (tag, node, created_at) VALUES (?, ?, ?)",
+                           sorted((t, rowid, r.created_at) for rowid, r in rows.items()
+                                  for t in r.tags))
+            used = collections.Counter(t for r in rows.values() for t in r.tags)
+            db.executemany("INSERT INTO tags (tag, folded, memories) VALUES (?, ?, ?) ON "
+                           "CONFLICT (tag) DO UPDATE SET memories = memories + excluded.memories",
+                           [(t, t.casefold(), n) for t, n in used.items()])
             db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
                        "WHERE rowid >= ?", (first,))
-            _create(db, "node_tags_ai", "nodes_ai")
+            _create(db, "node_tags_ai", "nodes_ai", "tags_ai")
             db.executemany("INSERT INTO fingerprints (hash, node) VALUES (?, ?)",
                            [(_fingerprint(r.content, r.tags), rowid) for rowid, r in rows.items()])
             if counted is not None:
@@ -3218,47 +3298,63 @@ class _Load:
         self.skipped += len(chunk) - len(fresh)
 
     def link_all(self):
-        """The links the records give: first each record's own, LINK_BATCH at a time; then
-        the back-links they call for, each memory's together (see Store._link_back). A record
-        the load inserted gets its own links first, in their order, and back-links after
-        them; a memory stored before gets the new ones after its own. Should the load stop
-        in between, the links are owed (see owed)."""
-        batch, size = [], 0
+        """The links the records give, each record's own and the back-links it is owed by
+        the records after it, LINK_BATCH at a time, the records taken last first: a memory
+        many later ones link to (an entity of the official format) is written once, with
+        them all. What is left (back-links to records that give no links, or to memories
+        taken or stored before) is made after, each memory's together (see
+        Store._link_back), in the order of the records. A record the load inserted gets its
+        own links first, in their order, and back-links after them; a memory stored before
+        gets the new ones after its own. Should the load stop in between, the links are
+        owed (see owed)."""
         back = collections.defaultdict(list)  # target -> the records that link to it
         version = self.db.connection().execute("PRAGMA data_version").fetchone()[0]
-        for position, record in enumerate(self.records):
+        batch, size = [], 0
+        for position, record in zip(range(len(self.records) - 1, -1, -1),
+                                    reversed(self.records)):
             if record.links:
                 batch.append((position, record))
-                size += len(record.links)
-            if batch and (size >= LINK_BATCH or position + 1 == len(self.records)):
-                self.link(batch, back)
+                size += len(record.links) + len(back.get(record.id, ()))
+            if batch and (size >= LINK_BATCH or position == 0):
+                self.link(batch, back, version)
                 batch, size = [], 0
                 time.sleep(self.pause)
+        for sources in back.values():
+            sources.reverse()  # in the order of the records
         with self.db.errors("link the loaded memories"):
             self.store._link_back(back, self.pause, version=version)
 
-    def link(self, batch, back):
-        """The own links of the records in `batch`, in one transaction; the back-links they
-        call for are added to `back`."""
+    def link(self, batch, back, version):
+        """The links of the records in `batch`, in one transaction: their own, and those
+        they are owed by records already linked (unless another connection wrote since
+        `version` of data_version: then they are left in `back`, to be checked). The
+        back-links their own links call for are added to `back`."""
         with self.db.write() as db:
             _owe(db, "links")
             if self.recount:
                 _owe(db, "count")
+            alone = version == db.execute("PRAGMA data_version").fetchone()[0]
             exists = set()
-            for chunk in _chunks(list({t: None for _, r in batch for t in r.links})):
+            for chunk in _chunks(list({i: None for _, r in batch for i in (r.id, *r.links)})):
                 exists.update(i for (i,) in db.execute(
                     f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-            own = {}  # record position -> its links to memories that exist, each once
-            for position, record in batch:
-                mine = own[position] = {}
+            batch = [(p, r) for p, r in batch if r.id in exists]  # others forgot the rest
+            added = {}  # record position -> the links it is to get, in order, each once
+            for position, record in batch:  # last first
+                mine = added[position] = {}
                 for target in record.links:
                     if target not in exists:
                         self.dropped.append({"id": target, "reason": NO_SUCH_MEMORY})
                     elif target != record.id:
                         mine[target] = None
+                if alone:  # owed by records after it, in their order
+                    mine.update(dict.fromkeys(reversed(back.pop(record.id, ()))))
+                for target in record.links:
+                    if target in exists and target != record.id:
+                        back[target].append(record.id)
             # A record this load inserted has no link yet, unless another writer gave it
             # one meanwhile: those are written straight, and the others read and merged.
-            fresh = [(_id_list(own[p]), r.id) for p, r in batch if self.inserted[p]]
+            fresh = [(_id_list(added[p]), r.id) for p, r in batch if self.inserted[p]]
             written = db.executemany("UPDATE nodes SET links = ? WHERE id = ? AND links = '[]'",
                                      fresh).rowcount
             rest = [(p, r) for p, r in batch if not self.inserted[p]] if written == len(fresh) \
@@ -3269,9 +3365,9 @@ class _Load:
                     f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
             changed = []
             for position, record in rest:
-                links, mine = now.get(record.id), own[position]
+                links, mine = now.get(record.id), added[position]
                 if links is None:
-                    del own[position]  # forgotten meanwhile by another writer
+                    del added[position]  # forgotten meanwhile by another writer
                     continue
                 if self.inserted[position]:
                     merged = [*mine, *(t for t in links if t not in mine)]
@@ -3281,9 +3377,6 @@ class _Load:
                 if merged != links:
                     changed.append((_id_list(merged), record.id))
             db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
-            for position, record in batch:
-                for target in own.get(position, ()):
-                    back[target].append(record.id)
 
 
 _warned = {}  # warning -> when it was last logged
@@ -3902,17 +3995,27 @@ class _Spool:
     def __init__(self, records, file):
         self.file = file
         self.n = 0
+        self.starts = array.array("Q")  # where each record starts, to read them last first
         for self.n, record in enumerate(records, 1):
             data = marshal.dumps(tuple(record))
+            self.starts.append(file.tell())
             file.write(len(data).to_bytes(4, "little") + data)
 
     def __len__(self):
         return self.n
 
     def __iter__(self):
-        self.file.seek(0)
+        return self._read(0, self.n)
+
+    def __reversed__(self):
+        """The records last first, read forwards a thousand at a time."""
+        for start in reversed(range(0, self.n, 1000)):
+            yield from reversed(list(self._read(start, min(1000, self.n - start))))
+
+    def _read(self, start, n):
+        self.file.seek(self.starts[start] if start < self.n else 0)
         read = self.file.read
-        for _ in range(self.n):
+        for _ in range(n):
             yield Record(*marshal.loads(read(int.from_bytes(read(4), "little"))))
 
 

@@ -1108,7 +1108,8 @@ class SchemaTest(StoreTestCase):
                     WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
             END;
             ALTER TABLE terms DROP COLUMN nodes;
-            DROP TABLE owed;""")
+            DROP TABLE owed;
+            DROP TABLE tags;""")
         if version < 4:
             db.execute("DROP TABLE pending")
         db.execute(f"PRAGMA user_version = {int(version)}")
@@ -4961,7 +4962,12 @@ class LoadTest(TempDirTest):
         # were never written, and importing again makes them.
         self.assertTrue(links_are_mutual(self.path))
         linked = self.raw("SELECT id FROM nodes WHERE links <> '[]'")
-        self.assertEqual(len(linked), 2 * 10 + 1)
+        self.assertGreater(len(linked), 10)
+        self.assertLess(len(linked), 60)
+        with Store(self.path) as s:
+            s.load(records, pause=0)
+        self.assertEqual(len(self.raw("SELECT id FROM nodes WHERE links <> '[]'")), 60)
+        self.assertTrue(links_are_mutual(self.path))
 
     def test_a_memory_forgotten_while_a_load_counts_leaves_no_term_unlisted(self):
         # Between the count of a load's terms and the lists of its rare ones, another
