@@ -356,7 +356,51 @@ def _recall(store, args):
         notes.insert(0, f"{left:,} more result{'s' if left > 1 else ''} did not fit in this "
                         f"reply: call recall again with the same arguments and "
                         f"offset={value['next_offset']}.")
+    if not found:
+        notes += _nothing_found(store, args, searched["words"])
     return _noted(value, notes)
+
+
+def _quoted(texts, most=6, width=30):
+    """Texts a note echoes, quoted and cut: it stays short whatever was asked."""
+    shown = ", ".join(repr(t if len(t) <= width else t[:width - 3] + "...") for t in texts[:most])
+    return shown + (f" and {len(texts) - most:,} more" if len(texts) > most else "")
+
+
+def _nothing_found(store, args, words):
+    """What a recall that found nothing says: what was searched for, what there is, and what
+    to try (a model reading an empty list would conclude that nothing is remembered)."""
+    if args["offset"]:
+        return [f"There are no more results: none past the first {args['offset']:,}."]
+    window = args.get("since") is not None or args.get("until") is not None
+    there = store.nothing_found(args["tags"], args.get("since"), args.get("until"))
+    notes = []
+    if words:
+        notes.append(f"No memory{' created in that time window' if window else ''} matched "
+                     f"the words {_quoted(words)} (common words left out). Recall matches "
+                     f"words and their forms, not meanings: try other words for the same "
+                     f"thing, several in one query.")
+    elif args["query"].strip():
+        notes.append("The query holds no word to search for.")
+    for tag in there["tags"][:3]:
+        if not tag["memories"]:
+            closest = f"; the closest tags are {_quoted(tag['closest'])}" if tag["closest"] else ""
+            notes.append(f"No memory carries the tag {_quoted([tag['tag']])}{closest}.")
+        else:
+            notes.append(f"The tag {_quoted([tag['tag']])} holds {tag['memories']:,} "
+                         f"memor{'y' if tag['memories'] == 1 else 'ies'}, none of them "
+                         f"matching the rest of this recall.")
+    if window and not there["in_window"]:
+        notes.append("No memory was created in that time window.")
+    elif window:
+        notes.append(f"{there['in_window']:,} memor{'y was' if there['in_window'] == 1 else 'ies were'} "
+                     f"created in that time window, none matching the rest of this recall.")
+    if "most_used" in there and there["most_used"]:
+        used = ", ".join(f"{_quoted([t])} ({n:,})" for t, n in there["most_used"])
+        notes.append(f"The most used tags are {used}: recall with tags lists their memories.")
+    if not (words or args["query"].strip() or args["tags"] or window):
+        return ["No memory is stored yet."]
+    return notes + ["Recall with no arguments lists the newest memories."]
 
 
 def _connections(store, args):
@@ -409,7 +453,8 @@ TOOLS = {
                 "content": {"type": "string", "minLength": 1, "maxLength": MAX_CONTENT,
                             "description": "The memory to store"},
                 "tags": {"type": "array", "items": {"type": "string"}, "default": [],
-                         "description": "Labels to file it under"},
+                         "description": "Labels to file it under, kept as spelled (recall "
+                                        "matches them whatever their case)"},
                 "links": {"type": "array", "items": {"type": "string"}, "default": [],
                           "description": "Node IDs to link to"},
                 "source": {"type": "string", "default": "",
@@ -434,7 +479,10 @@ TOOLS = {
             "vacation trip travel'); the words are OR-ed, so memories matching more of them, "
             "and rarer ones, rank first. If nothing fits, retry with other words or list by "
             "tags before concluding that nothing is remembered. Tags filter: a memory must "
-            "carry every tag given. since and until keep memories created in that window, "
+            "carry every tag given, whatever its case ('Maria' finds 'maria'). When nothing "
+            "is found, the note says which words were searched for, which tags hold no "
+            "memory (and the closest tags there are), and the most used tags: use them to "
+            "try again. since and until keep memories created in that window, "
             "for questions like 'what did we decide last week?'. Without a query, the newest "
             "memories come first: call it with no arguments to see what was stored lately "
             "('what do you remember about me?'). Each memory returned counts as accessed."),
@@ -445,7 +493,8 @@ TOOLS = {
                           "description": "Words to search for: the question's own words, "
                                          "plus synonyms and related words"},
                 "tags": {"type": "array", "items": {"type": "string"}, "default": [],
-                         "description": "Filter by tags: only memories carrying all of them"},
+                         "description": "Filter by tags: only memories carrying all of them "
+                                        "(whatever their case)"},
                 "limit": {"type": "integer", "default": 10, "minimum": 1, "maximum": MAX_LIMIT,
                           "description": "Most memories to return"},
                 "offset": {"type": "integer", "default": 0, "minimum": 0,

@@ -113,12 +113,14 @@ END;
 -- triggers: a tag filter matches by that form ("Maria", "maria" and "MARIA" alike), and a
 -- recall that finds nothing names the tags closest to the one asked.
 CREATE TABLE tags (
-    tag TEXT PRIMARY KEY,        -- as the memories spell it
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a process reads only the new ones
+    tag TEXT NOT NULL UNIQUE,    -- as the memories spell it
     folded TEXT NOT NULL,        -- tag.casefold(): lower() here folds ASCII, and the Store
                                  -- the rest (see _fold_tags)
     memories INTEGER NOT NULL
-) WITHOUT ROWID;
+);
 CREATE INDEX tags_folded ON tags (folded);
+CREATE INDEX tags_used ON tags (memories);  -- the most used, for a recall that found nothing
 CREATE TRIGGER tags_ai AFTER INSERT ON node_tags BEGIN
     INSERT INTO tags (tag, folded, memories) VALUES (new.tag, lower(new.tag), 1)
         ON CONFLICT (tag) DO UPDATE SET memories = memories + 1;
@@ -415,6 +417,8 @@ MAX_TAG_LENGTH = 200    # characters in one tag
 MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
 MAX_SOURCE = 1_000      # characters in a memory's source label
 MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest are ignored
+CLOSEST_TAGS = 5        # tags a recall that found nothing names...
+MEASURED = 100          # ...found among this many, those closest by their letters
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
 LOAD_CHUNK = 4_000      # memories in a load's first transaction of inserts...
 LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
@@ -796,6 +800,44 @@ def _meaningful(words):
             seen.add(term)
             kept.append(word)
     return kept
+
+
+def _distance(a, b, most=2):
+    """The number of edits (a letter added, dropped or changed, or two neighbours swapped)
+    that make `a` into `b`, or most + 1 if that is more than `most`: only the band of the
+    table within `most` of its diagonal is filled."""
+    if abs(len(a) - len(b)) > most:
+        return most + 1
+    far = most + 1
+    before, row = None, list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        x, current, least = a[i - 1], [far] * (len(b) + 1), far
+        current[0] = i
+        for j in range(max(1, i - most), min(len(b), i + most) + 1):
+            y = b[j - 1]
+            cost = row[j - 1] + (x != y)
+            if row[j] + 1 < cost:
+                cost = row[j] + 1
+            if current[j - 1] + 1 < cost:
+                cost = current[j - 1] + 1
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y and before[j - 2] + 1 < cost:
+                cost = before[j - 2] + 1
+            current[j] = cost
+            if cost < least:
+                least = cost
+        if least > most and i > most:
+            return far
+        before, row = row, current
+    return min(row[-1], far)
+
+
+def _letters(text):
+    """The letters of `text` as bits of an integer, for a quick bound on how far apart two
+    texts are (a letter's bit may stand for others too: the bound stays a bound)."""
+    bits = 0
+    for letter in text:
+        bits |= 1 << (ord(letter) & 127)
+    return bits
 
 
 def fts_query(words):
@@ -2396,6 +2438,8 @@ class Store:
                  trace=None):
         self.path = os.fspath(path)
         self.index = RankingIndex(hot_min_df, hot_list)
+        # The tags by length and by word, and how far they were read (see _closest_tags).
+        self._tag_index = (0, collections.defaultdict(list), collections.defaultdict(list), 0)
         self.trace = trace
         self.db = Database(self.path, timeout, upkeep=self._upkeep)
         _check_file(self.path)
@@ -2964,6 +3008,79 @@ class Store:
         return [[t for (t,) in db.execute("SELECT tag FROM tags WHERE folded = ? "
                                           "ORDER BY memories DESC", (tag.casefold(),))]
                 for tag in tags]
+
+    def nothing_found(self, tags=(), since=None, until=None):
+        """What a recall that found nothing can tell the model about what there is: for each
+        of `tags`, how many memories carry it and, when none does, up to CLOSEST_TAGS tags
+        close to it (see _closest_tags); without tags, the CLOSEST_TAGS most used; with a
+        window, how many memories were created in it. As {"tags": [{"tag", "memories",
+        "closest"}], "most_used": [(tag, memories)], "in_window": n}, each key only when
+        it applies."""
+        tags = _tags(tags)
+        since, until = _window_end(since, "since"), _window_end(until, "until")
+        out = {}
+        with self.db.errors("look at the tags"), self.db.read() as db:
+            if since is not None or until is not None:
+                out["in_window"] = db.execute(
+                    "SELECT count(*) FROM nodes WHERE created_at >= ? AND created_at < ?",
+                    (since or "", until or "~")).fetchone()[0]
+            if not tags:
+                out["most_used"] = db.execute("SELECT tag, memories FROM tags ORDER BY memories "
+                                              "DESC LIMIT ?", (CLOSEST_TAGS,)).fetchall()
+            out["tags"] = []
+            for n, tag in enumerate(tags):
+                held = db.execute("SELECT total(memories) FROM tags WHERE folded = ?",
+                                  (tag.casefold(),)).fetchone()[0]
+                closest = [] if held or n >= CLOSEST_TAGS else self._closest_tags(db, tag)
+                out["tags"].append({"tag": tag, "memories": int(held), "closest": closest})
+        return out
+
+    def _closest_tags(self, db, tag):
+        """Up to CLOSEST_TAGS tags close to `tag`, closest first: those an edit or two away
+        (a swap of two neighbouring letters counting as one: "marai" for "maria"), then
+        those sharing a word with it ("maria-garcia"), the most used first. This process
+        keeps the tags by length and by word, reading only those added since (ids only
+        grow), and from scratch when there are more than it holds (a restore)."""
+        top, many = db.execute("SELECT max(id), count(*) FROM tags").fetchone()
+        for fresh in (False, True):
+            last, by_length, by_word, held = (0, collections.defaultdict(list),
+                                              collections.defaultdict(list), 0) if fresh \
+                else self._tag_index
+            for last, spelling, folded, memories in db.execute(
+                    "SELECT id, tag, folded, memories FROM tags WHERE id > ? ORDER BY id",
+                    (last,)):
+                entry = (folded, _letters(folded), memories, spelling)
+                by_length[len(folded)].append(entry)
+                for word in set(_TOKEN.findall(folded)):
+                    by_word[word].append(entry)
+                held += 1
+            if top is None or last <= top and many <= held:
+                break
+        self._tag_index = (last, by_length, by_word, held)
+        asked = tag.casefold()
+        letters = _letters(asked)
+        # Two edits change four letters at most: the tags whose letters differ less are
+        # measured, those closest by their letters first, MEASURED at most.
+        near = [[] for _ in range(5)]
+        for length in range(len(asked) - 2, len(asked) + 3):
+            for entry in by_length.get(length, ()):
+                differ = (entry[1] ^ letters).bit_count()
+                if differ <= 4:
+                    near[differ].append(entry)
+        found = {}  # spelling -> (how far, fewer memories first)
+        for folded, _, memories, spelling in itertools.islice(itertools.chain(*near), MEASURED):
+            far = _distance(asked, folded)
+            if far <= 2:
+                found[spelling] = (far, -memories)
+        for word in set(_TOKEN.findall(asked)):
+            for _, _, memories, spelling in by_word.get(word, ())[:4 * CLOSEST_TAGS]:
+                found.setdefault(spelling, (3, -memories))
+        ranked = sorted(found, key=found.get)
+        there = set()  # those forgotten since are left out
+        for chunk in _chunks(ranked[:4 * CLOSEST_TAGS]):
+            there.update(t for (t,) in db.execute(
+                f"SELECT tag FROM tags WHERE tag IN ({_marks(chunk)})", chunk))
+        return [t for t in ranked if t in there][:CLOSEST_TAGS]
 
     def _newest(self, tags, since, until, limit, offset):
         """The rowids of the newest memories carrying every tag, created in the window.

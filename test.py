@@ -1165,6 +1165,27 @@ class SchemaTest(StoreTestCase):
         self.assertEqual(upgraded.get(other["id"])["tags"], ["work"])
         self.assertEqual(index_problems(self.path), [])
 
+    def test_version_5_gets_its_tags_folded_and_its_fingerprints_over_folded_tags(self):
+        self.store.add("Maria likes tea", ["Maria", "drinks"])
+        self.store.add("Straße is a street", ["Straße"])
+        self.store.fold()
+        self.store.close()
+        db = sqlite3.connect(self.path)
+        with db:
+            db.executescript("DROP TRIGGER tags_ai; DROP TRIGGER tags_ad; DROP TABLE tags; "
+                             "DROP TABLE owed; DELETE FROM fingerprints;")
+            db.executemany("INSERT INTO fingerprints (hash, node) VALUES (?, ?)",
+                           [(store._fingerprint(c, json.loads(t), fold=False), r) for r, c, t in
+                            db.execute("SELECT rowid, content, tags FROM nodes").fetchall()])
+            db.execute("PRAGMA user_version = 5")
+        db.close()
+        upgraded = self.open_store()
+        self.assertEqual(len(upgraded.search(tags=["MARIA", "Drinks"])), 1)
+        self.assertEqual(len(upgraded.search(tags=["strasse"])), 1)
+        self.assertTrue(upgraded.add("Maria likes tea", ["drinks", "maria"])
+                        .get("already_remembered"))
+        self.assertEqual(upgraded.problems(), [])
+
     def test_foreign_database_is_refused(self):
         self.store.close()
         os.remove(self.path)
@@ -3626,6 +3647,124 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertIn("since", tools["recall"]["description"])
         self.assertIn("no arguments", tools["recall"]["description"])
         self.assertIn("similar", tools["remember"]["description"])
+
+
+# ----------------------------------------------------------------------------- tags and empty recalls
+
+
+class GuidanceTest(StoreTestCase):
+    """Tags match whatever their case; a recall that finds nothing says what to try."""
+
+    def recall(self, version="2025-06-18", **arguments):
+        """The structured value of one recall over serve_stdio, with its defaults."""
+        lines = [request("initialize", {"protocolVersion": version}, id=0),
+                 call("recall", arguments)]
+        out = io.StringIO()
+        server.serve_stdio(self.store, io.StringIO("".join(json.dumps(m) + "\n" for m in lines)),
+                           out)
+        return json.loads(out.getvalue().splitlines()[1])["result"]
+
+    def note(self, **arguments):
+        value = self.succeeded(self.recall(**arguments))
+        self.assertEqual(value["results"], [])
+        return value["note"]
+
+    def family(self):
+        self.store.add("Maria's daughter turns seven in June", ["Maria", "family"])
+        self.store.add("The churn model is retrained every month", ["Churn_Model"])
+        self.store.add("The office is on the Straße des 17. Juni", ["Straße"])
+        self.store.add("Maria Garcia runs the Lisbon office", ["maria-garcia"])
+
+    def test_tags_match_whatever_their_case_and_surrounding_space(self):
+        self.family()
+        for asked, found in ((["maria"], 1), ([" MARIA "], 1), (["Maria", "FAMILY"], 1),
+                             (["churn_model"], 1), (["STRASSE"], 1), (["straße"], 1),
+                             (["mari"], 0)):
+            with self.subTest(tags=asked):
+                self.assertEqual(len(self.store.search(tags=asked)), found)
+                self.assertEqual(len(self.store.search("daughter churn juni", asked)), found)
+        self.assertEqual(self.store.search(tags=["MARIA"])[0]["tags"], ["Maria", "family"])
+        # One memory, one spelling of a tag; duplicates compare tags whatever their case.
+        self.assertEqual(self.store.add("twice", ["Blue", "blue", "BLUE "])["tags"], ["Blue"])
+        again = self.store.add("Maria's daughter turns seven in June", ["family", "maria"])
+        self.assertTrue(again.get("already_remembered"))
+        self.assertEqual(self.store.problems(), [])
+
+    def test_a_recall_that_finds_nothing_says_what_was_searched_and_what_to_try(self):
+        self.family()
+        note = self.note(query="what do you remember about me?")
+        self.assertIn("No memory matched the words 'remember' (common words left out)", note)
+        self.assertIn("not meanings: try other words for the same thing", note)
+        self.assertIn("The most used tags are ", note)
+        self.assertIn("'Maria' (1)", note)
+        self.assertIn("Recall with no arguments lists the newest memories.", note)
+        note = self.note(tags=["marai"])
+        self.assertIn("No memory carries the tag 'marai'; the closest tags are 'Maria'", note)
+        self.assertNotIn("most used", note)
+        self.assertIn("the closest tags are 'Maria', 'maria-garcia'", self.note(tags=["garcia"]))
+        note = self.note(query="birthday", tags=["maria"])
+        self.assertIn("The tag 'maria' holds 1 memory, none of them matching", note)
+        self.assertIn("The query holds no word to search for.", self.note(query="?! ..."))
+        note = self.note(query="churn", since="2020-01-01", until="2020-02-01")
+        self.assertIn("No memory created in that time window matched the words 'churn'", note)
+        self.assertIn("No memory was created in that time window.", note)
+        self.assertEqual(self.note(query="office", offset=5),
+                         "There are no more results: none past the first 5.")
+        found = self.succeeded(self.recall(query="office"))
+        self.assertEqual(len(found["results"]), 2)
+        self.assertNotIn("note", found)  # a recall that finds something gets no advice
+
+    def test_an_empty_store_says_so(self):
+        self.assertEqual(self.note(), "No memory is stored yet.")
+
+    def test_older_clients_get_the_note_as_a_second_text_block(self):
+        self.family()
+        result = self.recall(version="2024-11-05", tags=["marai"])
+        self.assertEqual(json.loads(result["content"][0]["text"]), [])
+        self.assertIn("the closest tags are 'Maria'", result["content"][1]["text"])
+
+    def test_the_note_stays_short_whatever_the_store_holds_and_was_asked(self):
+        tags = [f"{'x' * 190}{i:05d}" for i in range(5000)]
+        self.store.load([{"id": str(uuid.UUID(int=i + 1, version=4)), "content": f"memory {i}",
+                          "tags": [t]} for i, t in enumerate(tags)])
+        words = " ".join(f"{'w' * 38}{i:02d}" for i in range(400))
+        for arguments in ({"query": words, "tags": [t + "z" for t in tags[:100]],
+                           "since": "2020-01-01", "until": "2020-02-01"},
+                          {"query": words}, {"tags": ["quux" * 50]}):
+            with self.subTest(arguments=list(arguments)):
+                result = self.recall(**arguments)
+                self.assertLess(len(result["content"][0]["text"]), 2_000)
+                self.assertLess(len(json.dumps(result["structuredContent"])), 2_000)
+
+    def test_close_tags_are_found_among_many_with_a_bounded_effort(self):
+        # A tag is close when an edit or two away (a swap of neighbours counting as one) or
+        # when it shares a word; among 10,000 tags of one shape, at most MEASURED distances
+        # are taken, those closest by their letters first, and a second recall reads only
+        # the tags added since.
+        self.store.load([{"id": str(uuid.UUID(int=i + 1, version=4)), "content": f"note {i}",
+                          "tags": [f"tag-{i:04d}"]} for i in range(10_000)])
+        taken = []
+        distance = store._distance
+
+        def counted(*args):
+            taken.append(args)
+            return distance(*args)
+
+        with unittest.mock.patch.object(store, "_distance", counted):
+            closest = self.store.nothing_found(["tga-1234"])["tags"][0]["closest"]
+            self.assertEqual(closest[0], "tag-1234")
+            self.assertLessEqual(len(taken), store.MEASURED)
+            self.assertEqual(self.store.nothing_found(["tag-5000x"])["tags"][0]["closest"][0],
+                             "tag-5000")
+        self.store.add("one more", ["tag-zzzz"])
+        statements = []
+        self.store.db.connection().set_trace_callback(statements.append)
+        self.assertIn("tag-zzzz", self.store.nothing_found(["tag-zzzy"])["tags"][0]["closest"])
+        self.store.db.connection().set_trace_callback(None)
+        read = [s for s in statements if "FROM tags WHERE id >" in s]
+        self.assertEqual(len(read), 1)
+        self.assertEqual(store._distance("marai", "maria"), 1)
+        self.assertEqual(store._distance("maria", "mxyza"), 3)
 
 
 # ----------------------------------------------------------------------------- faults
