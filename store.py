@@ -20,13 +20,15 @@ and lists back. The module reads top down:
 - command line: `python3 store.py export | import | backup | restore`
 """
 
-import codecs
+import argparse
 import array
+import codecs
 import collections
 import contextlib
 import errno
 import functools
 import gc
+import glob
 import hashlib
 import heapq
 import io
@@ -37,8 +39,10 @@ import marshal
 import math
 import os
 import re
+import shlex
 import shutil
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -276,7 +280,7 @@ def _migrate_from_4(db):
     cursor = db.execute("SELECT rowid, content, tags FROM nodes")
     while rows := cursor.fetchmany(5000):
         db.executemany("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
-                       [(_fingerprint(content, _tag_list(tags)), rowid)
+                       [(_fingerprint(content, _strings(tags)), rowid)
                         for rowid, content, tags in rows])
     db.execute("ALTER TABLE terms ADD COLUMN nodes TEXT")
     _list_rare(db)
@@ -313,7 +317,7 @@ def _migrate_from_5(db):
     changed = []
     for rowid, content, tags in db.execute("SELECT rowid, content, tags FROM nodes "
                                            "WHERE tags NOT IN ('[]', '')"):
-        tags = _tag_list(tags)
+        tags = _strings(tags)
         if any(t != t.casefold() for t in tags):
             changed.append((rowid, _fingerprint(content, tags, fold=False),
                             _fingerprint(content, tags)))
@@ -380,6 +384,15 @@ def _term_ranges(db, instances):
             total = 0
         total += df
     return list(zip(bounds, bounds[1:] + [None]))
+
+
+def _link_problems(db):
+    """Links that lead to no memory, or have no back-link, in words."""
+    links = {i: set(_strings(text)) for i, text in db.execute("SELECT id, links FROM nodes")}
+    nowhere = sum(1 for ts in links.values() for t in ts if t not in links)
+    one_way = sum(1 for i, ts in links.items() for t in ts if t in links and i not in links[t])
+    return ([f"{nowhere:,} links lead to no memory"] if nowhere else []) + \
+        ([f"{one_way:,} links have no back-link"] if one_way else [])
 
 
 def _repair_links(db):
@@ -903,10 +916,11 @@ def _fingerprint(content, tags, fold=True):
     return int.from_bytes(digest, "big", signed=True)
 
 
-def _tag_list(tags_json):
-    """The tags of a `tags` column value, as a list (nothing, for a value that is not one)."""
+def _strings(text):
+    """The strings of a JSON array (a `tags` or `links` column value), as a list: nothing,
+    for a value that is not one."""
     try:
-        value = json.loads(tags_json or "[]")
+        value = json.loads(text or "[]")
     except ValueError:
         return []
     return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
@@ -1155,7 +1169,7 @@ def _folded(tags):
 @functools.lru_cache(maxsize=1024)
 def _folded_tags(tags_json):
     """The tags of a `tags` column value, folded (see _folded)."""
-    return _folded(_tag_list(tags_json))
+    return _folded(_strings(tags_json))
 
 
 def _chunks(items, size=500):
@@ -1946,14 +1960,14 @@ class RankingIndex:
             problems.append("the terms of the memories disagree with FTS5's vocabulary")
         stored = db.execute("SELECT rowid, content, tags, created_at FROM nodes").fetchall()
         tags = {(t, created, rowid) for rowid, _, tagged, created in stored
-                for t in _tag_list(tagged)}
+                for t in _strings(tagged)}
         if set(db.execute("SELECT tag, created_at, node FROM node_tags")) != tags:
             problems.append("node_tags disagrees with nodes.tags")
         used = collections.Counter(t for t, _, _ in tags)
         if set(db.execute("SELECT tag, folded, memories FROM tags")) != \
                 {(t, t.casefold(), n) for t, n in used.items()}:
             problems.append("the tags table disagrees with the memories' tags")
-        prints = {(_fingerprint(text, _tag_list(tagged)), rowid)
+        prints = {(_fingerprint(text, _strings(tagged)), rowid)
                   for rowid, text, tagged, _ in stored}
         if set(db.execute("SELECT hash, node FROM fingerprints")) != prints:
             problems.append("fingerprints disagree with the memories")
@@ -2569,6 +2583,110 @@ class Store:
             finally:
                 db.close()
 
+    def resolve(self, given):
+        """The ids of the memories whose id is `given`, or starts with it (4 characters at
+        least, in any case): one, none, or several (11 at most) when it is ambiguous."""
+        given = given.strip().lower()
+        if not re.fullmatch(r"[0-9a-f-]{4,36}", given):
+            raise InvalidInput(f"{_shorten(given)} is not a memory id, nor its first 4 or more "
+                               f"characters")
+        with self.db.errors("look up the memory"), self.db.read() as db:
+            return [i for (i,) in db.execute("SELECT id FROM nodes WHERE id >= ? AND id < ? "
+                                             "ORDER BY id LIMIT 11", (given, given + "\x7f"))]
+
+    def short_ids(self, ids):
+        """{id: its start of 8 characters, or more where 8 start another memory's id too}."""
+        out = {}
+        with self.db.errors("read the memories"), self.db.read() as db:
+            for node_id in ids:
+                n = 8
+                while n < len(node_id) and db.execute(
+                        "SELECT count(*) FROM (SELECT 1 FROM nodes WHERE id >= ? AND id < ? "
+                        "LIMIT 2)", (node_id[:n], node_id[:n] + "\x7f")).fetchone()[0] > 1:
+                    n += 1
+                out[node_id] = node_id[:n]
+        return out
+
+    def peek(self, ids):
+        """{id: memory} of those of `ids` that name one, not counted as accessed."""
+        with self.db.errors("read the memories"), self.db.read() as db:
+            return {n["id"]: n for n in self._read_fitted(db, "id", list(ids), None, None)}
+
+    def newest(self, tags=(), since=None, until=None, limit=20):
+        """The newest memories carrying every one of `tags`, created in the window, not
+        counted as accessed: what a person lists."""
+        tags, limit = _tags(tags), _int(limit, "limit", 1, 1_000_000)
+        since, until = _window_end(since, "since"), _window_end(until, "until")
+        with self.db.errors("list the memories"):
+            return self._read_counted("rowid", self._newest(tags, since, until, limit, 0),
+                                      count=False)
+
+    def tag_counts(self):
+        """[(tag, how many memories carry it)], most used first."""
+        with self.db.errors("read the tags"), self.db.read() as db:
+            return db.execute("SELECT tag, memories FROM tags ORDER BY memories DESC, tag "
+                              ).fetchall()
+
+    def stats(self):
+        """How many memories, links and tags there are, the oldest and newest memory's
+        time, and where the database is and how large (with its log)."""
+        with self.db.errors("read the memories"), self.db.read() as db:
+            memories, oldest, newest = db.execute(
+                "SELECT count(*), min(created_at), max(created_at) FROM nodes").fetchone()
+            links = db.execute("SELECT total(json_array_length(links)) FROM nodes "
+                               "WHERE json_valid(links)").fetchone()[0]
+            tags = db.execute("SELECT count(*) FROM tags").fetchone()[0]
+        size = sum(os.path.getsize(p) for p in (self.path, self.path + "-wal")
+                   if os.path.exists(p))
+        return {"memories": memories, "links": int(links) // 2, "tags": tags,
+                "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
+
+    def check(self):
+        """What is wrong with the database, in words ([] when nothing is): SQLite's own
+        check, the full-text index against the memories (which reads them all, and holds
+        the write lock meanwhile: FTS5's check is written as an insert), links that are not
+        two-way or lead nowhere, the ranking statistics, and work an interrupted load left."""
+        problems = []
+        with self.db.errors("check the database"):
+            db = self.db.connection()
+            found = [r for (r,) in db.execute("PRAGMA integrity_check")]
+            if found != ["ok"]:
+                problems.append(f"SQLite's integrity check: {'; '.join(found[:3])}")
+            with self.db.write() as db:
+                try:
+                    db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES "
+                               "('integrity-check', 1)")
+                except sqlite3.DatabaseError as exc:
+                    problems.append(f"the full-text index disagrees with the memories ({exc})")
+            with self.db.read() as db:
+                problems += _link_problems(db)
+                problems += self.index.problems(db)
+                owed = [w for (w,) in db.execute("SELECT work FROM owed")]
+            if owed:
+                problems.append(f"an import was interrupted and left work owed "
+                                f"({', '.join(owed)})")
+        return problems
+
+    def repair(self):
+        """Make what check finds wrong right, where it can be (not SQLite's own damage: that
+        is restored from a backup): the full-text index, the fingerprints and the ranking
+        statistics are made again from the memories, the tags table from their tags, and
+        every link two-way, dropping those that lead nowhere. One write transaction."""
+        with self.db.errors("repair the database"), self.db.write() as db:
+            db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
+            _repair_links(db)
+            db.execute("DELETE FROM tags")
+            db.execute("INSERT INTO tags (tag, folded, memories) SELECT tag, lower(tag), "
+                       "count(*) FROM node_tags GROUP BY tag")
+            _fold_tags(db, [t for (t,) in db.execute("SELECT tag FROM tags")])
+            db.execute("DELETE FROM fingerprints")
+            db.executemany("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
+                           [(_fingerprint(content, _strings(tags)), rowid) for rowid, content, tags
+                            in db.execute("SELECT rowid, content, tags FROM nodes").fetchall()])
+            _recount(db)
+            self.index.build_missing(db)
+            db.execute("DELETE FROM owed")
+
     def _row(self, db, node_id):
         row = db.execute(f"SELECT {_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
@@ -2708,8 +2826,10 @@ class Store:
         return [{"id": node_id, "content": text[:NEAR_SHOWN]}
                 for _, _, node_id, text in close[:NEAR_LISTED]]
 
-    def load(self, records, *, checked=False, pause=LOAD_PAUSE):
-        """Insert whole memories, ids and timestamps as given; {"loaded": n, "skipped": n}.
+    def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
+        """Insert whole memories, ids and timestamps as given; {"loaded": n, "skipped": n,
+        "differ": n}, where `differ` counts the records skipped whose content or tags differ
+        from what is stored; with `update`, those take the record's (see update).
 
         For imports and benchmarks. `records` is a list, or anything that gives the records
         again each time it is iterated (a load reads them twice). Every record is checked
@@ -2731,7 +2851,7 @@ class Store:
             records = check_records(records)
         elif iter(records) is records:
             records = list(records)  # a one-pass iterator: a load reads its records twice
-        return _Load(self, records, pause).run()
+        return _Load(self, records, pause, update).run()
 
     def _count_owed(self, pause, stop=lambda: False, claim=True):
         """Do the count a load left owed: count the terms of every memory from FTS5's
@@ -2948,7 +3068,7 @@ class Store:
     # -- search
 
     def search(self, query="", tags=(), limit=10, *, offset=0, since=None, until=None,
-               fit=None, report=None):
+               fit=None, report=None, count=True):
         """Memories matching the words of `query`, carrying every one of `tags`, and created
         in the window from `since` (inclusive) to `until` (exclusive), ISO 8601 dates or
         date-times, UTC unless they give an offset.
@@ -2956,7 +3076,8 @@ class Store:
         Ranked by relevance with a query (see rank); without one, newest first. The `limit`
         best after skipping `offset`, all of them passing the filters. With `fit`, a function
         of the list of memories found, only the first fit(memories) are returned (a caller's
-        size budget). Every memory returned counts as accessed. A dict `report` is given
+        size budget). Every memory returned counts as accessed, unless `count` is false (a
+        person looking through the command line). A dict `report` is given
         what was searched: "words", the query's words looked for, and "cut", whether words
         past its first MAX_QUERY_WORDS were ignored.
         """
@@ -2980,7 +3101,7 @@ class Store:
                     words, tags, offset + limit, since, until, when)][offset:]
             else:
                 rowids = self._newest(tags, since, until, limit, offset)
-            return self._read_counted("rowid", rowids, fit)
+            return self._read_counted("rowid", rowids, fit, count=count)
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
@@ -3164,11 +3285,11 @@ class Store:
 
     # -- access counting
 
-    def _read_counted(self, column, keys, fit=None, extra=None):
+    def _read_counted(self, column, keys, fit=None, extra=None, count=True):
         """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, each
-        counted as accessed, with the fields of `extra[key]` added. With `fit`, only the first
-        fit(memories) of them are counted and returned. Both search and neighbors count
-        through here.
+        counted as accessed (unless not `count`), with the fields of `extra[key]` added. With
+        `fit`, only the first fit(memories) of them are counted and returned. Both search and
+        neighbors count through here.
 
         The memories are read first; the count is a write of its own, which waits for no
         other writer of this process (see Database.write_soon). When another process holds the
@@ -3180,6 +3301,8 @@ class Store:
         now = _now()
         with self.db.read() as db:
             nodes = self._read_fitted(db, column, keys, fit, extra)
+        if not count:
+            return nodes
         ids = [node["id"] for node in nodes]
 
         def count(db):
@@ -3323,11 +3446,13 @@ class _Load:
     """One Store.load: its records, its progress and what it skipped, apart from the Store
     that other threads share."""
 
-    def __init__(self, store, records, pause):
+    def __init__(self, store, records, pause, update=False):
         self.store, self.db, self.index = store, store.db, store.index
         self.records = records
         self.pause = pause
+        self.update = update
         self.inserted = bytearray(len(records))  # 1 where this load inserted the record
+        self.differ = []  # positions of the records stored already, but otherwise
         self.loaded = self.skipped = 0
         self.dropped = []  # links to ids that no memory has: {"id", "reason"}
 
@@ -3344,10 +3469,15 @@ class _Load:
                 self.link_all()
             if self.recount:
                 self.store._count_owed(self.pause, claim=False)
+            if self.update and self.differ:
+                differ = set(self.differ)
+                for position, record in enumerate(self.records):
+                    if position in differ:
+                        self.store.update(record.id, content=record.content, tags=record.tags)
         finally:
             db.execute(f"PRAGMA cache_size = {int(cache)}")
         _log_skipped("import", self.dropped)
-        return {"loaded": self.loaded, "skipped": self.skipped}
+        return {"loaded": self.loaded, "skipped": self.skipped, "differ": len(self.differ)}
 
     def insert_all(self):
         """The memories, without their links, in chunks sized by their pace."""
@@ -3409,6 +3539,12 @@ class _Load:
                            [(_fingerprint(r.content, r.tags), rowid) for rowid, r in rows.items()])
             if counted is not None:
                 self.index.count_loaded(db, [(first + n, counted[n]) for n in fresh])
+            stored = {chunk[n].id: n for n in set(range(len(chunk))) - set(fresh)}
+            for ids in _chunks(list(stored)):
+                self.differ += (start + stored[i] for i, content, tags in db.execute(
+                    f"SELECT id, content, tags FROM nodes WHERE id IN ({_marks(ids)})", ids)
+                    if content != chunk[stored[i]].content or
+                    _strings(tags) != chunk[stored[i]].tags)
         for n in fresh:
             self.inserted[start + n] = 1
         self.loaded += len(fresh)
@@ -3740,24 +3876,6 @@ def _check_file(path):
 
 # ----------------------------------------------------------------------------- command line
 
-USAGE = """usage: python3 store.py export [FILE] | import FILE [--format F] | backup FILE |
-       restore FILE
-
-  export [FILE]  write every memory as one JSON object per line, oldest first, keys in a
-                 fixed order (to standard output without FILE, or with -)
-  import FILE    load memories from such a file (- reads standard input), or from the
-                 official MCP memory server's memory.jsonl (or memory.json, or its graph as
-                 one JSON document, as read_graph gives it): the format is told from the
-                 content, or given as --format flood or --format official.
-                 The whole file is checked before anything is written; what is stored
-                 already is skipped, so importing twice changes nothing
-  backup FILE    copy the live database to FILE, consistently, while servers keep writing
-  restore FILE   replace every memory with those of the backup FILE, checked first; safe
-                 while servers run (they see the restored memories at once)
-
-The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory)."""
-
-
 def reader_gone(exc, system=None):
     """Whether `exc`, raised by a write to standard output, says that its reader has gone:
     BrokenPipeError, or on Windows (`system`, os.name, says "nt") OSError EINVAL, which is
@@ -4049,8 +4167,8 @@ def _official_memories(entities, relations, source, report):
              for name, own in ids.items()}
     for (start, kind, end), created in relations.items():
         if start not in entities or end not in entities:
-            report["skipped", "relation", "relations",
-                   "naming an entity not in the file (kept as text, not linked to it)"] += 1
+            report["kept as text only", "relation", "relations",
+                   "naming an entity not in the file (linked to no memory of it)"] += 1
         links = [i for name in (start, end) for i in reach.get(name, ())]
         yield Record(_official_id(f"relation\0{start}\0{kind}\0{end}"),
                      _content(f"{start} {kind.replace('_', ' ')} {end}"),
@@ -4059,12 +4177,12 @@ def _official_memories(entities, relations, source, report):
 
 
 def _official_summary(report):
-    """What an official import held, what it skipped and why, and what it changed, in one
-    line. Each is counted under ("skipped" or "changed", singular, plural, the rest of the
-    reason)."""
+    """What an official import held, what it skipped and why, what it changed, and what it
+    kept as text only, in one line. Each is counted under ("skipped", "changed" or "kept as
+    text only", singular, plural, the rest of the reason)."""
     made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
         ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
-    said = {"skipped": [], "changed": []}
+    said = {"skipped": [], "changed": [], "kept as text only": []}
     for key, n in report.items():
         if isinstance(key, tuple) and n:
             what, one, many, why = key
@@ -4156,26 +4274,276 @@ def _export_to(store, target):
             os.remove(partial)
 
 
-def main(argv=None):
-    args = list(sys.argv[1:] if argv is None else argv)
-    command, rest = (args[0], args[1:]) if args else (None, [])
-    form = None
-    if command == "import" and "--format" in rest[:-1]:
-        at = rest.index("--format")
-        form = rest[at + 1]
-        del rest[at:at + 2]
-    if command not in ("export", "import", "backup", "restore") or len(rest) > 1 or \
-            (command != "export" and len(rest) != 1) or form not in (None, "flood", "official"):
-        print(USAGE, file=sys.stderr)
-        return 0 if command in ("-h", "--help") else 2
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a mistake said in one line."""
+
+    def error(self, message):
+        self.exit(2, f"flood-memory: {self.prog.removeprefix('store.py ')}: {message} (see "
+                     f"{self.prog} --help)\n")
+
+
+def _parser():
+    parser = _Parser(prog="store.py", description=(
+        "Your memories, from the terminal: look through them, correct them, forget them, "
+        "and copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default "
+        "~/flood/memory); every command is safe while servers run, and looking is not an "
+        "access."))
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def command(name, about):
+        return commands.add_parser(name, help=about, description=about)
+
+    def filters(sub, limit):
+        sub.add_argument("--tag", action="append", default=[], metavar="T",
+                         help="only memories carrying T (whatever its case); may be repeated")
+        sub.add_argument("--limit", type=int, default=limit, metavar="N",
+                         help=f"at most N memories (default {limit})")
+        sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+
+    sub = command("list", "the newest memories, one a line")
+    filters(sub, 20)
+    sub.add_argument("--since", metavar="D", help="created at or after D (2026-11-23, ...)")
+    sub.add_argument("--until", metavar="D", help="created before D")
+    sub = command("search", "memories matching words, ranked as recall ranks them")
+    sub.add_argument("words", nargs="+", metavar="WORDS")
+    filters(sub, 10)
+    sub = command("show", "one memory, whole, with the memories it links to")
+    sub.add_argument("id", metavar="ID", help="its id, or its first 4 characters or more")
+    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    sub = command("edit", "change a memory: its content in your editor ($VISUAL or $EDITOR), "
+                          "or what the options give")
+    sub.add_argument("id", metavar="ID")
+    sub.add_argument("--content", metavar="TEXT", help="the new content")
+    sub.add_argument("--tag", action="append", metavar="T",
+                     help="its tags become the --tag options given")
+    sub.add_argument("--no-tags", action="store_true", help="take every tag away")
+    sub = command("forget", "delete memories, and every link to them")
+    sub.add_argument("ids", nargs="+", metavar="ID")
+    sub.add_argument("--yes", action="store_true", help="do not ask first")
+    sub = command("tags", "every tag, with how many memories carry it, most used first")
+    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    sub = command("stats", "how many memories, links and tags; the database's path and size")
+    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    sub = command("check", "check the database and its indexes (reads every memory); "
+                           "exit status 0 when all is well")
+    sub.add_argument("--repair", action="store_true",
+                     help="then make the indexes, statistics and links right again")
+    sub = command("export", "every memory as a JSON line, oldest first, keys in a fixed order")
+    sub.add_argument("file", nargs="?", default="-", metavar="FILE",
+                     help="where to write them (standard output without it, or with -)")
+    sub = command("import", "load memories from an export, or from the official memory "
+                            "server's memory.jsonl; the file is checked whole first, and what "
+                            "is stored already is skipped")
+    sub.add_argument("file", metavar="FILE", help="the file (- reads standard input)")
+    sub.add_argument("--format", choices=("flood", "official"),
+                     help="the file's format (told from its content otherwise)")
+    sub.add_argument("--update", action="store_true",
+                     help="memories stored already that the file gives otherwise take its "
+                          "content and tags (skipped otherwise)")
+    sub = command("backup", "copy the database, consistently, while servers keep writing")
+    sub.add_argument("file", metavar="FILE")
+    sub = command("restore", "replace every memory with those of a backup, checked first; "
+                             "what it replaces is kept as a copy in the data directory")
+    sub.add_argument("file", metavar="FILE")
+    sub.add_argument("--yes", action="store_true", help="do not ask first")
+    return parser
+
+
+def _say(text=""):
+    print(text, file=sys.stderr)
+
+
+def _asked(question):
+    """On a terminal, whether the person answers yes to `question`; off one (a script),
+    yes."""
+    if not sys.stdin.isatty():
+        return True
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def _one(store, given):
+    """The id of the one memory `given` (an id or its start) names; StoreError naming the
+    candidates when it is ambiguous, or saying that none has it."""
+    found = store.resolve(given)
+    if not found:
+        raise NotFound(f"no memory's id is or starts with {given.strip()!r}")
+    if len(found) > 1:
+        more = " and more" if len(found) > 10 else ""
+        raise InvalidInput(f"{given.strip()!r} starts the ids of several memories: "
+                           f"{', '.join(found[:10])}{more}; give more of it")
+    return found[0]
+
+
+def _line(short, node, width):
+    """A memory in one line of at most `width` characters."""
+    tags = f" [{', '.join(node['tags'])}]" if node["tags"] else ""
+    text = f"{short}  {node['created_at'][:10]}{tags}  {' '.join(node['content'].split())}"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def _print_nodes(store, nodes, as_json):
+    if as_json:
+        print(json.dumps(nodes, ensure_ascii=False, indent=1))
+        return
+    width = min(200, shutil.get_terminal_size((120, 24)).columns)
+    shorts = store.short_ids([n["id"] for n in nodes])
+    for node in nodes:
+        print(_line(shorts[node["id"]], node, width))
+    if not nodes:
+        _say("flood-memory: no memory matches")
+
+
+def _show(store, args):
+    node = store.peek([_one(store, args.id)]).popitem()[1]
+    linked = store.peek(node["links"][:50])
+    if args.json:
+        print(json.dumps(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
+                         ensure_ascii=False, indent=1))
+        return
+    print(f"id:            {node['id']}")
+    print(f"created:       {node['created_at']}")
+    print(f"last accessed: {node['last_accessed']} ({node['access_count']:,} accesses)")
+    print(f"tags:          {', '.join(node['tags']) or '(none)'}")
+    print(f"source:        {node['source'] or '(none)'}")
+    print(f"links:         {len(node['links']):,}")
+    width = min(200, shutil.get_terminal_size((120, 24)).columns)
+    for target in node["links"][:50]:
+        if target in linked:
+            print(_line("  " + target[:8], linked[target], width))
+    if len(node["links"]) > 50:
+        print(f"  ... and {len(node['links']) - 50:,} more (store.py show ID for each)")
+    print()
+    print(node["content"])
+
+
+def _edit(store, args, environ):
+    node_id = _one(store, args.id)
+    if args.content is not None or args.tag or args.no_tags:
+        tags = [] if args.no_tags else args.tag
+        node = store.update(node_id, content=args.content, tags=tags)
+        _say(f"flood-memory: edit: saved {node['id']}")
+        return 0
+    editor = environ.get("VISUAL") or environ.get("EDITOR")
+    if not editor:
+        raise InvalidInput("no editor is set: set VISUAL or EDITOR (for example export "
+                           "EDITOR=nano), or give the new text with --content")
+    before = store.get(node_id)["content"]
+    handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
+    try:
+        with open(handle, "w", encoding="utf-8") as f:
+            f.write(before)
+        done = subprocess.run([*shlex.split(editor, posix=os.name != "nt"), path])
+        if done.returncode:
+            raise StoreError(f"the editor ({editor}) exited with status {done.returncode}; "
+                             f"nothing was saved")
+        with open(path, encoding="utf-8") as f:
+            after = f.read()
+    finally:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    if after.endswith("\n") and not before.endswith("\n"):
+        after = after[:-1]  # the newline most editors end a file with
+    if after == before:
+        _say("flood-memory: edit: the content is unchanged; nothing was saved")
+    elif not after.strip():
+        _say("flood-memory: edit: the content was emptied; nothing was saved (store.py "
+             "forget ID deletes a memory)")
+    else:
+        store.update(node_id, content=after)
+        _say(f"flood-memory: edit: saved {node_id}")
+    return 0
+
+
+def _forget(store, args):
+    ids = list(dict.fromkeys(_one(store, given) for given in args.ids))
+    nodes = store.peek(ids)
+    width = min(200, shutil.get_terminal_size((120, 24)).columns)
+    for node_id in ids:
+        _say(_line(node_id[:8], nodes[node_id], width))
+    if not args.yes and not _asked(f"Forget {_memories(len(ids))}, and every link to "
+                                   f"{'it' if len(ids) == 1 else 'them'}?"):
+        _say("flood-memory: forget: nothing was forgotten")
+        return 1
+    for node_id in ids:
+        store.delete(node_id)
+        links = len(nodes[node_id]["links"])
+        _say(f"flood-memory: forgot {node_id}" +
+             (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
+    return 0
+
+
+def _check(store, args):
+    problems = store.check()
+    if problems and args.repair:
+        store.repair()
+        _say(f"flood-memory: check: repaired; it found: {'; '.join(problems)}")
+        problems = store.check()
+    if not problems:
+        print("ok")
+        return 0
+    for problem in problems:
+        print(f"problem: {problem}")
+    if any(p.startswith("SQLite's integrity check") for p in problems):
+        print("The database file is damaged: restore it from a backup (store.py restore "
+              "FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
+    else:
+        print("Run: python3 store.py check --repair")
+    return 1
+
+
+KEPT = 3  # copies of what restores replaced, kept in the data directory
+
+
+def _restore(store, args, directory):
+    source = args.file
+    if not _asked(f"Replace all {_memories(store.count())} with those of {source}? A copy of "
+                  f"them is kept in {directory}."):
+        _say("flood-memory: restore: nothing was restored")
+        return 1
+    copy = os.path.join(os.path.expanduser(directory),
+                        f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
+    store.backup(copy)
+    n = store.restore(source)
+    _say(f"flood-memory: restored {_memories(n)} from {source}; what it replaced is in {copy}")
+    older = sorted(glob.glob(os.path.join(os.path.dirname(copy), "before-restore-*.db")))
+    for path in older[:-KEPT]:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+    return 0
+
+
+def _import(store, args, records, report):
+    done = store.load(records, checked=True, update=args.update)
+    _say(f"flood-memory: imported {_memories(done['loaded'])}, skipped {done['skipped']:,} "
+         f"stored already")
+    if done["differ"] and args.update:
+        _say(f"flood-memory: {_memories(done['differ'])} stored already took the file's "
+             f"content and tags")
+    elif done["differ"]:
+        _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
+             f"and were left as they are: import it again with --update to apply the file's "
+             f"content and tags, or change them one by one with store.py edit ID")
+    if report is not None:
+        _say(_official_summary(report))
+    return 0
+
+
+def main(argv=None, environ=None):
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    environ = os.environ if environ is None else environ
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="flood-memory: %(levelname)s: %(message)s")
-    directory = os.environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    directory = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    command, failed = args.command, "read"
     try:
-        if command in ("export", "backup") and not os.path.exists(
+        if command != "import" and not os.path.exists(
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
-            raise StoreError(f"there is no memory database in {directory} to {command}")
+            raise StoreError(f"there is no memory database in {directory}")
         with contextlib.ExitStack() as stack:
+            records = report = None
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
                 # cycles: the collector's passes over them would find nothing to free.
@@ -4184,53 +4552,81 @@ def main(argv=None):
                 # The whole file is read and checked before the store is opened, so that a
                 # wrong or broken file creates nothing and servers never wait for the
                 # parsing: the checked records wait in a temporary file.
-                source = stack.enter_context(sys.stdin.buffer if rest[0] == "-" else
-                                             open(rest[0], "rb"))
+                source = stack.enter_context(sys.stdin.buffer if args.file == "-" else
+                                             open(args.file, "rb"))
+                failed = "write a temporary file"
                 spool = stack.enter_context(tempfile.TemporaryFile())
+                failed = "read"
                 graph, entries = read_entries(utf8_lines(source))
                 first = next(entries, None)
                 entries = itertools.chain([first] if first else [], entries)
-                report = None
-                if form == "official" or form is None and (
+                if args.format == "official" or args.format is None and (
                         graph or first and is_official(first[1])):
                     report = collections.Counter()
-                    name = "standard input" if rest[0] == "-" else os.path.basename(rest[0])
-                    records = _Spool(official_records(entries, name, report), spool)
+                    name = "standard input" if args.file == "-" else os.path.basename(args.file)
+                    records = official_records(entries, name, report)
                 else:
-                    records = _Spool(_checked(value for _, value in entries), spool)
+                    records = _checked(value for _, value in entries)
+                failed = "write a temporary file"
+                records = _Spool(records, spool)
+            failed = "open the database"
             store = stack.enter_context(open_directory(directory))
-            if command == "export" and rest in ([], ["-"]):
+            failed = "write"
+            if command == "import":
+                return _import(store, args, records, report)
+            if command in ("list", "search"):
+                nodes = store.newest(args.tag, args.since, args.until, args.limit) \
+                    if command == "list" else store.search(" ".join(args.words), args.tag,
+                                                           args.limit, count=False)
+                _print_nodes(store, nodes, args.json)
+            elif command == "show":
+                _show(store, args)
+            elif command == "edit":
+                return _edit(store, args, environ)
+            elif command == "forget":
+                return _forget(store, args)
+            elif command == "tags":
+                counts = store.tag_counts()
+                if args.json:
+                    print(json.dumps([{"tag": t, "memories": n} for t, n in counts],
+                                     ensure_ascii=False, indent=1))
+                for tag, n in [] if args.json else counts:
+                    print(f"{n:>8,}  {tag}")
+            elif command == "stats":
+                stats = store.stats()
+                print(json.dumps(stats, indent=1) if args.json else "\n".join(
+                    f"{k + ':':<10} {v:,}" if isinstance(v, int) else f"{k + ':':<10} {v}"
+                    for k, v in stats.items()))
+            elif command == "check":
+                return _check(store, args)
+            elif command == "export" and args.file == "-":
                 out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
                 n = export(store, out)
                 out.flush()
-                print(f"flood-memory: exported {_memories(n)}", file=sys.stderr)
+                _say(f"flood-memory: exported {_memories(n)}")
             elif command == "export":
-                n = _export_to(store, rest[0])
-                print(f"flood-memory: exported {_memories(n)} to {rest[0]}", file=sys.stderr)
+                n = _export_to(store, args.file)
+                _say(f"flood-memory: exported {_memories(n)} to {args.file}")
             elif command == "backup":
-                n = store.backup(rest[0])
-                print(f"flood-memory: backed up {_memories(n)} to {rest[0]}", file=sys.stderr)
+                n = store.backup(args.file)
+                _say(f"flood-memory: backed up {_memories(n)} to {args.file}")
             elif command == "restore":
-                n = store.restore(rest[0])
-                print(f"flood-memory: restored {_memories(n)} from {rest[0]}", file=sys.stderr)
-            else:
-                done = store.load(records, checked=True)
-                print(f"flood-memory: imported {_memories(done['loaded'])}, skipped "
-                      f"{done['skipped']:,} already stored", file=sys.stderr)
-                if report is not None:
-                    print(_official_summary(report), file=sys.stderr)
+                return _restore(store, args, directory)
     except OSError as exc:
         if reader_gone(exc):
-            # Whoever read the export stopped reading. Standard output goes to the null
+            # Whoever read the output stopped reading. Standard output goes to the null
             # device, or Python's flush of what is left at exit fails on the pipe once more.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 1
-        print(f"flood-memory: {command}: cannot read {exc.filename}: {exc.strerror}",
-              file=sys.stderr)
+        what = f" {exc.filename}" if exc.filename else ""
+        _say(f"flood-memory: {command}: cannot {failed}{what}: {exc.strerror or exc}")
         return 1
     except StoreError as exc:
-        print(f"flood-memory: {command}: {exc}", file=sys.stderr)
+        _say(f"flood-memory: {command}: {exc}")
         return 1
+    except KeyboardInterrupt:
+        _say(f"flood-memory: {command}: interrupted")
+        return 130
     return 0
 
 
