@@ -1200,14 +1200,10 @@ def _carrying(tags, column):
 
 class WriteQueue:
     """The writers of this process, first come first served, and the small changes handed
-    over to whichever of them writes next.
-
-    A plain lock lets the thread that releases it take it again at once, and SQLite's own
-    wait for its write lock polls with sleeps: under many HTTP clients either let some
-    writes wait past any bound. Here each waiting thread blocks on a lock of its own, and
-    the turn goes to the first of them alone (waking them all made every write wake every
-    waiting thread).
-    """
+    over to whichever of them writes next. A plain lock lets the thread that releases it take
+    it again at once, and SQLite's own wait polls with sleeps: under many HTTP clients either
+    let some writes wait past any bound. Each waiting thread blocks on a lock of its own, and
+    the turn goes to the first alone (waking them all woke every waiting thread a write)."""
 
     def __init__(self):
         self._lock = threading.Lock()          # guards the fields below
@@ -1264,14 +1260,11 @@ class WriteQueue:
 
 
 class Database:
-    """The SQLite file as this process uses it.
-
-    Owns the connections (one per thread, each set up the same way), the read and write
-    transactions, the translation of SQLite's errors, and a background thread that, after
-    every UPKEEP_EVERY writes or a quiet UPKEEP_PAUSE, runs `upkeep` (work a write leaves for
-    later) and copies the write-ahead log into the file, so that no request waits for either.
-    Compare coverage.py's SqliteDb and datasette's Database.
-    """
+    """The SQLite file as this process uses it: the connections (one per thread, each set up
+    the same way), the read and write transactions, SQLite's errors in words, and a
+    background thread that, after UPKEEP_EVERY writes or a quiet UPKEEP_PAUSE, runs `upkeep`
+    (work a write leaves for later) and checkpoints the log, so that no request waits for
+    either. Compare coverage.py's SqliteDb and datasette's Database."""
 
     def __init__(self, path, timeout=BUSY_TIMEOUT, upkeep=None):
         self.path = path
@@ -1611,15 +1604,12 @@ HotTerm = collections.namedtuple("HotTerm", "floor avgdl size peak")
 
 
 class RankingIndex:
-    """The statistics a search ranks by, kept in step with the memories: how many memories
-    hold each term (`terms`), the impact lists of hot terms (`hot_terms`, `hot_postings`),
-    and the log of changes not yet counted in them (`pending`). Every read of FTS5's
-    internal tables happens here.
-
-    A write only appends to the log (note); the background thread folds the log in (fold),
-    and a search adds what is still in it (pending), so that ranking is always exact.
-    `hot_min_df` and `hot_list` tune it (tests make them small).
-    """
+    """The statistics a search ranks by: how many memories hold each term (`terms`), the
+    impact lists of hot terms (`hot_terms`, `hot_postings`), and the log of changes not yet
+    counted in them (`pending`); every read of FTS5's internal tables is here. A write only
+    appends to the log (note), the background thread folds it in (fold), and a search adds
+    what is still in it (pending): ranking is always exact. `hot_min_df` and `hot_list`
+    tune it (tests make them small)."""
 
     def __init__(self, hot_min_df=HOT_MIN_DF, hot_list=HOT_LIST):
         self.hot_min_df = hot_min_df
@@ -2052,14 +2042,12 @@ class _ScanInstead(Exception):
 
 
 class Search:
-    """One search: its words, their statistics, and every memory it has read so far.
-
-    Stage one (`top`) finds the best memories by BM25 exactly as FTS5's bm25() scores them,
-    without letting FTS5 score every memory that holds a common word. Stage two (`rerank`)
-    re-scores those few with flatter length normalisation and lets a strong match lend weight
-    to the memories stored right after it. Made and used inside one read transaction.
-    `trace(path)`, when given, hears which way stage one answered (for the benchmark).
-    """
+    """One search, inside one read transaction: its words, their statistics, and every
+    memory it has read. Stage one (`top`) finds the best memories by BM25 exactly as FTS5's
+    bm25() scores them, without FTS5 scoring every memory that holds a common word; stage two
+    (`rerank`) re-scores those few with flatter length normalisation and lets a strong match
+    lend weight to the memories stored next to it. `trace(path)` hears which way stage one
+    answered (for the benchmark)."""
 
     def __init__(self, db, index, words, tags=(), trace=None, since=None, until=None,
                  when=False):
@@ -2438,15 +2426,12 @@ class Search:
 
 
 class Store:
-    """The memories in one SQLite database file: the public API the transports call.
-
-    It owns the links (each written with its back-link, in one transaction), the traversal,
-    and access counting; it hands ranking to Search and RankingIndex, and SQLite to Database.
-    Safe to share between threads: each gets its own connection. Several processes may open
-    the same file at once; writes wait for each other (up to `timeout` seconds). `hot_min_df`
-    and `hot_list` tune the ranking index; `trace(path)` hears how each search's stage one
-    answered.
-    """
+    """The memories in one SQLite database file: the public API the transports and the
+    command line call. It owns the links (each written with its back-link), the traversal
+    and access counting, and hands ranking to Search and RankingIndex, SQLite to Database.
+    Threads may share it; processes may open the same file, and their writes wait for each
+    other up to `timeout` seconds. `hot_min_df` and `hot_list` tune the ranking index;
+    `trace(path)` hears how each search's stage one answered."""
 
     def __init__(self, path, *, timeout=BUSY_TIMEOUT, hot_min_df=HOT_MIN_DF, hot_list=HOT_LIST,
                  trace=None):
@@ -2696,16 +2681,13 @@ class Store:
     # -- writing
 
     def add(self, content, tags=(), links=(), source=""):
-        """Store a new memory and link it both ways to the existing ids in `links`.
+        """Store a new memory, linked both ways to the existing ids in `links`; the memory,
+        with the links left out listed under "skipped_links" ({"id", "reason"}).
 
-        Returns the memory. Links left out (not an id, or no memory has it) are listed under
-        "skipped_links", each {"id", "reason"}.
-
-        An exact duplicate of a stored memory (the same content once whitespace is trimmed
-        and collapsed, and the same tags in any order) is not stored again: the stored one
-        comes back, with "already_remembered": True and the links given added to it, both
-        ways. Otherwise stored memories very close to the new one are listed under "similar"
-        (see _similar), never merged.
+        An exact duplicate (the same content once whitespace is collapsed, the same tags in
+        any order and case) is not stored again: the stored one comes back, marked
+        "already_remembered" and given the links. Stored memories very close to a new one are
+        listed under "similar" (see _similar), never merged.
         """
         content = _content(content)
         tags = _tags(tags)
@@ -2781,20 +2763,15 @@ class Store:
                               key=lambda r: (shared[r], r))
 
     def _similar(self, rowids, content, mine):
-        """Those of the memories at `rowids` very close to `content`, whose distinctive terms
-        are `mine`, closest first: [{"id", "content"}], the content cut to NEAR_SHOWN
-        characters.
+        """Those of the memories at `rowids` very close to `content` (whose distinctive terms
+        are `mine`), closest first: [{"id", "content"}], the content cut to NEAR_SHOWN.
 
-        Very close: the Jaccard similarity of the two memories' distinctive terms is
-        NEAR_JACCARD or more, with NEAR_SHARED terms in common at least. Measured on the
-        1,210 LoCoMo facts, labelled by hand: the hint fires on 5.3% of stores, on 2.1% with
-        no restatement among those listed, and catches 28% of the restatements labelled; on
-        dialog turns it fires on 0.8% (the rare words keep it quiet on chit-chat). Comparing
-        memories that share a single rare term caught 33%, at more than twice the cost.
-
-        Called once the new memory is written, outside its transaction: comparing may read
-        long texts, and other writers need not wait for that. A hint that cannot be read
-        is left out; the memory is saved.
+        Very close: the Jaccard similarity of their distinctive terms is NEAR_JACCARD or more,
+        with NEAR_SHARED terms in common. On 1,210 LoCoMo facts labelled by hand, the hint
+        fires on 5.3% of stores (2.1% with no restatement listed) and catches 28% of the
+        restatements; on dialog turns it fires on 0.8%. Called after the new memory is
+        written, outside its transaction: comparing may read long texts, and other writers
+        need not wait for that. A hint that cannot be read is left out.
         """
         n = len(content)
         # Only a word that starts like one of ours can stem to one of our terms: stemming
@@ -2827,25 +2804,17 @@ class Store:
                 for _, _, node_id, text in close[:NEAR_LISTED]]
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
-        """Insert whole memories, ids and timestamps as given; {"loaded": n, "skipped": n,
-        "differ": n}, where `differ` counts the records skipped whose content or tags differ
-        from what is stored; with `update`, those take the record's (see update).
+        """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
+        {"loaded": n, "skipped": n, "differ": n}, `differ` counting the records stored
+        already whose content or tags differ (with `update`, they take the record's).
 
-        For imports and benchmarks. `records` is a list, or anything that gives the records
-        again each time it is iterated (a load reads them twice). Every record is checked
-        before anything is written, and a bad one, or an id given twice, refuses the load,
-        naming the record (`checked` says the records are Records from check_records
-        already). Then the memories go in, in chunks of about LOAD_TXN seconds so that other
-        writers get their turns (LOAD_CHUNK the first, the next sized by its pace), and
-        after them the links, each link with its back-link, in short transactions (see
-        _Load.link); `pause` seconds between two transactions let another process's writer
-        in. A record whose id is stored already is skipped, though links it gives are made;
-        links to ids found neither here nor among the records are dropped, with one warning.
-
-        A load at least as large as the store it goes into counts its terms once at the end,
-        from FTS5's own vocabulary, instead of memory by memory (about half of what a load
-        costs). The count is marked as owed in the load's first transaction and done by the
-        next open or load should this one be interrupted: importing again completes it.
+        `records` is a list, or gives the records again each time it is iterated; each is
+        checked before anything is written (unless `checked`: Records of check_records). The
+        memories go in first, then the links (see _Load), in short transactions with `pause`
+        seconds between them, so that other writers get their turns. A record stored already
+        is skipped, but for its links; links to ids found nowhere are dropped, with a warning.
+        A load at least as large as the store counts its terms at the end, from FTS5's own
+        vocabulary, which costs half as much; until then the count is owed (see owed).
         """
         if not checked:
             records = check_records(records)
@@ -3069,17 +3038,14 @@ class Store:
 
     def search(self, query="", tags=(), limit=10, *, offset=0, since=None, until=None,
                fit=None, report=None, count=True):
-        """Memories matching the words of `query`, carrying every one of `tags`, and created
-        in the window from `since` (inclusive) to `until` (exclusive), ISO 8601 dates or
-        date-times, UTC unless they give an offset.
+        """The `limit` memories after `offset` matching the words of `query`, carrying every
+        one of `tags`, created from `since` (inclusive) to `until` (exclusive): ranked by
+        relevance with a query (see rank), newest first without.
 
-        Ranked by relevance with a query (see rank); without one, newest first. The `limit`
-        best after skipping `offset`, all of them passing the filters. With `fit`, a function
-        of the list of memories found, only the first fit(memories) are returned (a caller's
-        size budget). Every memory returned counts as accessed, unless `count` is false (a
-        person looking through the command line). A dict `report` is given
-        what was searched: "words", the query's words looked for, and "cut", whether words
-        past its first MAX_QUERY_WORDS were ignored.
+        With `fit`, a function of the memories found, only the first fit(memories) come back
+        (a caller's size budget). Each counts as accessed, unless not `count`. A dict
+        `report` is told what was searched: "words", and "cut" (words past MAX_QUERY_WORDS
+        were ignored).
         """
         query = _text(query, "query")
         tags = _tags(tags)
@@ -3237,14 +3203,10 @@ class Store:
     # -- traversal
 
     def neighbors(self, node_id, depth=1, *, offset=0, limit=MAX_NODES, fit=None):
-        """The memory and those within `depth` links of it, nearest first, each once at its
-        shortest distance, with its `distance`.
-
-        Returns {"nodes": [...], "total": n, "exact": bool}: `nodes` are the memories from
-        `offset` on, at most `limit` of them (fewer if `fit`, as for search, says so), each
-        counted as accessed; `total` is how many memories the neighbourhood holds, counted up
-        to TRAVERSAL_CAP (`exact` is False when it holds more).
-        """
+        """The memory and those within `depth` links of it, nearest first, each once with its
+        shortest `distance`: {"nodes": [...], "total": n, "exact": bool}, the nodes from
+        `offset` on, `limit` at most (fewer if `fit` says so), each counted as accessed;
+        `total` counted up to TRAVERSAL_CAP (`exact` is False past it)."""
         node_id = _node_id(node_id)
         depth = _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
@@ -3286,15 +3248,11 @@ class Store:
     # -- access counting
 
     def _read_counted(self, column, keys, fit=None, extra=None, count=True):
-        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, each
-        counted as accessed (unless not `count`), with the fields of `extra[key]` added. With
-        `fit`, only the first fit(memories) of them are counted and returned. Both search and
-        neighbors count through here.
-
-        The memories are read first; the count is a write of its own, which waits for no
-        other writer of this process (see Database.write_soon). When another process holds the
-        write lock past the timeout (a long import, say), the memories are returned all the
-        same, only not counted, with a warning.
+        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
+        fields of `extra[key]` added, cut to what `fit` allows, and counted as accessed
+        (unless not `count`): by a write that waits for no other writer of this process (see
+        Database.write_soon). When the count cannot be written (another process holds the
+        lock past the timeout, a full disk), the memories come back uncounted, with a warning.
         """
         if not keys:
             return []
@@ -3386,14 +3344,13 @@ class Store:
         return count
 
     def restore(self, source):
-        """Replace every memory with those of the backup file `source`; return how many.
+        """Replace every memory with those of the backup file `source`; how many.
 
-        Safe while servers run. The backup is checked and brought to this schema in a copy
-        first, so a bad one changes nothing. Then SQLite's backup API writes the copy into
-        the live database as one write transaction, waiting for other writers as any write
-        does: open connections read the restored memories from their next transaction on,
-        and none of them can write the old pages back (a file copied over the database
-        would be undone by the next checkpoint of a running server's log).
+        The backup is checked and brought to this schema in a copy first, so a bad one
+        changes nothing. Then SQLite's backup API writes the copy into the live database as
+        one write transaction: running servers read the restored memories from their next
+        transaction on, and cannot write the old pages back (as their log would over a file
+        copied onto the database).
         """
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
