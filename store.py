@@ -391,8 +391,10 @@ def _link_problems(db):
     links = {i: set(_strings(text)) for i, text in db.execute("SELECT id, links FROM nodes")}
     nowhere = sum(1 for ts in links.values() for t in ts if t not in links)
     one_way = sum(1 for i, ts in links.items() for t in ts if t in links and i not in links[t])
-    return ([f"{nowhere:,} links lead to no memory"] if nowhere else []) + \
-        ([f"{one_way:,} links have no back-link"] if one_way else [])
+    return ([f"{nowhere:,} link{'s lead' if nowhere > 1 else ' leads'} to no memory"]
+            if nowhere else []) + \
+        ([f"{one_way:,} link{'s have' if one_way > 1 else ' has'} no back-link"]
+         if one_way else [])
 
 
 def _repair_links(db):
@@ -1259,6 +1261,16 @@ class WriteQueue:
         return bool(self._handed)
 
 
+# Connections this process has open, by the real path of their file (see _check_file).
+_connected = collections.Counter()
+_connected_lock = threading.Lock()
+
+
+def _count_connections(path, change):
+    with _connected_lock:
+        _connected[os.path.realpath(path)] += change
+
+
 class Database:
     """The SQLite file as this process uses it: the connections (one per thread, each set up
     the same way), the read and write transactions, SQLite's errors in words, and a
@@ -1302,6 +1314,7 @@ class Database:
             self._local.db = db
             with self._lock:
                 self._open.add(db)
+            _count_connections(self.path, 1)
         return db
 
     @contextlib.contextmanager
@@ -1437,6 +1450,7 @@ class Database:
             with self._lock:
                 self._open.discard(db)
             db.close()
+            _count_connections(self.path, -1)
 
     def write_handed(self):
         """Write the changes handed over that no transaction has taken yet."""
@@ -1459,6 +1473,7 @@ class Database:
             self._closing = False
         for db in connections:
             db.close()  # the last connection to the file checkpoints it and removes the log
+            _count_connections(self.path, -1)
         self._local = threading.local()
 
     def _wrote(self, n=1):
@@ -3343,8 +3358,10 @@ class Store:
                     os.remove(leftover)
         return count
 
-    def restore(self, source):
-        """Replace every memory with those of the backup file `source`; how many.
+    def restore(self, source, confirm=None):
+        """Replace every memory with those of the backup file `source`; how many. Once the
+        backup has passed its checks, confirm(memories in it), if given, may say False: then
+        nothing is restored, and None returned.
 
         The backup is checked and brought to this schema in a copy first, so a bad one
         changes nothing. Then SQLite's backup API writes the copy into the live database as
@@ -3369,6 +3386,8 @@ class Store:
             except OSError as exc:
                 raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
             count = _checked_backup(copy, source, self._page_size())
+            if confirm is not None and not confirm(count):
+                return None
             with self.db.errors("restore the memories"):
                 backup = sqlite3.connect(copy, isolation_level=None)
                 deadline = time.monotonic() + self.timeout
@@ -3799,7 +3818,14 @@ def _checked_backup(path, name, page_size):
 
 
 def _check_file(path):
-    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it."""
+    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it.
+    Not a file this process has open through SQLite already: closing any descriptor of a
+    file drops every POSIX lock the process holds on it, SQLite's too, and another process
+    could then take itself for the last user and remove the log and its index from under
+    this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
+    with _connected_lock:
+        if _connected[os.path.realpath(path)] > 0:
+            return
     try:
         with open(path, "rb") as f:
             header = f.read(100)
@@ -4250,6 +4276,11 @@ def _parser():
     def command(name, about):
         return commands.add_parser(name, help=about, description=about)
 
+    def file_name(text):
+        if not text.strip():
+            raise argparse.ArgumentTypeError("the file name is empty")
+        return text
+
     def filters(sub, limit):
         sub.add_argument("--tag", action="append", default=[], metavar="T",
                          help="only memories carrying T (whatever its case); may be repeated")
@@ -4271,9 +4302,10 @@ def _parser():
                           "or what the options give")
     sub.add_argument("id", metavar="ID")
     sub.add_argument("--content", metavar="TEXT", help="the new content")
-    sub.add_argument("--tag", action="append", metavar="T",
-                     help="its tags become the --tag options given")
-    sub.add_argument("--no-tags", action="store_true", help="take every tag away")
+    tags = sub.add_mutually_exclusive_group()
+    tags.add_argument("--tag", action="append", metavar="T",
+                      help="its tags become the --tag options given")
+    tags.add_argument("--no-tags", action="store_true", help="take every tag away")
     sub = command("forget", "delete memories, and every link to them")
     sub.add_argument("ids", nargs="+", metavar="ID")
     sub.add_argument("--yes", action="store_true", help="do not ask first")
@@ -4286,22 +4318,23 @@ def _parser():
     sub.add_argument("--repair", action="store_true",
                      help="then make the indexes, statistics and links right again")
     sub = command("export", "every memory as a JSON line, oldest first, keys in a fixed order")
-    sub.add_argument("file", nargs="?", default="-", metavar="FILE",
+    sub.add_argument("file", nargs="?", default="-", metavar="FILE", type=file_name,
                      help="where to write them (standard output without it, or with -)")
     sub = command("import", "load memories from an export, or from the official memory "
                             "server's memory.jsonl; the file is checked whole first, and what "
                             "is stored already is skipped")
-    sub.add_argument("file", metavar="FILE", help="the file (- reads standard input)")
+    sub.add_argument("file", metavar="FILE", type=file_name,
+                     help="the file (- reads standard input)")
     sub.add_argument("--format", choices=("flood", "official"),
                      help="the file's format (told from its content otherwise)")
     sub.add_argument("--update", action="store_true",
                      help="memories stored already that the file gives otherwise take its "
                           "content and tags (skipped otherwise)")
     sub = command("backup", "copy the database, consistently, while servers keep writing")
-    sub.add_argument("file", metavar="FILE")
+    sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
                              "what it replaces is kept as a copy in the data directory")
-    sub.add_argument("file", metavar="FILE")
+    sub.add_argument("file", metavar="FILE", type=file_name)
     sub.add_argument("--yes", action="store_true", help="do not ask first")
     return parser
 
@@ -4311,14 +4344,13 @@ def _say(text=""):
 
 
 def _asked(question):
-    """On a terminal, whether the person answers yes to `question`; off one (a script),
-    yes."""
-    if not sys.stdin.isatty():
+    """On a terminal, whether the person answers yes to `question` (asked on standard error,
+    as standard output may be a file); off one (a script), yes."""
+    if sys.stdin is None or not sys.stdin.isatty():
         return True
-    try:
-        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
-    except EOFError:
-        return False
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
 def _one(store, given):
@@ -4334,23 +4366,44 @@ def _one(store, given):
     return found[0]
 
 
+# Characters that a terminal obeys rather than shows (escape sequences can retitle it, hide
+# lines or set the clipboard), and those that reverse the text's direction: a memory may
+# hold text from anywhere.
+_UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _visible(text):
+    return _UNSEEN.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def _width():
+    """How wide a line to print: the terminal's width, within 60 and 200 characters."""
+    return max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
+
+
 def _line(short, node, width):
     """A memory in one line of at most `width` characters."""
     tags = f" [{', '.join(node['tags'])}]" if node["tags"] else ""
-    text = f"{short}  {node['created_at'][:10]}{tags}  {' '.join(node['content'].split())}"
+    text = _visible(f"{short}  {node['created_at'][:10]}{tags}  "
+                    f"{' '.join(node['content'].split())}")
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _print_nodes(store, nodes, as_json):
-    if as_json:
+def _print_nodes(store, nodes, args):
+    if args.json:
         print(json.dumps(nodes, ensure_ascii=False, indent=1))
         return
-    width = min(200, shutil.get_terminal_size((120, 24)).columns)
-    shorts = store.short_ids([n["id"] for n in nodes])
+    shorts, width = store.short_ids([n["id"] for n in nodes]), _width()
     for node in nodes:
         print(_line(shorts[node["id"]], node, width))
-    if not nodes:
-        _say("flood-memory: no memory matches")
+    if nodes:
+        return
+    _say("flood-memory: no memory matches")
+    for tag in store.nothing_found(args.tag)["tags"]:
+        if not tag["memories"]:
+            closest = f"; the closest tags are {', '.join(tag['closest'])}" \
+                if tag["closest"] else ""
+            _say(_visible(f"flood-memory: no memory carries the tag {tag['tag']}{closest}"))
 
 
 def _show(store, args):
@@ -4360,73 +4413,110 @@ def _show(store, args):
         print(json.dumps(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
                          ensure_ascii=False, indent=1))
         return
+    accesses = node["access_count"]
     print(f"id:            {node['id']}")
     print(f"created:       {node['created_at']}")
-    print(f"last accessed: {node['last_accessed']} ({node['access_count']:,} accesses)")
-    print(f"tags:          {', '.join(node['tags']) or '(none)'}")
-    print(f"source:        {node['source'] or '(none)'}")
+    print(f"last accessed: {node['last_accessed']} ({accesses:,} "
+          f"access{'' if accesses == 1 else 'es'})")
+    print(_visible(f"tags:          {', '.join(node['tags']) or '(none)'}"))
+    print(_visible(f"source:        {node['source'] or '(none)'}"))
     print(f"links:         {len(node['links']):,}")
-    width = min(200, shutil.get_terminal_size((120, 24)).columns)
+    shorts, width = store.short_ids(list(linked)), _width()
     for target in node["links"][:50]:
         if target in linked:
-            print(_line("  " + target[:8], linked[target], width))
+            print(_line("  " + shorts[target], linked[target], width))
     if len(node["links"]) > 50:
-        print(f"  ... and {len(node['links']) - 50:,} more (store.py show ID for each)")
+        print(f"  ... and {len(node['links']) - 50:,} more (store.py show --json ID lists "
+              f"them all)")
     print()
-    print(node["content"])
+    print("\n".join(_visible(line) for line in node["content"].split("\n")))
 
 
 def _edit(store, args, environ):
     node_id = _one(store, args.id)
-    if args.content is not None or args.tag or args.no_tags:
+    before = store.get(node_id)["content"]
+    if args.content is not None or args.tag is not None or args.no_tags:
         tags = [] if args.no_tags else args.tag
-        node = store.update(node_id, content=args.content, tags=tags)
-        _say(f"flood-memory: edit: saved {node['id']}")
+        if args.content in (None, before) and tags is None:
+            _say("flood-memory: edit: the content is unchanged; nothing was saved")
+            return 0
+        store.update(node_id, content=args.content, tags=tags)
+        _say(f"flood-memory: edit: saved {node_id}")
         return 0
-    editor = environ.get("VISUAL") or environ.get("EDITOR")
-    if not editor:
+    editor = environ.get("VISUAL") or environ.get("EDITOR") or ""
+    try:
+        command = shlex.split(editor, posix=os.name != "nt")
+    except ValueError as exc:
+        raise InvalidInput(f"cannot read the editor command {editor!r} ({exc}); set VISUAL "
+                           f"or EDITOR to a command") from None
+    if not command:
         raise InvalidInput("no editor is set: set VISUAL or EDITOR (for example export "
                            "EDITOR=nano), or give the new text with --content")
-    before = store.get(node_id)["content"]
     handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
+    kept = False  # whether the file stays, holding what the person wrote
     try:
-        with open(handle, "w", encoding="utf-8") as f:
+        with open(handle, "w", encoding="utf-8", newline="") as f:
             f.write(before)
-        done = subprocess.run([*shlex.split(editor, posix=os.name != "nt"), path])
+        try:
+            done = subprocess.run([*command, path])
+        except OSError as exc:
+            raise StoreError(f"cannot run the editor {command[0]}: {exc.strerror}; set VISUAL "
+                             f"or EDITOR to one that is installed") from None
         if done.returncode:
             raise StoreError(f"the editor ({editor}) exited with status {done.returncode}; "
                              f"nothing was saved")
-        with open(path, encoding="utf-8") as f:
-            after = f.read()
+        try:
+            with open(path, encoding="utf-8", newline="") as f:
+                after = f.read()
+        except FileNotFoundError:
+            raise StoreError(f"the editor removed {path}; nothing was saved") from None
+        except UnicodeDecodeError:
+            kept = True
+            raise StoreError(f"the editor saved text that is not UTF-8; nothing was saved "
+                             f"(what it saved is in {path})") from None
+        for end in ("\r\n", "\n"):  # the line end most editors close a file with
+            if after.endswith(end) and not before.endswith(end):
+                after = after[:-len(end)]
+                break
+        if after == before:
+            _say("flood-memory: edit: the content is unchanged; nothing was saved")
+        elif not after.strip():
+            _say("flood-memory: edit: the content was emptied; nothing was saved (store.py "
+                 "forget ID deletes a memory)")
+        else:
+            kept = True
+            if store.get(node_id)["content"] != before:
+                raise StoreError(f"the memory was changed meanwhile (by a server or another "
+                                 f"command); nothing was saved, and your text is in {path}: "
+                                 f"run the edit again")
+            try:
+                store.update(node_id, content=after)
+            except StoreError as exc:
+                raise type(exc)(f"{exc}; nothing was saved, and your text is in "
+                                f"{path}") from None
+            kept = False
+            _say(f"flood-memory: edit: saved {node_id}")
     finally:
-        with contextlib.suppress(OSError):
-            os.remove(path)
-    if after.endswith("\n") and not before.endswith("\n"):
-        after = after[:-1]  # the newline most editors end a file with
-    if after == before:
-        _say("flood-memory: edit: the content is unchanged; nothing was saved")
-    elif not after.strip():
-        _say("flood-memory: edit: the content was emptied; nothing was saved (store.py "
-             "forget ID deletes a memory)")
-    else:
-        store.update(node_id, content=after)
-        _say(f"flood-memory: edit: saved {node_id}")
+        if not kept:
+            with contextlib.suppress(OSError):
+                os.remove(path)
     return 0
 
 
 def _forget(store, args):
     ids = list(dict.fromkeys(_one(store, given) for given in args.ids))
-    nodes = store.peek(ids)
-    width = min(200, shutil.get_terminal_size((120, 24)).columns)
+    nodes, shorts, width = store.peek(ids), store.short_ids(ids), _width()
     for node_id in ids:
-        _say(_line(node_id[:8], nodes[node_id], width))
+        _say(_line(shorts[node_id], nodes[node_id], width))
     if not args.yes and not _asked(f"Forget {_memories(len(ids))}, and every link to "
                                    f"{'it' if len(ids) == 1 else 'them'}?"):
         _say("flood-memory: forget: nothing was forgotten")
         return 1
+    gone = set()
     for node_id in ids:
         store.delete(node_id)
-        links = len(nodes[node_id]["links"])
+        links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
+        gone.add(node_id)
         _say(f"flood-memory: forgot {node_id}" +
              (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
     return 0
@@ -4455,17 +4545,22 @@ KEPT = 3  # copies of what restores replaced, kept in the data directory
 
 
 def _restore(store, args, directory):
-    source = args.file
-    if not _asked(f"Replace all {_memories(store.count())} with those of {source}? A copy of "
-                  f"them is kept in {directory}."):
+    source, directory = args.file, os.path.expanduser(directory)
+    copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
+
+    def confirm(count):  # once the backup has passed its checks
+        if not _asked(f"Replace all {_memories(store.count())} with the {_memories(count)} of "
+                      f"{source}? A copy of what is replaced is kept in {directory}."):
+            return False
+        store.backup(copy)
+        return True
+
+    n = store.restore(source, confirm)
+    if n is None:
         _say("flood-memory: restore: nothing was restored")
         return 1
-    copy = os.path.join(os.path.expanduser(directory),
-                        f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
-    store.backup(copy)
-    n = store.restore(source)
     _say(f"flood-memory: restored {_memories(n)} from {source}; what it replaced is in {copy}")
-    older = sorted(glob.glob(os.path.join(os.path.dirname(copy), "before-restore-*.db")))
+    older = sorted(glob.glob(os.path.join(glob.escape(directory), "before-restore-*.db")))
     for path in older[:-KEPT]:
         with contextlib.suppress(OSError):
             os.remove(path)
@@ -4509,6 +4604,8 @@ def main(argv=None, environ=None):
                 # The whole file is read and checked before the store is opened, so that a
                 # wrong or broken file creates nothing and servers never wait for the
                 # parsing: the checked records wait in a temporary file.
+                if args.file == "-" and sys.stdin is None:
+                    raise StoreError("standard input is closed: give the FILE to import")
                 source = stack.enter_context(sys.stdin.buffer if args.file == "-" else
                                              open(args.file, "rb"))
                 failed = "write a temporary file"
@@ -4535,7 +4632,7 @@ def main(argv=None, environ=None):
                 nodes = store.newest(args.tag, args.since, args.until, args.limit) \
                     if command == "list" else store.search(" ".join(args.words), args.tag,
                                                            args.limit, count=False)
-                _print_nodes(store, nodes, args.json)
+                _print_nodes(store, nodes, args)
             elif command == "show":
                 _show(store, args)
             elif command == "edit":
@@ -4548,15 +4645,19 @@ def main(argv=None, environ=None):
                     print(json.dumps([{"tag": t, "memories": n} for t, n in counts],
                                      ensure_ascii=False, indent=1))
                 for tag, n in [] if args.json else counts:
-                    print(f"{n:>8,}  {tag}")
+                    print(_visible(f"{n:>8,}  {tag}"))
+                if not counts and not args.json:
+                    _say("flood-memory: no memory carries a tag")
             elif command == "stats":
                 stats = store.stats()
                 print(json.dumps(stats, indent=1) if args.json else "\n".join(
-                    f"{k + ':':<10} {v:,}" if isinstance(v, int) else f"{k + ':':<10} {v}"
-                    for k, v in stats.items()))
+                    f"{k + ':':<10} {v:,}" if isinstance(v, int) else
+                    f"{k + ':':<10} {'(none)' if v is None else v}" for k, v in stats.items()))
             elif command == "check":
                 return _check(store, args)
             elif command == "export" and args.file == "-":
+                if sys.stdout is None:
+                    raise StoreError("standard output is closed: give a FILE to export to")
                 out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
                 n = export(store, out)
                 out.flush()

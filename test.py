@@ -1232,6 +1232,22 @@ class StoreTest(StoreTestCase):
 
     # -- remember and get
 
+    def test_a_second_store_in_one_process_keeps_the_first_ones_locks(self):
+        # Opening a second Store read the file's header through a descriptor of its own, and
+        # closing that dropped every POSIX lock this process held on the file: the next
+        # process to close took itself for the last user and removed the log's index from
+        # under the first Store, whose next open of the file then failed.
+        node = self.store.add("the first store's memory")
+        with self.open_store() as second:
+            self.assertEqual(second.count(), 1)
+        self.assertEqual(self.run_store("edit", node["id"], "--content", "edited by another "
+                                        "process").returncode, 0)
+        self.assertTrue(os.path.exists(self.path + "-shm"))
+        self.store.add("written after it")
+        with self.open_store() as third:
+            self.assertEqual(third.count(), 2)
+            self.assertEqual(third.get(node["id"])["content"], "edited by another process")
+
     def test_a_reader_of_every_memory_that_stops_early_leaves_writes_working(self):
         # records() held a read transaction on the thread's connection for as long as its
         # caller kept it: the next write on that thread failed.
@@ -5156,8 +5172,8 @@ class CommandLineTest(TempDirTest):
         out, err = io.StringIO(), io.StringIO()
         environ = dict(environ or {}, FLOOD_MEMORY_DIR=self.dir)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
-                unittest.mock.patch.object(sys, "stdin", stdin if isinstance(stdin, io.StringIO)
-                                           else io.StringIO(stdin)):
+                unittest.mock.patch.object(sys, "stdin", stdin if stdin is None or isinstance(
+                    stdin, io.StringIO) else io.StringIO(stdin)):
             try:
                 status = store.main(list(args), environ)
             except SystemExit as exc:  # argparse: help, or a mistake
@@ -5283,6 +5299,56 @@ class CommandLineTest(TempDirTest):
         self.assertEqual(status, 1)
         self.assertIn("no editor is set: set VISUAL or EDITOR", err)
 
+    def test_edit_keeps_what_was_written_when_it_cannot_be_saved(self):
+        editor = os.path.join(self.dir, "editor.py")
+        environ = {"EDITOR": f"{sys.executable} {editor}"}
+        temp = os.path.join(self.dir, "temp")
+        os.mkdir(temp)
+
+        def edit(script, **kw):
+            with open(editor, "w") as f:
+                f.write(f"import sys\npath = sys.argv[1]\n{script}\n")
+            with unittest.mock.patch.object(tempfile, "tempdir", temp):
+                return self.cli("edit", self.tea["id"], environ=kw.get("environ", environ))
+
+        # Not UTF-8: refused, and the file kept for the person.
+        status, _, err = edit("open(path, 'wb').write(b'\\xff\\xfebad')")
+        self.assertEqual(status, 1)
+        self.assertIn("not UTF-8; nothing was saved", err)
+        self.assertEqual(len(err.splitlines()), 1)
+        self.assertEqual(len(os.listdir(temp)), 1)
+        # Changed by another writer while the editor was open: not overwritten.
+        meanwhile = store_command("edit", self.tea["id"], "--content", "changed meanwhile")
+        status, _, err = edit(f"import subprocess\nsubprocess.run({meanwhile!r}, env="
+                              f"{store_env(self.dir)!r}, check=True)\n"
+                              f"open(path, 'w').write('mine')")
+        self.assertEqual(status, 1)
+        self.assertIn("changed meanwhile", err)
+        self.assertEqual(self.store.get(self.tea["id"])["content"], "changed meanwhile")
+        kept = [f for f in os.listdir(temp)]
+        self.assertEqual(len(kept), 2)
+        self.assertIn(os.path.join(temp, sorted(kept, key=lambda f: os.path.getmtime(
+            os.path.join(temp, f)))[-1]), err)
+        # Too long to store: refused by update, the text kept.
+        status, _, err = edit("open(path, 'w').write('x' * 100_001)")
+        self.assertIn("at most 100,000 characters", err)
+        self.assertIn("your text is in", err)
+        self.assertEqual(len(os.listdir(temp)), 3)
+        # Carriage returns come back as they were: nothing changed.
+        self.store.update(self.tea["id"], content="one\r\ntwo\rthree")
+        self.assertIn("unchanged", edit("pass")[2])
+        self.assertEqual(self.store.get(self.tea["id"])["content"], "one\r\ntwo\rthree")
+        # An editor that cannot run, or cannot be read, is one line.
+        for command, said in ((os.path.join(self.dir, "no-such-editor"),
+                               "cannot run the editor"),
+                              ("vim 'unclosed", "cannot read the editor command"),
+                              ("  ", "no editor is set")):
+            status, _, err = edit("pass", environ={"EDITOR": command})
+            self.assertEqual(status, 1)
+            self.assertIn(said, err)
+            self.assertEqual(len(err.splitlines()), 1)
+        self.assertEqual(self.cli("edit", self.tea["id"], "--tag", "a", "--no-tags")[0], 2)
+
     def test_forget_deletes_with_every_link_asking_first_at_a_terminal(self):
         status, _, err = self.cli("forget", self.tea["id"][:6], stdin=self.Terminal("n\n"))
         self.assertEqual(status, 1)
@@ -5294,6 +5360,32 @@ class CommandLineTest(TempDirTest):
         self.assertEqual(self.store.get(self.june["id"])["links"], [])
         status, _, err = self.cli("forget", self.june["id"], "--yes", stdin=self.Terminal(""))
         self.assertEqual((status, self.store.count()), (0, 1))
+
+    def test_forget_counts_each_link_once_and_asks_on_standard_error(self):
+        other = self.store.add("linked both ways to tea", links=[self.tea["id"]])
+        status, out, err = self.cli("forget", self.tea["id"], other["id"],
+                                    stdin=self.Terminal("y\n"))
+        self.assertEqual(status, 0)
+        self.assertEqual(out, "")  # the question too went to standard error
+        self.assertIn("Forget 2 memories", err)
+        self.assertIn(f"forgot {self.tea['id']} and its 2 links", err)
+        self.assertIn(f"forgot {other['id']}\n", err)  # its one link went with tea
+        self.assertEqual(self.cli("forget", self.june["id"], stdin=None)[0], 0)  # closed
+
+    def test_what_a_terminal_would_obey_is_shown_not_sent(self):
+        self.store.add("\u202etitle \x1b]0;pwned\x07 red \x1b[31mtext", source="\x1b[2K")
+        with unittest.mock.patch.dict(os.environ, {"COLUMNS": "1"}):
+            listed = self.cli("list")[1]
+            self.assertNotIn("\x1b", listed + self.cli("search", "pwned")[1])
+            self.assertIn("\\x1b]0;pwned\\x07", listed)
+            self.assertIn("\\u202e", listed)
+            self.store.add("y" * 5000)
+            self.assertTrue(all(60 <= len(l) <= 200 for l in self.cli("list")[1].splitlines()
+                                if l.startswith(tuple("0123456789abcdef"))
+                                and len(l) > 100))
+        shown = self.cli("show", self.store.newest(limit=2)[1]["id"])[1]
+        self.assertNotIn("\x1b", shown)
+        self.assertIn("source:        \\x1b[2K", shown)
 
     def test_tags_and_stats(self):
         status, out, _ = self.cli("tags")
@@ -5312,7 +5404,7 @@ class CommandLineTest(TempDirTest):
         self.raw_write("DELETE FROM nodes WHERE id = ?", self.tea["id"])
         status, out, _ = self.cli("check")
         self.assertEqual(status, 1)
-        self.assertIn("problem: 1 links lead to no memory", out)
+        self.assertIn("problem: 1 link leads to no memory", out)
         self.assertIn("Run: python3 store.py check --repair", out)
         status, out, err = self.cli("check", "--repair")
         self.assertEqual((status, out), (0, "ok\n"), err)
@@ -5336,6 +5428,12 @@ class CommandLineTest(TempDirTest):
         self.store.add("written after the backup")
         status, _, err = self.cli("restore", backup, stdin=self.Terminal("no\n"))
         self.assertEqual((status, self.store.count()), (1, 4))
+        self.assertIn("with the 3 memories of", err)  # asked once the backup was checked
+        for bad in (os.path.join(self.dir, "missing.db"), self.dir, __file__):
+            status, _, err = self.cli("restore", bad, stdin=self.Terminal("y\n"))
+            self.assertEqual(status, 1)
+            self.assertNotIn("Replace", err)  # refused before asking, and before a copy
+        self.assertFalse([f for f in os.listdir(self.dir) if f.startswith("before-restore-")])
         copies = []
         for n in range(4):
             status, _, err = self.cli("restore", backup)
