@@ -42,6 +42,7 @@ import re
 import shlex
 import shutil
 import sqlite3
+import struct
 import subprocess
 import sys
 import tempfile
@@ -449,6 +450,11 @@ UPKEEP_EVERY = 128      # write transactions between two rounds of background up
 UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
 WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
+WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
+WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
+WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
+WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
+LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
 
 DEFAULT_DIR = "~/flood/memory"
 DB_NAME = "memory.db"
@@ -1271,6 +1277,44 @@ def _count_connections(path, change):
         _connected[os.path.realpath(path)] += change
 
 
+def replicated(path):
+    """Whether Litestream replicates the database at `path`: FLOOD_MEMORY_LITESTREAM says so
+    (1 or 0); unset, the directory Litestream keeps beside the file does (.memory.db-litestream,
+    made by 0.3.x and 0.5.x alike on their first sync; it stays after Litestream stops)."""
+    value = os.environ.get(LITESTREAM_ENV, "").strip()
+    if value in ("0", "1"):
+        return value == "1"
+    if path == ":memory:" or path.startswith("file:"):
+        return False
+    directory, name = os.path.split(os.path.abspath(path))
+    return os.path.isdir(os.path.join(directory, f".{name}-litestream"))
+
+
+def _log_bytes(path):
+    """How long the log of the database at `path` is, in bytes: the frames written since it
+    last started over, which carry the salt of its header (older ones after them carry older
+    salts; sqlite.org/fileformat2.html#walformat). The -wal file's size says only how long
+    it has ever been. Read from the -wal, never the -shm: closing a file that SQLite locks
+    in this process would drop its locks. 0 when there is no log."""
+    try:
+        with open(path + "-wal", "rb") as f:
+            header = f.read(32)
+            if len(header) < 32:
+                return 0
+            frame = struct.unpack(">I", header[8:12])[0] + 24
+            low, high = 0, (os.fstat(f.fileno()).st_size - 32) // frame
+            while low < high:  # the first frame without the header's salt
+                middle = (low + high) // 2
+                f.seek(32 + middle * frame + 8)
+                if f.read(8) == header[16:24]:
+                    low = middle + 1
+                else:
+                    high = middle
+            return 32 + low * frame
+    except OSError:
+        return 0
+
+
 class Database:
     """The SQLite file as this process uses it: the connections (one per thread, each set up
     the same way), the read and write transactions, SQLite's errors in words, and a
@@ -1290,6 +1334,7 @@ class Database:
         self._wake = threading.Event()
         self._closing = False
         self.queue = WriteQueue()       # one writer at a time within this process
+        self._unheard = 0.0             # until when Litestream is taken not to be running
 
     def connection(self):
         """The calling thread's connection, opened on first use."""
@@ -1306,8 +1351,7 @@ class Database:
                 # fast that the log outgrows WAL_PAGES: a background checkpoint racing a
                 # stream of writes never finishes, and only a finished one lets the log
                 # start over (test_the_log_stays_bounded_under_back_to_back_writes).
-                db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_PAGES)}")
-                db.execute(f"PRAGMA journal_size_limit={int(WAL_BYTES)}")
+                self._set_log(db, replicated(self.path))
             except sqlite3.Error as exc:
                 raise _translated(exc, "open the memory database", self.timeout,
                                   self.path) from exc
@@ -1316,6 +1360,45 @@ class Database:
                 self._open.add(db)
             _count_connections(self.path, 1)
         return db
+
+    def _set_log(self, db, replicated):
+        """How `db` checkpoints. Under Litestream, checkpoints are Litestream's, and the log
+        is never cut short: a cut takes frames that Litestream 0.3.x has not copied yet (its
+        replicas came back corrupt) or makes it start a new generation. A commit still
+        checkpoints past WAL_BOUND, in case the sign of Litestream is stale."""
+        if replicated:
+            page = db.execute("PRAGMA page_size").fetchone()[0]
+            db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_BOUND // page)}")
+            db.execute("PRAGMA journal_size_limit=-1")
+        else:
+            db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_PAGES)}")
+            db.execute(f"PRAGMA journal_size_limit={int(WAL_BYTES)}")
+        self._local.replicated = replicated
+
+    def _make_room(self, db):
+        """Before a write under Litestream: while the log is longer than WAL_SOFT, wait for
+        Litestream to checkpoint it (it does after each sync, every second), so that the log
+        stays short; if it has not within WAL_WAIT seconds, it is not running (its directory
+        outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting first.
+        (A stream of remembers alone writes up to 60 MB of log a second.)"""
+        now = replicated(self.path)
+        if now != self._local.replicated:  # Litestream came, or went, since db was opened
+            self._set_log(db, now)
+        try:
+            if not now or os.stat(self.path + "-wal").st_size <= WAL_SOFT:
+                return
+        except OSError:
+            return
+        waiting = time.monotonic() >= self._unheard
+        deadline = time.monotonic() + (WAL_WAIT if waiting else 0)
+        while _log_bytes(self.path) > WAL_SOFT:
+            if time.monotonic() >= deadline:
+                if waiting:  # Litestream did not answer
+                    self._unheard = time.monotonic() + WAL_UNHEARD
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                return
+            time.sleep(0.01)
 
     @contextlib.contextmanager
     def read(self):
@@ -1367,6 +1450,7 @@ class Database:
         """BEGIN IMMEDIATE, the caller's statements, the changes handed over (see
         write_soon), COMMIT; all rolled back if one of the caller's fails."""
         db = self.connection()
+        self._make_room(db)
         self._begin(db)
         handed = []
         try:
@@ -1506,7 +1590,8 @@ class Database:
                     while self.upkeep is not None and not self._closing and self.upkeep():
                         pass
                     self.write_handed()
-                    self.connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                    if not replicated(self.path):  # else Litestream checkpoints
+                        self.connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
                 except (sqlite3.Error, StoreError) as exc:
                     # The next write wakes it again; a closing store ends it.
                     log.debug("background upkeep skipped: %s", exc)
