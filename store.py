@@ -2905,8 +2905,9 @@ class Store:
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
-        {"loaded": n, "skipped": n, "differ": n}, `differ` counting the records stored
-        already whose content or tags differ (with `update`, they take the record's).
+        {"loaded": n, "skipped": n, "differ": n, "differ_ids": [the first 10]}, `differ`
+        counting the records stored already whose content or tags differ (with `update`,
+        they take the record's).
 
         `records` is a list, or gives the records again each time it is iterated; each is
         checked before anything is written (unless `checked`: Records of check_records). The
@@ -3538,7 +3539,11 @@ class _Load:
         finally:
             db.execute(f"PRAGMA cache_size = {int(cache)}")
         _log_skipped("import", self.dropped)
-        return {"loaded": self.loaded, "skipped": self.skipped, "differ": len(self.differ)}
+        first = sorted(self.differ)[:10]  # their ids, for the person importing to look at
+        named = [record.id for position, record in enumerate(
+            itertools.islice(self.records, first[-1] + 1) if first else ()) if position in first]
+        return {"loaded": self.loaded, "skipped": self.skipped, "differ": len(self.differ),
+                "differ_ids": named}
 
     def insert_all(self):
         """The memories, without their links, in chunks sized by their pace."""
@@ -4357,6 +4362,7 @@ def _parser():
         "~/flood/memory); every command is safe while servers run, and looking is not an "
         "access."))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.commands = commands.choices  # for a mistake found after a command's own parse
 
     def command(name, about):
         return commands.add_parser(name, help=about, description=about)
@@ -4660,16 +4666,22 @@ def _import(store, args, records, report):
         _say(f"flood-memory: {_memories(done['differ'])} stored already took the file's "
              f"content and tags")
     elif done["differ"]:
+        shown = done["differ_ids"][:10]
         _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
              f"and were left as they are: import it again with --update to apply the file's "
              f"content and tags, or change them one by one with store.py edit ID")
+        _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
+                                       if done["differ"] > len(shown) else ""))
     if report is not None:
         _say(_official_summary(report))
     return 0
 
 
 def main(argv=None, environ=None):
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if extra:  # said by the command's parser, which names the command and its --help
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     environ = os.environ if environ is None else environ
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="flood-memory: %(levelname)s: %(message)s")
@@ -4714,9 +4726,14 @@ def main(argv=None, environ=None):
             if command == "import":
                 return _import(store, args, records, report)
             if command in ("list", "search"):
+                searched = {}
                 nodes = store.newest(args.tag, args.since, args.until, args.limit) \
                     if command == "list" else store.search(" ".join(args.words), args.tag,
-                                                           args.limit, count=False)
+                                                           args.limit, count=False,
+                                                           report=searched)
+                if searched.get("cut"):
+                    _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words "
+                         f"were searched for")
                 _print_nodes(store, nodes, args)
             elif command == "show":
                 _show(store, args)

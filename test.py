@@ -5085,7 +5085,8 @@ class LoadTest(TempDirTest):
                 db.close()
 
         with linking_in_steps(s, 5, 2, meddle) as steps:
-            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": 0})
+            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": 0,
+                                             "differ_ids": []})
         self.assertGreater(len(steps), 3)
         self.assertEqual(len(nulled), 3)
         self.assertEqual(s.count(), 40)
@@ -5287,10 +5288,13 @@ class CommandLineTest(TempDirTest):
                 self.assertEqual(status, 0)
                 self.assertIn(f"usage: store.py {command}", out)
         self.assertFalse([f for f in os.listdir(self.dir) if "help" in f])  # it wrote --help
-        for args in (("delete", "x"), ("list", "--limit"), ()):
+        for args in (("delete", "x"), ("list", "--limit"), (), ("list", "--bogus")):
             status, out, err = self.cli(*args)
             self.assertEqual(status, 2)
             self.assertEqual(len(err.splitlines()), 1, err)
+        # A mistake the command's parser leaves over is said as the command's own
+        self.assertIn("flood-memory: list: unrecognized arguments: --bogus (see store.py list "
+                      "--help)", err)
 
     def test_list_shows_the_newest_first_a_line_each_and_counts_no_access(self):
         status, out, _ = self.cli("list")
@@ -5317,6 +5321,9 @@ class CommandLineTest(TempDirTest):
         self.assertEqual([n["id"] for n in json.loads(out)],
                          [n["id"] for n in self.store.search("Sofia's birthday June")])
         self.assertIn(self.june["id"][:8], self.cli("search", "seven")[1])
+        status, out, err = self.cli("search", *["wombat"] * store.MAX_QUERY_WORDS, "seven")
+        self.assertIn(f"only the first {store.MAX_QUERY_WORDS} words were searched for", err)
+        self.assertNotIn("were searched for", self.cli("search", "seven")[2])
 
     def test_show_gives_the_whole_memory_and_where_its_links_lead(self):
         status, out, _ = self.cli("show", self.june["id"][:5].upper())
@@ -5546,6 +5553,8 @@ class CommandLineTest(TempDirTest):
         self.assertEqual(status, 0, err)
         self.assertIn("2 memories stored already differ in the file and were left as they "
                       "are: import it again with --update", err)
+        self.assertEqual(err.splitlines()[-1].split(), sorted(
+            [self.tea["id"], self.churn["id"]], key=[l["id"] for l in lines].index))
         self.assertEqual(self.store.get(self.tea["id"])["content"], self.tea["content"])
         status, _, err = self.cli("import", path, "--update")
         self.assertIn("2 memories stored already took the file's content and tags", err)
