@@ -7131,7 +7131,10 @@ def replication_round(n, args, version, work):
         row.update(restored=0, missing=len(acked), late=len(acked), integrity="-", fts="-",
                    check=f"restore failed: {(out.stderr or out.stdout).strip()[-200:]}")
     else:
-        missing = lost_writes(restored_db, acked)
+        try:
+            missing = lost_writes(restored_db, acked)
+        except sqlite3.DatabaseError:  # a damaged replica: nothing in it counts as kept
+            missing = list(acked)
         row.update(restored=len(acked) - len(missing), missing=len(missing),
                    late=sum(acked[i] < lost - args.sync_interval - 1 for i in missing))
         db = sqlite3.connect(restored_db)
