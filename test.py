@@ -7060,6 +7060,11 @@ def import_file(path, count, rnd):
                 "source": "", "created_at": at, "last_accessed": at, "access_count": 0}) + "\n")
 
 
+def one_line(text, width=300):
+    """What a check printed, its lines joined, for a round's one line."""
+    return "; ".join(line.strip() for line in text.strip().splitlines())[:width]
+
+
 def tree_bytes(path):
     return sum(os.path.getsize(os.path.join(root, name))
                for root, _, names in os.walk(path) for name in names)
@@ -7140,7 +7145,7 @@ def replication_round(n, args, version, work):
         db = sqlite3.connect(restored_db)
         try:
             found = [r for (r,) in db.execute("PRAGMA integrity_check")]
-            row["integrity"] = "ok" if found == ["ok"] else "; ".join(found[:2])[:80]
+            row["integrity"] = "ok" if found == ["ok"] else one_line("\n".join(found[:2]), 80)
             row["memories"] = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             row["integrity"] = str(exc)
@@ -7148,13 +7153,13 @@ def replication_round(n, args, version, work):
             db.close()
         row["fts"] = "ok" if fts_agrees(restored_db) else "disagrees"
         check = run_store(store_command("check"), env=store_env(restored))
-        row["check"] = "ok" if check.returncode == 0 else check.stdout.strip()[:300]
+        row["check"] = "ok" if check.returncode == 0 else one_line(check.stdout)
         if "an import was interrupted" in check.stdout:  # the README's answer: import again
             run_store(store_command("import", records), env=store_env(restored))
             again = run_store(store_command("check"), env=store_env(restored))
             row["check"] = ("ok once imported again" if again.returncode == 0
-                            else again.stdout.strip()[:300])
-    row["bytes"] = tree_bytes(replica) / max(1, row.get("memories", 0))
+                            else one_line(again.stdout))
+    row["bytes"] = f"{tree_bytes(replica) / row['memories']:,.0f}" if row.get("memories") else "-"
     with open(os.path.join(base, "litestream.log"), errors="replace") as f:
         row["locked"] = f.read().count("database is locked")
     for name, bad in (("restore", "restore failed" in row["check"]), ("late", row["late"]),
@@ -7208,7 +7213,7 @@ def replication(argv):
         print(f"round {n:2d}: acknowledged {row['acked']:5,}  restored {row['restored']:5,}  "
               f"missing {row['missing']:3} (late {row['late']})  integrity {row['integrity']}  "
               f"fts {row['fts']}  check {row['check']}  wal peak "
-              f"{row['wal_peak'] / 2**20:.1f} MB  {row['bytes']:,.0f} B/memory  "
+              f"{row['wal_peak'] / 2**20:.1f} MB  {row['bytes']} B/memory  "
               f"import {row['import']}  locked {row['locked']}  "
               + (f"BAD: {', '.join(row['bad'])} (kept)" if row["bad"] else "clean"), flush=True)
     bad = [row for row in rows if row["bad"]]
