@@ -7079,7 +7079,7 @@ def replication_round(n, args, version, work):
     db_path = os.path.join(data, store.DB_NAME)
     records = os.path.join(base, "import.jsonl")
     import_file(records, rnd.randint(30_000, 60_000), rnd)
-    run_store = functools.partial(subprocess.run, capture_output=True, text=True, cwd=HERE)
+    run = functools.partial(subprocess.run, capture_output=True, text=True, cwd=HERE)
     store.open_directory(data).close()  # the empty store, for Litestream to watch
     with open(os.path.join(base, "litestream.yml"), "w") as f:
         f.write(litestream_config(version, db_path, replica, args.sync_interval,
@@ -7129,7 +7129,7 @@ def replication_round(n, args, version, work):
 
     row = {"round": n, "acked": len(acked), "wal_peak": peak[0], "bad": [],
            "import": "finished" if loader_done else "cut"}
-    out = run_store([args.litestream, "restore", "-o", os.path.join(restored, store.DB_NAME),
+    out = run([args.litestream, "restore", "-o", os.path.join(restored, store.DB_NAME),
                      f"file://{replica}"])
     restored_db = os.path.join(restored, store.DB_NAME)
     if out.returncode or not os.path.exists(restored_db):
@@ -7152,11 +7152,11 @@ def replication_round(n, args, version, work):
         finally:
             db.close()
         row["fts"] = "ok" if fts_agrees(restored_db) else "disagrees"
-        check = run_store(store_command("check"), env=store_env(restored))
+        check = run(store_command("check"), env=store_env(restored))
         row["check"] = "ok" if check.returncode == 0 else one_line(check.stdout)
         if "an import was interrupted" in check.stdout:  # the README's answer: import again
-            run_store(store_command("import", records), env=store_env(restored))
-            again = run_store(store_command("check"), env=store_env(restored))
+            run(store_command("import", records), env=store_env(restored))
+            again = run(store_command("check"), env=store_env(restored))
             row["check"] = ("ok once imported again" if again.returncode == 0
                             else one_line(again.stdout))
     row["bytes"] = f"{tree_bytes(replica) / row['memories']:,.0f}" if row.get("memories") else "-"
