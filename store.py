@@ -1,27 +1,30 @@
-"""The memory store: one SQLite file holding the memories, their full-text index, the link
-graph, and the statistics that rank a search. Only this module speaks SQL.
+"""The memory store: one SQLite file holding the memories, their full-text index and the link
+graph. Only this module speaks SQL.
 
 `Store` is the whole persistence API: callers hand it plain Python values and get plain dicts
-and lists back. The module reads top down:
+and lists back. The `nodes` table is the one source of truth: every other table and index in
+the file is derived from it by SQLite itself, in the same transaction (triggers and indexes
+over built-in functions only), so that a program writing `nodes` through the schema, without
+this module, keeps them right too. What SQL cannot compute is computed when it is asked for.
+The module reads top down:
 
-- schema: `SCHEMA`, its version, and `MIGRATIONS`, one function per step from an older file
+- schema: `SCHEMA`, its version, and the upgrade of a file of an older version
 - limits: how much one memory or one call may hold
 - errors: `StoreError` and its kinds, and `_translated`, the one place where SQLite's errors
   become messages a user can act on
 - words: FTS5's `porter` tokenizer redone in Python (unicode61 splitting and folding, then
   Porter stemming), so that a search knows which terms the index holds for a text
 - values: the checks every argument passes before anything is written
-- connections: `Database`, the per-thread connections, the read and write transactions, and
-  the background thread that does the upkeep a write leaves for later
-- ranking index: `RankingIndex`, the term statistics BM25 needs and the impact lists of
-  common terms, kept from a log of changes (`pending`)
-- search: `Search`, one search's two stages, exact BM25 (`top`) then re-scoring (`rerank`)
-- store: `Store`, links both ways, traversal, access counting, backup and restore
-- command line: `python3 store.py export | import | backup | restore`
+- connections: `Database`, the per-thread connections, the read and write transactions
+  (writers of a process take turns, first come first served), and the checkpoints
+- search: `Search`, FTS5's bm25 (stage one) re-scored from what FTS5 holds (stage two)
+- store: `Store`, links both ways, traversal, access counting, checking, loads, backup and
+  restore
+- command line: `python3 store.py list | search | show | edit | forget | tags | stats |
+  check | export | import | backup | restore`, and the official memory server's format
 """
 
 import argparse
-import array
 import codecs
 import collections
 import contextlib
@@ -55,8 +58,37 @@ log = logging.getLogger("flood-memory.store")
 
 # ----------------------------------------------------------------------------- schema
 
-SCHEMA = """
--- One row per memory. `rowid` is implicit; the full-text index and the tables below point at it.
+# The characters Python's str.split() takes for whitespace, as SQL's char() arguments: an exact
+# duplicate may differ from the memory it repeats in these (see _exact_duplicate).
+_SPACES = "char(" + ", ".join(map(str, (9, 10, 11, 12, 13, 28, 29, 30, 31, 32, 133, 160, 5760,
+                                        *range(8192, 8203), 8232, 8233, 8239, 8287,
+                                        12288))) + ")"
+
+# What a memory shares with every exact duplicate of it, computed by SQLite from its content:
+# how many characters it has that are not whitespace, its first and its last of those.
+# (length() of one replace() per kind of space, summed: nesting 29 calls overflows SQLite's
+# parser.) nodes_text indexes them; a memory's are looked up with ? in place of content.
+_TEXT_KEY = (" + ".join(f"length(replace(content, char({c}), ''))"
+                        for c in _SPACES[5:-1].split(", ")) + " - 28 * length(content)",
+             f"substr(ltrim(content, {_SPACES}), 1, 1)",
+             f"substr(rtrim(content, {_SPACES}), -1)")
+
+
+def _json_strings(value):
+    """SQL: whether the column value `value` is NULL or a JSON array of strings."""
+    return (f"({value} IS NULL OR (json_valid({value}) AND json_type({value}) = 'array' AND "
+            f"NOT EXISTS (SELECT 1 FROM json_each({value}) WHERE type <> 'text')))")
+
+
+def _tags_of(value):
+    """SQL: the tags column value `value` as json_each can read it: '[]' unless it is JSON
+    (an older version's file may hold other text there)."""
+    return f"iif(json_valid({value}), {value}, '[]')"
+
+
+SCHEMA = f"""
+-- One row per memory: the one source of truth. `rowid` is implicit; the full-text index and
+-- node_tags point at it. Everything below is derived from this table by SQLite itself.
 CREATE TABLE nodes (
     id TEXT PRIMARY KEY,         -- uuid4, lower case
     content TEXT NOT NULL,       -- the memory itself
@@ -70,6 +102,19 @@ CREATE TABLE nodes (
 );
 -- A time window (recall's since and until) and the newest-first listing read this index.
 CREATE INDEX nodes_created ON nodes (created_at);
+-- Exact duplicates share these (see _TEXT_KEY): remember finds a memory's among a few.
+CREATE INDEX nodes_text ON nodes ({", ".join(_TEXT_KEY)});
+
+-- Tags and links that are not JSON arrays of strings are refused, whoever writes them: every
+-- reader of the table would have to guess at them.
+CREATE TRIGGER nodes_bi BEFORE INSERT ON nodes BEGIN
+    SELECT RAISE(ABORT, 'tags and links must be JSON arrays of strings')
+        WHERE NOT ({_json_strings("new.tags")} AND {_json_strings("new.links")});
+END;
+CREATE TRIGGER nodes_bu BEFORE UPDATE OF tags, links ON nodes BEGIN
+    SELECT RAISE(ABORT, 'tags and links must be JSON arrays of strings')
+        WHERE NOT ({_json_strings("new.tags")} AND {_json_strings("new.links")});
+END;
 
 -- External-content index over nodes.content: the text lives once, in nodes.
 CREATE VIRTUAL TABLE nodes_fts USING fts5(
@@ -89,332 +134,146 @@ CREATE TRIGGER nodes_au AFTER UPDATE OF content ON nodes BEGIN
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
 END;
 
--- Tag index, one row per tag of a memory, kept by triggers: tag filters read no JSON.
+-- One row per tag of a memory: a tag filter reads no JSON.
 CREATE TABLE node_tags (
-    tag TEXT NOT NULL,
+    tag TEXT NOT NULL,           -- as the memory spells it
     node INTEGER NOT NULL,       -- nodes.rowid
     created_at TEXT NOT NULL,    -- the memory's
     PRIMARY KEY (tag, node)      -- whether a memory carries a tag: asked of every match
 ) WITHOUT ROWID;
--- A tag's memories newest first, and within a window, straight from an index range. (The
--- primary key stays (tag, node): a ranked search asks whether a memory carries a tag.)
+-- A tag's memories newest first, and within a window, straight from an index range.
 CREATE INDEX node_tags_created ON node_tags (tag, created_at);
 CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
     INSERT OR IGNORE INTO node_tags (tag, node, created_at)
-        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
+        SELECT value, new.rowid, new.created_at FROM json_each({_tags_of("new.tags")})
+        WHERE type = 'text';
 END;
 CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
-    DELETE FROM node_tags
-        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+    DELETE FROM node_tags WHERE node = old.rowid
+        AND tag IN (SELECT value FROM json_each({_tags_of("old.tags")}));
 END;
 CREATE TRIGGER node_tags_au AFTER UPDATE OF tags, created_at ON nodes BEGIN
-    DELETE FROM node_tags
-        WHERE node = old.rowid AND tag IN (SELECT value FROM json_each(old.tags));
+    DELETE FROM node_tags WHERE node = old.rowid
+        AND tag IN (SELECT value FROM json_each({_tags_of("old.tags")}));
     INSERT OR IGNORE INTO node_tags (tag, node, created_at)
-        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
+        SELECT value, new.rowid, new.created_at FROM json_each({_tags_of("new.tags")})
+        WHERE type = 'text';
 END;
 
--- Every tag in use, with how many memories carry it and its case-folded form, kept by
--- triggers: a tag filter matches by that form ("Maria", "maria" and "MARIA" alike), and a
--- recall that finds nothing names the tags closest to the one asked.
+-- Every tag in use, with how many memories carry it: a tag filter looks up the tag's
+-- spellings here, and a recall that finds nothing names the tags there are.
 CREATE TABLE tags (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a process reads only the new ones
-    tag TEXT NOT NULL UNIQUE,    -- as the memories spell it
-    folded TEXT NOT NULL,        -- tag.casefold(): lower() here folds ASCII, and the Store
-                                 -- the rest (see _fold_tags)
+    tag TEXT PRIMARY KEY,        -- as the memories spell it
     memories INTEGER NOT NULL
-);
-CREATE INDEX tags_folded ON tags (folded);
-CREATE INDEX tags_used ON tags (memories);  -- the most used, for a recall that found nothing
+) WITHOUT ROWID;
+-- A tag's spellings whatever their case: lower() folds ASCII letters; the other tags, whose
+-- case SQLite cannot fold, are compared by Python's str.casefold (see Store._spellings).
+CREATE INDEX tags_folded ON tags (lower(tag));
+CREATE INDEX tags_wide ON tags (tag) WHERE length(CAST(tag AS BLOB)) <> length(tag);
 CREATE TRIGGER tags_ai AFTER INSERT ON node_tags BEGIN
-    INSERT INTO tags (tag, folded, memories) VALUES (new.tag, lower(new.tag), 1)
+    INSERT INTO tags (tag, memories) VALUES (new.tag, 1)
         ON CONFLICT (tag) DO UPDATE SET memories = memories + 1;
 END;
 CREATE TRIGGER tags_ad AFTER DELETE ON node_tags BEGIN
     UPDATE tags SET memories = memories - 1 WHERE tag = old.tag;
     DELETE FROM tags WHERE tag = old.tag AND memories <= 0;
 END;
-
--- Which memories hold the same text and tags, for remember to find an exact duplicate.
-CREATE TABLE fingerprints (
-    hash INTEGER NOT NULL,       -- 64 bits of BLAKE2b over the content with its whitespace
-                                 -- collapsed and the sorted folded tags (see _fingerprint)
-    node INTEGER NOT NULL,       -- nodes.rowid
-    PRIMARY KEY (hash, node)
-) WITHOUT ROWID;
-
--- How many memories hold each term the index holds (a porter stem), as of the last fold of
--- `pending`: a lookup by primary key, where FTS5's fts5vocab would scan its index.
-CREATE TABLE terms (
-    term TEXT PRIMARY KEY,
-    df INTEGER NOT NULL,
-    nodes TEXT                   -- while df <= RARE: the rowids of the memories holding the
-                                 -- term, space-separated (remember's near-duplicate hint)
-) WITHOUT ROWID;
-
--- Terms so common ("hot") that ranking them through FTS5 would read much of the index. Each
--- has an impact list in hot_postings holding the memories whose impact exceeds `floor`.
-CREATE TABLE hot_terms (
-    term TEXT PRIMARY KEY,
-    floor REAL NOT NULL,         -- every memory with a larger impact is in hot_postings
-    avgdl REAL NOT NULL,         -- average memory length (tokens) the impacts were taken at
-    size INTEGER NOT NULL        -- rows in hot_postings for the term
-) WITHOUT ROWID;
-
-CREATE TABLE hot_postings (
-    term TEXT NOT NULL,
-    impact REAL NOT NULL,        -- BM25's term-frequency part: tf(k1+1) / (tf + k1(1-b+b dl/avgdl))
-    node INTEGER NOT NULL,       -- nodes.rowid
-    PRIMARY KEY (term, impact, node)
-) WITHOUT ROWID;
-CREATE INDEX hot_postings_node ON hot_postings (node);
-
--- Memories added or removed since terms and the impact lists were last brought up to date,
--- in order. A write appends one row here instead of updating a row of `terms` per word of
--- the memory (some 40 pages of the log per remember, against 1); the background thread folds
--- them in, and a search counts the rows still here (see RankingIndex).
-CREATE TABLE pending (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- the order of the changes
-    node INTEGER NOT NULL,       -- nodes.rowid
-    sign INTEGER NOT NULL,       -- +1: the memory was added; -1: removed (or its content replaced)
-    counts TEXT NOT NULL,        -- JSON object: term -> occurrences in the memory
-    length INTEGER NOT NULL      -- tokens in the memory, as FTS5 counts them
-);
-
--- Work a load has left to do, set in the transaction that leaves it, cleared once done.
--- 'count': memories were inserted without counting their terms, to count them all at once
--- at the load's end; until then a search does not find them. 'links': memories were given
--- links whose back-links come after. An interrupted load leaves it, and the next process to
--- look (an open, a load, a server's upkeep) does the work (for 'links', it makes every link
--- two-way), once its owner has not beaten for OWED_LEASE seconds.
-CREATE TABLE owed (
-    work TEXT PRIMARY KEY,
-    beat REAL NOT NULL           -- when its owner last wrote, in Unix time
-) WITHOUT ROWID;
 """
 
 # Versions of SCHEMA, kept in PRAGMA user_version:
 # 1: nodes, nodes_fts and its three triggers, as SPEC.md gives them.
 # 2: nodes_au fires on content only; node_tags; terms, hot_terms and hot_postings for ranking.
-# 3: no new tables: terms re-counted where memories hold non-ASCII text, whose words version 2
-#    folded differently from unicode61 (Hangul split into letters, Greek accents dropped).
-# 4: pending, the log of changes the ranking statistics have yet to count.
-# 5: time and duplicates: created_at in one UTC form and indexed (nodes_created), and in
-#    node_tags (node_tags_created); fingerprints; terms.nodes, the holders of rare terms.
-# 6: owed, the work an interrupted load left to do; tags, every tag with its folded form, and
-#    fingerprints over folded tags.
-SCHEMA_VERSION = 6
-
-
-def _statements(script):
-    """Split a schema script into statements (a trigger body holds `;` until its END)."""
-    statements, current = [], ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
-            continue
-        current += line
-        if sqlite3.complete_statement(current):
-            statements.append(current.strip())
-            current = ""
-    return statements
-
-
-def _create(db, *names):
-    """Run the CREATE statements of SCHEMA for the objects whose names start with `names`.
-
-    A migration creates what its version added this way, so the DDL is written once. Should a
-    later version change one of those objects, that migration must spell out its own DDL.
-    """
-    for statement in _statements(SCHEMA):
-        words = statement.split()
-        name = words[3] if words[1] == "VIRTUAL" else words[2]
-        if name.startswith(names):
-            db.execute(statement)
-
-
-def _migrate_from_1(db):
-    """SPEC.md's schema: the tag index and the ranking tables, links made two-way, terms
-    counted."""
-    db.execute("DROP TRIGGER nodes_au")
-    _create(db, "nodes_au", "hot_")
-    # node_tags and terms as version 2 had them; version 5 remakes them.
-    db.execute("CREATE TABLE node_tags (tag TEXT NOT NULL, node INTEGER NOT NULL, "
-               "PRIMARY KEY (tag, node)) WITHOUT ROWID")
-    db.execute("CREATE TABLE terms (term TEXT PRIMARY KEY, df INTEGER NOT NULL) WITHOUT ROWID")
-    _repair_links(db)  # written by tools that may not have mirrored them
-    _recount(db)
-
-
-def _migrate_from_2(db):
-    """Version 2 folded non-ASCII words differently from unicode61: count them again."""
-    if db.execute("SELECT 1 FROM nodes WHERE length(CAST(content AS BLOB)) <> length(content) "
-                  "LIMIT 1").fetchone():
-        _recount(db)
-
-
-def _migrate_from_3(db):
-    """The log of changes, so that a write no longer updates a row of terms per word."""
-    _create(db, "pending")
-
-
-def _migrate_from_4(db):
-    """Time and duplicates: created_at in one UTC form, indexed, and in node_tags; the
-    fingerprint of every memory; the holders of every rare term."""
-    changed = []
-    for rowid, created, accessed in db.execute(
-            "SELECT rowid, created_at, last_accessed FROM nodes"):
-        try:
-            fixed = (_utc(created), _utc(accessed))
-        except ValueError:
-            continue  # not a time at all: left as it was, and outside every window
-        if fixed != (created, accessed):
-            changed.append((*fixed, rowid))
-    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?",
-                   changed)
-    for trigger in ("node_tags_ai", "node_tags_ad", "node_tags_au"):
-        db.execute(f"DROP TRIGGER IF EXISTS {trigger}")
-    db.execute("DROP TABLE node_tags")
-    _create(db, "nodes_created", "node_tags", "fingerprints")
-    db.execute("INSERT OR IGNORE INTO node_tags (tag, node, created_at) SELECT j.value, "
-               "n.rowid, n.created_at FROM nodes n, json_each(n.tags) j "
-               "WHERE json_valid(n.tags) AND j.type = 'text'")
-    cursor = db.execute("SELECT rowid, content, tags FROM nodes")
-    while rows := cursor.fetchmany(5000):
-        db.executemany("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
-                       [(_fingerprint(content, _strings(tags)), rowid)
-                        for rowid, content, tags in rows])
-    db.execute("ALTER TABLE terms ADD COLUMN nodes TEXT")
-    _list_rare(db)
-
-
-def _owe(db, work):
-    """Mark `work` as owed, or beat for it (see owed), inside a write transaction."""
-    db.execute("INSERT INTO owed (work, beat) VALUES (?, ?) ON CONFLICT (work) "
-               "DO UPDATE SET beat = excluded.beat", (work, time.time()))
-
-
-def _claimed(database, work, claim):
-    """Whether `work` is owed and this process may do it: without `claim`, whenever it is
-    owed (its owner asks); with it, once its owner has stopped beating for OWED_LEASE
-    seconds, and it is taken over (two processes cannot both)."""
-    row = database.connection().execute("SELECT beat FROM owed WHERE work = ?",
-                                        (work,)).fetchone()
-    if row is None or not claim:
-        return row is not None
-    if row[0] > time.time() - OWED_LEASE:
-        return False
-    with database.write() as db:
-        return db.execute("UPDATE owed SET beat = ? WHERE work = ? AND beat <= ?",
-                          (time.time(), work, time.time() - OWED_LEASE)).rowcount == 1
-
-
-def _migrate_from_5(db):
-    """The work a load left to do (see owed); the tags with their folded forms, and the
-    fingerprints of memories whose tags fold to other spellings."""
-    _create(db, "owed", "tags")
-    db.execute("INSERT INTO tags (tag, folded, memories) SELECT tag, lower(tag), count(*) "
-               "FROM node_tags GROUP BY tag")
-    _fold_tags(db, [t for (t,) in db.execute("SELECT tag FROM tags")])
-    changed = []
-    for rowid, content, tags in db.execute("SELECT rowid, content, tags FROM nodes "
-                                           "WHERE tags NOT IN ('[]', '')"):
-        tags = _strings(tags)
-        if any(t != t.casefold() for t in tags):
-            changed.append((rowid, _fingerprint(content, tags, fold=False),
-                            _fingerprint(content, tags)))
-    db.executemany("UPDATE fingerprints SET hash = ? WHERE node = ? AND hash = ?",
-                   [(new, rowid, old) for rowid, old, new in changed])
-
-
-# MIGRATIONS[v] takes a version-v database to version v + 1, inside the one transaction that
-# also sets the new version. Impact lists a migration leaves missing are built after it.
-MIGRATIONS = {1: _migrate_from_1, 2: _migrate_from_2, 3: _migrate_from_3, 4: _migrate_from_4,
-              5: _migrate_from_5}
+# 3: terms re-counted where memories hold non-ASCII text.
+# 4: pending, the log of changes the ranking statistics had yet to count.
+# 5: created_at in one UTC form and indexed (nodes_created), and in node_tags
+#    (node_tags_created); fingerprints of exact duplicates; terms.nodes.
+# 6: owed, the work an interrupted load left to do; tags, every tag with its folded form.
+# 7: one table, one index: terms, hot_terms, hot_postings, pending, owed and fingerprints
+#    gone (FTS5 ranks; exact duplicates are found through nodes_text); tags and links that
+#    are not JSON arrays of strings refused (nodes_bi, nodes_bu); tags folded at query time.
+SCHEMA_VERSION = 7
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
                 "nodes_fts_config"}
 
 
-def _recount(db, rare=True):
-    """Count every term again from FTS5's own vocabulary (SQLite counts in C what Python
-    would have to tokenize again), and drop the impact lists, to be built anew. The lists of
-    rare terms are made too, unless `rare` is false: then they stay unknown (NULL) until
-    _list_rare makes them, range by range in short transactions."""
-    log.info("counting the terms of every memory")
-    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab "
-               "USING fts5vocab(main, nodes_fts, row)")
-    for table in ("terms", "hot_terms", "hot_postings"):
-        db.execute(f"DELETE FROM {table}")
-    db.execute("INSERT INTO terms (term, df) SELECT term, doc FROM temp.nodes_vocab")
-    if db.execute("SELECT 1 FROM sqlite_master WHERE name = 'pending'").fetchone():
-        db.execute("DELETE FROM pending")
-    if rare and "nodes" in {row[1] for row in db.execute("PRAGMA table_info(terms)")}:
-        _list_rare(db)
+def _statements(script):
+    """Split a schema script into (name, statement) pairs (a trigger body holds `;` until its
+    END)."""
+    statements, current = [], ""
+    for line in script.splitlines(keepends=True):
+        if line.lstrip().startswith("--"):
+            continue
+        current += line
+        if sqlite3.complete_statement(current):
+            words = current.split()
+            statements.append((words[3] if words[1] == "VIRTUAL" else words[2], current.strip()))
+            current = ""
+    return statements
 
 
-def _list_rare(db, low="", high=None):
-    """Fill terms.nodes for the rare terms from `low` up to (not including) `high`, from
-    FTS5's own record of where each term is."""
-    db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
-               "USING fts5vocab(main, nodes_fts, instance)")
-    within = "{0}term >= ?" + ("" if high is None else " AND {0}term < ?")  # {0}: a table
-    bounds = (low,) if high is None else (low, high)
-    # A rare term no memory holds any more (forgotten since the count; the log holds its
-    # change, to be folded later) has an empty list, not an unknown one.
-    holders = {term: set() for (term,) in db.execute(
-        f"SELECT term FROM terms WHERE df <= {int(RARE)} AND nodes IS NULL AND "
-        f"{within.format('')}", bounds)}
-    # Each rare term looked up in the vocabulary, rather than every term of the range read
-    # and the rare kept: the rare are few among the instances.
-    for term, doc in db.execute(
-            f"SELECT term, doc FROM temp.nodes_vocab_instance WHERE term IN (SELECT term "
-            f"FROM terms WHERE df <= {int(RARE)} AND {within.format('')})", bounds):
-        holders.setdefault(term, set()).add(doc)
-    db.executemany("UPDATE terms SET nodes = ? WHERE term = ?",
-                   [(_rowid_list(docs), term) for term, docs in holders.items()])
+def _upgrade(db, version):
+    """Bring a file of schema `version` to this one, inside the caller's write transaction.
+
+    `nodes` is kept, its times put in the stored form (before version 5) and its links made
+    two-way (version 1: written by tools that may not have mirrored them); everything derived
+    from it is made again. The full-text index is kept from version 2 on, as this module made
+    it; version 1's, made by anyone, is made anew.
+    """
+    if version < 5:
+        _fix_times(db)
+    keep = {"nodes"} if version == 1 else {"nodes", *_SPEC_TABLES}
+    for kind, name in db.execute(
+            "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'index', 'table') "
+            "AND name NOT LIKE 'sqlite%' ORDER BY type = 'table'").fetchall():
+        if name not in keep:
+            db.execute(f"DROP {kind.upper()} IF EXISTS \"{name}\"")
+    for name, statement in _statements(SCHEMA):
+        if name not in keep:
+            db.execute(statement)
+    if version == 1:
+        db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
+        _repair_links(db)
+    _fill_tags(db)
 
 
-def _term_ranges(db, instances):
-    """Bounds [(low, high)] splitting the terms into ranges holding about `instances`
-    occurrences each (high None for the last)."""
-    bounds, total = [""], 0
-    for term, df in db.execute("SELECT term, df FROM terms ORDER BY term"):
-        if total >= instances:
-            bounds.append(term)
-            total = 0
-        total += df
-    return list(zip(bounds, bounds[1:] + [None]))
+def _fix_times(db):
+    """created_at and last_accessed in the stored form (versions before 5 kept them as given)."""
+    changed = []
+    for rowid, created, accessed in db.execute(
+            "SELECT rowid, created_at, last_accessed FROM nodes"):
+        try:
+            fixed = (_utc(created), _utc(accessed))
+        except ValueError:
+            continue  # not a time at all: left as it was, outside every window (check names it)
+        if fixed != (created, accessed):
+            changed.append((*fixed, rowid))
+    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?",
+                   changed)
 
 
-def _link_problems(db):
-    """Links that lead to no memory, or have no back-link, in words."""
-    links = {i: set(_strings(text)) for i, text in db.execute("SELECT id, links FROM nodes")}
-    nowhere = sum(1 for ts in links.values() for t in ts if t not in links)
-    one_way = sum(1 for i, ts in links.items() for t in ts if t in links and i not in links[t])
-    return ([f"{nowhere:,} link{'s lead' if nowhere > 1 else ' leads'} to no memory"]
-            if nowhere else []) + \
-        ([f"{one_way:,} link{'s have' if one_way > 1 else ' has'} no back-link"]
-         if one_way else [])
+def _fill_tags(db):
+    """node_tags (and through its trigger, tags) made from the memories' tags."""
+    db.execute("DELETE FROM node_tags")
+    db.execute("DELETE FROM tags")
+    db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) SELECT j.value, "
+               f"n.rowid, n.created_at FROM nodes n, json_each({_tags_of('n.tags')}) j "
+               f"WHERE j.type = 'text'")
 
 
 def _repair_links(db):
-    """Make every link two-way and drop links to missing memories and to themselves."""
-    links = {}
-    for node_id, text in db.execute("SELECT id, links FROM nodes"):
-        try:
-            value = json.loads(text or "[]")
-        except ValueError:
-            value = []
-        links[node_id] = [i for i in value if isinstance(i, str)] if \
-            isinstance(value, list) else []
+    """Make every link two-way, and drop links to missing memories and to themselves."""
+    text = dict(db.execute("SELECT id, links FROM nodes"))
+    links = {node_id: _strings(value) for node_id, value in text.items()}
     repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
                 for i, ts in links.items()}
     for node_id, targets in list(repaired.items()):
         for target in targets:
             if node_id not in repaired[target]:
                 repaired[target].append(node_id)
-    changed = [(_json(ts), i) for i, ts in repaired.items() if ts != links[i]]
+    changed = [(_json(ts), i) for i, ts in repaired.items()
+               if ts != links[i] or not _string_array(text[i])]
     if changed:
         log.info("repairing the links of %d memories", len(changed))
         db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
@@ -436,18 +295,14 @@ MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest ar
 CLOSEST_TAGS = 5        # tags a recall that found nothing names...
 MEASURED = 100          # ...found among this many, those closest by their letters
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
-LOAD_CHUNK = 4_000      # memories in a load's first transaction of inserts...
+LOAD_CHUNK = 4_000      # memories in a load's first transaction...
 LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
-LOAD_INSTANCES = 250_000 # word occurrences whose rare terms one transaction lists
-LOAD_STEP = 0.25        # seconds after which a load's step of impact lists ends
-LINK_BATCH = 20_000     # links, or back-links, a load makes in one transaction
-OWED_LEASE = 60.0       # seconds without a beat after which owed work is taken over
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): random keys
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
-UPKEEP_EVERY = 128      # write transactions between two rounds of background upkeep...
-UPKEEP_PAUSE = 1.0      # ...or seconds of quiet after a write
+CHECKPOINT_EVERY = 128  # write transactions between two background checkpoints...
+CHECKPOINT_PAUSE = 1.0  # ...or seconds of quiet after a write
 WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
 WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
 WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
@@ -914,16 +769,6 @@ def _window_end(value, name):
         raise InvalidInput(f"{name} must be {TIME_FORMS}; got {_shorten(value)}") from None
 
 
-def _fingerprint(content, tags, fold=True):
-    """What makes two memories exact duplicates, as a signed 64-bit integer: the content with
-    its whitespace trimmed and collapsed, and the set of tags, whatever their case (not
-    folded: as version 5 made it)."""
-    key = " ".join(content.split()) + "\0" + "\0".join(
-        sorted({t.casefold() if fold else t for t in tags if isinstance(t, str)}))
-    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
 def _strings(text):
     """The strings of a JSON array (a `tags` or `links` column value), as a list: nothing,
     for a value that is not one."""
@@ -932,10 +777,6 @@ def _strings(text):
     except ValueError:
         return []
     return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
-
-
-def _rowid_list(rowids):
-    return " ".join(map(str, sorted(rowids)))
 
 
 def _kind(value):
@@ -1023,13 +864,6 @@ def _tags(values):
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"a memory may have at most {MAX_TAGS} tags, got {len(tags)}")
     return list(tags.values())
-
-
-def _fold_tags(db, tags):
-    """Give the tags among `tags` whose case-folded form SQLite's lower() gets wrong (it
-    folds ASCII only) their form in the tags table."""
-    db.executemany("UPDATE tags SET folded = ? WHERE tag = ? AND folded <> ?",
-                   [(t.casefold(), t, t.casefold()) for t in tags if not t.isascii()])
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -1142,12 +976,14 @@ _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_
 
 
 def _node(row):
-    """A memory as callers get it, from a row of _COLUMNS."""
+    """A memory as callers get it, from a row of _COLUMNS. Tags and links that are not JSON
+    arrays of strings (left by another program in a file from before version 7) read as the
+    strings they hold."""
     return {
         "id": row[0],
         "content": row[1],
-        "tags": json.loads(row[2] or "[]"),
-        "links": json.loads(row[3] or "[]"),
+        "tags": _strings(row[2]),
+        "links": _strings(row[3]),
         "source": row[4] or "",
         "created_at": row[5],
         "last_accessed": row[6],
@@ -1203,21 +1039,115 @@ def _carrying(tags, column):
     return sql, [t for spellings in (*joined, *rest) for t in spellings]
 
 
+
+
+# ----------------------------------------------------------------------------- checking
+#
+# Any program may write `nodes`: SQLite keeps what is derived from it right, and refuses
+# tags and links that are not JSON arrays of strings; what else another program may write
+# that this one would not (a link to a missing memory, an exact duplicate) is stored as
+# written, worked around where it is read, and named by `store.py check`.
+
+
+def _clean_tags(text):
+    """The tags of a tags column value as remember stores them; those it would refuse (empty,
+    with control characters, too long) left out."""
+    kept = []
+    for tag in _strings(text):
+        with contextlib.suppress(InvalidInput):
+            kept += _tags([tag])
+    return _tags(kept[:MAX_TAGS]) if kept else []
+
+
+def _string_array(text):
+    """Whether a tags or links column value is NULL or a JSON array of strings."""
+    try:
+        value = json.loads(text) if text is not None else []
+    except ValueError:
+        return False
+    return isinstance(value, list) and all(isinstance(t, str) for t in value)
+
+
+def _tag_trouble(text):
+    """What is wrong with a tags column value, in words, or None if remember could have
+    written it."""
+    if not _string_array(text):
+        return "are not a JSON array of strings"
+    if text is not None and _clean_tags(text) != json.loads(text):
+        return ("are not as remember stores them (empty or too long, with surrounding space "
+                "or control characters, or repeated in another case)")
+    return None
+
+
+def _derived_problems(db):
+    """Where node_tags and tags disagree with the memories' tags, in words."""
+    problems = []
+    expected = (f"SELECT j.value, n.rowid, n.created_at FROM nodes n, "
+                f"json_each({_tags_of('n.tags')}) j WHERE j.type = 'text'")
+    kept = "SELECT tag, node, created_at FROM node_tags"
+    if db.execute(f"SELECT EXISTS ({expected} EXCEPT {kept}) OR "
+                  f"EXISTS ({kept} EXCEPT {expected})").fetchone()[0]:
+        problems.append("node_tags disagrees with the memories' tags")
+    counted = "SELECT tag, count(*) FROM node_tags GROUP BY tag"
+    if db.execute(f"SELECT EXISTS ({counted} EXCEPT SELECT tag, memories FROM tags) OR "
+                  f"EXISTS (SELECT tag, memories FROM tags EXCEPT {counted})").fetchone()[0]:
+        problems.append("the tags table disagrees with the memories' tags")
+    return problems
+
+
+def _rule_breakers(db):
+    """What another program wrote into nodes that remember would not have, in words: the
+    kind, how many memories, the first ids, and what to do where check --repair cannot."""
+    found = collections.defaultdict(list)  # what is wrong -> ids of the memories
+    links = {}
+    for node_id, tags, text, created, accessed in db.execute(
+            "SELECT id, tags, links, created_at, last_accessed FROM nodes"):
+        trouble = _tag_trouble(tags)
+        if trouble:
+            found[f"memories whose tags {trouble}"].append(node_id)
+        if not _string_array(text):
+            found["memories whose links are not a JSON array of ids"].append(node_id)
+        links[node_id] = _strings(text)
+        if not all(isinstance(t, str) and _STORED_TIME.fullmatch(t) for t in (created, accessed)):
+            found["memories whose times are not in the stored form (2026-11-23T14:00:00.000Z), "
+                  "so outside every time window: correct them with sqlite3"].append(node_id)
+        if not isinstance(node_id, str) or not _CANONICAL_ID.fullmatch(node_id):
+            found["memories whose id is not a memory id (a lower-case uuid), so that no tool "
+                  "can name them: correct them with sqlite3"].append(str(node_id))
+    for node_id, targets in links.items():
+        if node_id in targets:
+            found["memories linking to themselves"].append(node_id)
+        if any(t not in links for t in targets):
+            found["memories linking to memories that are not there"].append(node_id)
+        if any(t in links and node_id not in links[t] for t in targets):
+            found["memories whose links lack their back-link"].append(node_id)
+    for (rowids,) in db.execute(f"SELECT group_concat(rowid) FROM nodes GROUP BY "
+                                f"{', '.join(_TEXT_KEY)} HAVING count(*) > 1").fetchall():
+        first = {}
+        for node_id, content, tags in db.execute(
+                f"SELECT id, content, tags FROM nodes WHERE rowid IN ({rowids}) ORDER BY rowid"):
+            key = (" ".join(content.split()), _folded_tags(tags))
+            if key in first:
+                found["memories repeating an older one exactly: forget them (store.py "
+                      "forget ID)"].append(node_id)
+            first.setdefault(key, node_id)
+    return [f"{what}: {len(ids):,} ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
+            for what, ids in found.items()]
+
 # ----------------------------------------------------------------------------- connections
 
 
 class WriteQueue:
-    """The writers of this process, first come first served, and the small changes handed
-    over to whichever of them writes next. A plain lock lets the thread that releases it take
-    it again at once, and SQLite's own wait polls with sleeps: under many HTTP clients either
-    let some writes wait past any bound. Each waiting thread blocks on a lock of its own, and
-    the turn goes to the first alone (waking them all woke every waiting thread a write)."""
+    """The writers of this process, first come first served. A plain lock lets the thread that
+    releases it take it again at once, and SQLite's own wait polls with sleeps: under many
+    HTTP clients either let some writes wait past any bound. Each waiting thread blocks on a
+    lock of its own, and the turn goes to the first alone (waking them all woke every waiting
+    thread a write)."""
 
     def __init__(self):
         self._lock = threading.Lock()          # guards the fields below
         self._taken = False
         self._waiting = collections.deque()    # one held lock per waiting thread, in order
-        self._handed = []                      # changes for the next write transaction
 
     def take(self, timeout):
         """True once it is the caller's turn to write; False, and out of the queue, after
@@ -1226,8 +1156,6 @@ class WriteQueue:
             if not self._taken:
                 self._taken = True
                 return True
-            if timeout <= 0:
-                return False
             mine = threading.Lock()
             mine.acquire()
             self._waiting.append(mine)
@@ -1246,25 +1174,6 @@ class WriteQueue:
                 self._waiting.popleft().release()
             else:
                 self._taken = False
-
-    def hand_over(self, change):
-        """Keep change(db) for the next write transaction to make."""
-        with self._lock:
-            self._handed.append(change)
-
-    def handed(self):
-        """The changes handed over so far, taken out of the queue."""
-        with self._lock:
-            handed, self._handed = self._handed, []
-        return handed
-
-    def hand_back(self, changes):
-        """Changes a transaction took and could not commit: for the next one."""
-        with self._lock:
-            self._handed[:0] = changes
-
-    def __bool__(self):
-        return bool(self._handed)
 
 
 # Connections this process has open, by the real path of their file (see _check_file).
@@ -1318,18 +1227,17 @@ def _log_bytes(path):
 class Database:
     """The SQLite file as this process uses it: the connections (one per thread, each set up
     the same way), the read and write transactions, SQLite's errors in words, and a
-    background thread that, after UPKEEP_EVERY writes or a quiet UPKEEP_PAUSE, runs `upkeep`
-    (work a write leaves for later) and checkpoints the log, so that no request waits for
-    either. Compare coverage.py's SqliteDb and datasette's Database."""
+    background thread that checkpoints the log after CHECKPOINT_EVERY writes or a quiet
+    CHECKPOINT_PAUSE, so that a commit seldom pays for one. Compare coverage.py's SqliteDb
+    and datasette's Database."""
 
-    def __init__(self, path, timeout=BUSY_TIMEOUT, upkeep=None):
+    def __init__(self, path, timeout=BUSY_TIMEOUT):
         self.path = path
         self.timeout = timeout
-        self.upkeep = upkeep            # upkeep() -> True while it has more to do
         self._local = threading.local()
         self._lock = threading.Lock()   # guards the fields below
         self._open = set()
-        self._writes = 0                # write transactions since the last upkeep
+        self._writes = 0                # write transactions since the last checkpoint
         self._worker = None             # the background thread, while it runs
         self._wake = threading.Event()
         self._closing = False
@@ -1345,12 +1253,13 @@ class Database:
                 db = sqlite3.connect(self.path, timeout=BUSY_POLL, isolation_level=None,
                                      check_same_thread=False)
                 db.execute("PRAGMA foreign_keys=ON")
+                # FTS5's vocabulary, for the df of a search's terms (see _doc_counts); made
+                # before anything can make the connection read-only, as a temporary table is
+                # written.
+                db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
+                           "USING fts5vocab(main, nodes_fts, row)")
                 # In WAL mode NORMAL keeps every committed transaction across a killed process.
                 db.execute("PRAGMA synchronous=NORMAL")
-                # Checkpoints run in the background, not in a commit, unless writes come so
-                # fast that the log outgrows WAL_PAGES: a background checkpoint racing a
-                # stream of writes never finishes, and only a finished one lets the log
-                # start over (test_the_log_stays_bounded_under_back_to_back_writes).
                 self._set_log(db, replicated(self.path))
             except sqlite3.Error as exc:
                 raise _translated(exc, "open the memory database", self.timeout,
@@ -1362,10 +1271,14 @@ class Database:
         return db
 
     def _set_log(self, db, replicated):
-        """How `db` checkpoints. Under Litestream, checkpoints are Litestream's, and the log
-        is never cut short: a cut takes frames that Litestream 0.3.x has not copied yet (its
-        replicas came back corrupt) or makes it start a new generation. A commit still
-        checkpoints past WAL_BOUND, in case the sign of Litestream is stale."""
+        """How `db` checkpoints. Checkpoints run in the background, not in a commit, unless
+        writes come so fast that the log outgrows WAL_PAGES: a background checkpoint racing a
+        stream of writes never finishes, and only a finished one lets the log start over
+        (test_the_log_stays_bounded_under_back_to_back_writes). Under Litestream, checkpoints
+        are Litestream's, and the log is never cut short: a cut takes frames that Litestream
+        0.3.x has not copied yet (its replicas came back corrupt) or makes it start a new
+        generation. A commit still checkpoints past WAL_BOUND, in case the sign of Litestream
+        is stale."""
         if replicated:
             page = db.execute("PRAGMA page_size").fetchone()[0]
             db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_BOUND // page)}")
@@ -1380,7 +1293,7 @@ class Database:
         Litestream to checkpoint it (it does after each sync, every second), so that the log
         stays short; if it has not within WAL_WAIT seconds, it is not running (its directory
         outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting first.
-        (A stream of remembers alone writes up to 60 MB of log a second.)"""
+        (A stream of remembers alone writes megabytes of log a second.)"""
         now = replicated(self.path)
         if now != self._local.replicated:  # Litestream came, or went, since db was opened
             self._set_log(db, now)
@@ -1412,64 +1325,34 @@ class Database:
                 db.execute("COMMIT")
 
     @contextlib.contextmanager
-    def write(self, doing="write to the memory database"):
-        """One write transaction: IMMEDIATE, so that it waits for other writers up front.
+    def write(self, doing="write to the memory database", wait=True):
+        """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
+        rolled back if a statement in it fails.
 
         The threads of this process take turns first (see WriteQueue), so that SQLite's wait
         of `timeout` seconds only ever waits for another process; a thread that cannot get
         its turn in twice that long gives up, saying the cause was this server's own load.
+        Without `wait`, the write does not wait for Litestream to shorten the log (see
+        _make_room): a recall's access counts are small, and a recall must not wait.
         """
         if not self.queue.take(2 * self.timeout):
             raise Busy(f"could not {doing}: this server had more writes queued than it could "
                        f"do in {2 * self.timeout:g} s")
         try:
-            with self._transaction() as db:
+            db = self.connection()
+            if wait:
+                self._make_room(db)
+            self._begin(db)
+            try:
                 yield db
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
         finally:
             self.queue.give()
         self._wrote()
-
-    def write_soon(self, change):
-        """Make the small write change(db) in a transaction of its own if no other thread
-        of this process is writing; else hand it over to the transaction that writes next,
-        and return at once. For counting accesses: a recall need not wait its turn behind
-        every remember queued, only to add one to a few counters."""
-        if self.queue.take(0):
-            try:
-                with self._transaction() as db:
-                    change(db)
-            finally:
-                self.queue.give()
-            self._wrote()
-            return
-        self.queue.hand_over(change)
-        self.wake()  # in case no other write comes: the background thread writes it
-
-    @contextlib.contextmanager
-    def _transaction(self):
-        """BEGIN IMMEDIATE, the caller's statements, the changes handed over (see
-        write_soon), COMMIT; all rolled back if one of the caller's fails."""
-        db = self.connection()
-        self._make_room(db)
-        self._begin(db)
-        handed = []
-        try:
-            yield db
-            handed = self.queue.handed()
-            for change in handed:
-                db.execute("SAVEPOINT handed")
-                try:
-                    change(db)
-                except sqlite3.Error as exc:  # it fails alone
-                    log.debug("a change handed over failed: %s", exc)
-                    db.execute("ROLLBACK TO handed")
-                db.execute("RELEASE handed")
-            db.execute("COMMIT")
-        except BaseException:
-            with contextlib.suppress(sqlite3.Error):
-                db.execute("ROLLBACK")
-            self.queue.hand_back(handed)
-            raise
 
     def _begin(self, db):
         """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
@@ -1517,15 +1400,6 @@ class Database:
                     raise
                 time.sleep(0.01)
 
-    @property
-    def closing(self):
-        """Whether close() has begun: long upkeep stops at its next step."""
-        return self._closing
-
-    def wake(self):
-        """Have the background thread run soon, as after a write."""
-        self._wrote(UPKEEP_EVERY)
-
     def close_thread(self):
         """Close the calling thread's connection, if it has one."""
         db = getattr(self._local, "db", None)
@@ -1536,16 +1410,8 @@ class Database:
             db.close()
             _count_connections(self.path, -1)
 
-    def write_handed(self):
-        """Write the changes handed over that no transaction has taken yet."""
-        if self.queue:
-            with self.write():
-                pass
-
     def close(self):
         """Close every connection this process opened here. Using it again reopens it."""
-        with contextlib.suppress(sqlite3.Error, StoreError):
-            self.write_handed()
         with self._lock:
             self._closing = True
             worker = self._worker
@@ -1560,534 +1426,40 @@ class Database:
             _count_connections(self.path, -1)
         self._local = threading.local()
 
-    def _wrote(self, n=1):
-        """Count committed writes; start the background thread if it is not running, and
-        wake it every UPKEEP_EVERY writes."""
+    def _wrote(self):
+        """Count a committed write; start the background thread if it is not running, and
+        wake it every CHECKPOINT_EVERY writes."""
         with self._lock:
-            self._writes += n
+            self._writes += 1
             if self._worker is None and not self._closing:
                 self._worker = threading.Thread(target=self._background, daemon=True,
-                                                name="flood-memory upkeep")
+                                                name="flood-memory checkpoints")
                 self._worker.start()
-            due = self._writes >= UPKEEP_EVERY
+            due = self._writes >= CHECKPOINT_EVERY
         if due:
             self._wake.set()
 
     def _background(self):
-        """Upkeep, then a PASSIVE checkpoint (it never blocks readers or writers, and copies
-        what they allow), whenever woken or after a quiet UPKEEP_PAUSE. The thread ends after
-        a quiet spell with nothing to do; the next write starts another."""
+        """A PASSIVE checkpoint (it never blocks readers or writers, and copies what they
+        allow) whenever woken or after a quiet CHECKPOINT_PAUSE; under Litestream, none:
+        checkpoints are Litestream's. The thread ends after a quiet spell with nothing to do;
+        the next write starts another."""
         try:
             while True:
-                self._wake.wait(UPKEEP_PAUSE)
+                self._wake.wait(CHECKPOINT_PAUSE)
                 self._wake.clear()
                 with self._lock:
                     pending, self._writes = self._writes, 0
                     if self._closing or not pending:
                         self._worker = None
                         return
-                try:
-                    while self.upkeep is not None and not self._closing and self.upkeep():
-                        pass
-                    self.write_handed()
-                    if not replicated(self.path):  # else Litestream checkpoints
+                if not replicated(self.path):
+                    try:
                         self.connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                except (sqlite3.Error, StoreError) as exc:
-                    # The next write wakes it again; a closing store ends it.
-                    log.debug("background upkeep skipped: %s", exc)
+                    except sqlite3.Error as exc:  # the next write wakes it again
+                        log.debug("background checkpoint skipped: %s", exc)
         finally:
             self.close_thread()
-
-
-# ----------------------------------------------------------------------------- ranking index
-#
-# The words of ranking, from here to the end of the search section:
-#
-# - term: what the index holds for a word, its porter stem. df: how many memories hold a
-#   term; N: how many memories there are; idf = log((N - df + 0.5) / (df + 0.5)), as in
-#   FTS5's bm25(), which floors it at TINY_IDF.
-# - impact: BM25's term-frequency part for one term in one memory (_impact). A memory's
-#   score is the sum, over the query's terms, of idf times impact.
-# - hot term: one so common (HOT_MIN_DF memories, and 1 in HOT_SHARE of them) that FTS5 would
-#   score thousands of memories for it. It keeps an impact list: the memories where it
-#   weighs most, best first, down to a floor. A cold term is any other: FTS5 finds its few
-#   memories quickly.
-# - faint term: one that half the memories or more hold; bm25 weighs it TINY_IDF, so it only
-#   breaks ties. A strong term is a hot term that is not faint.
-# - slack: the most the faint terms of a query can add to a score. When the query has other
-#   words, a memory scoring no more than that holds faint terms only, and is no match.
-# - theta: the n-th best score found so far. A class of memories whose bound stays below it
-#   cannot enter the top n, so its search stops.
-# - peak: the largest impact in a hot term's list. drift: how much impacts may have grown
-#   since the list was made, as the average memory length grew.
-# - pending: memories added or removed since the statistics were last brought up to date;
-#   fold: count them in. fresh: pending memories that a search must score itself, as no
-#   impact list holds them yet.
-# - lender, follower: in stage two, one of the best matches lends a share of its score to
-#   the memories stored right after it (its followers).
-
-K1, B = 1.2, 0.75               # FTS5's bm25() constants
-RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
-RERANK_DEPTH = 25               # stage-one results that stage two re-scores
-FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
-PRECEDER = 0.2                  # ...and to the one memory stored just before it
-WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
-LENDERS = 10                    # stage-two matches that lend
-HOT_MIN_DF = 500                # a term is hot once this many memories hold it...
-HOT_SHARE = 50                  # ...and at least 1 in HOT_SHARE of them do
-HOT_LIST = 1000                 # length of a hot term's impact list
-TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
-TIE_EXTRA = 64                  # results beyond a cut fetched to settle ties there
-TAG_SCAN_COST = 10              # scoring a memory in Python costs this many FTS5 matches
-FOLD_BATCH = 64                 # pending changes folded in one transaction
-PENDING_MAX = 512               # a write folds a batch itself once the log holds this many
-FOLD_BUILDS = 2                 # impact lists a fold makes at most
-RARE = 16                       # terms.nodes lists the memories of a term held by this few
-NEAR_JACCARD = 0.42             # remember's hint: distinctive terms this similar...
-NEAR_SHARED = 2                 # ...and at least this many of them in common
-NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
-NEAR_CANDIDATES = 3             # ...and the memories sharing the most of them that are
-NEAR_LISTED = 3                 # similar memories listed at most...
-NEAR_SHOWN = 120                # ...each with this many characters of its content
-
-
-def _idf(df, n):
-    """FTS5's inverse document frequency, floored at TINY_IDF as bm25() floors it."""
-    value = math.log((n - df + 0.5) / (df + 0.5))
-    return value if value > 0 else TINY_IDF
-
-
-def _impact(tf, dl, avgdl, k1=K1, b=B):
-    """BM25's term-frequency part for `tf` occurrences in a memory of `dl` tokens."""
-    return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
-
-
-def _varint(data, i=0):
-    """The SQLite varint in `data` at `i`, and the index after it."""
-    value = 0
-    for j in range(i, i + 8):
-        value = (value << 7) | (data[j] & 0x7F)
-        if data[j] < 0x80:
-            return value, j + 1
-    return (value << 8) | data[i + 8], i + 9
-
-
-# A memory's text as the ranking index counts it: {term: [occurrences, a word of the text
-# that stems to it]}, how many tokens FTS5 counts in it, and its distinctive terms (those of
-# its words that are not stopwords; all its terms if it has no other words), which the
-# near-duplicate hint compares. One pass over the words gives all three.
-Counted = collections.namedtuple("Counted", "counts length distinctive")
-
-_COUNTS = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
-
-
-def _counted(text, distinctive=False):
-    """The Counted record of a memory's text (its distinctive terms None unless asked for:
-    a load does without them)."""
-    counts, mine = {}, set()
-    words = tokenize(text)
-    for word in words:
-        term = stem(word)
-        entry = counts.get(term)
-        if entry is None:
-            counts[term] = [1, word]
-        else:
-            entry[0] += 1
-        if distinctive and word not in STOPWORDS:
-            mine.add(term)
-    return Counted(counts, len(words), (mine or set(counts)) if distinctive else None)
-
-
-# A hot term's entry: its list's floor, the average length its impacts were taken at, how
-# many memories the list holds, and (when asked for) its largest impact.
-HotTerm = collections.namedtuple("HotTerm", "floor avgdl size peak")
-
-
-class RankingIndex:
-    """The statistics a search ranks by: how many memories hold each term (`terms`), the
-    impact lists of hot terms (`hot_terms`, `hot_postings`), and the log of changes not yet
-    counted in them (`pending`); every read of FTS5's internal tables is here. A write only
-    appends to the log (note), the background thread folds it in (fold), and a search adds
-    what is still in it (pending): ranking is always exact. `hot_min_df` and `hot_list`
-    tune it (tests make them small)."""
-
-    def __init__(self, hot_min_df=HOT_MIN_DF, hot_list=HOT_LIST):
-        self.hot_min_df = hot_min_df
-        self.hot_list = hot_list
-        self._common = set()  # terms seen held by more than RARE memories (see holders)
-        self._parsed = {}     # a log row's counts (JSON) -> its terms (see _logged)
-        self._writes = 0      # writes logged by this process (see keep_up)
-
-    # -- FTS5's own records
-
-    def averages(self, db):
-        """(memories, tokens) in the full-text index, from FTS5's own averages record."""
-        row = db.execute("SELECT block FROM nodes_fts_data WHERE id = 1").fetchone()
-        if not row or not row[0]:
-            return 0, 0
-        count, i = _varint(row[0])
-        return count, _varint(row[0], i)[0]
-
-    def lengths(self, db, rowids):
-        """{rowid: tokens} as FTS5 counted them (its docsize table)."""
-        out = {}
-        for chunk in _chunks(rowids):
-            out.update((r, _varint(size)[0]) for r, size in db.execute(
-                f"SELECT id, sz FROM nodes_fts_docsize WHERE id IN ({_marks(chunk)})", chunk))
-        return out
-
-    # -- what a search reads
-
-    def df(self, db, terms):
-        """{term: df} as of the last fold, for the terms any memory holds."""
-        out = {}
-        for chunk in _chunks(list(terms)):
-            out.update(db.execute(f"SELECT term, df FROM terms WHERE term IN ({_marks(chunk)})",
-                                  chunk))
-        return out
-
-    def counted(self, db, terms):
-        """({term: df} as of now: the last fold's, changed by the log; the rowids of the
-        memories added since the last fold that hold one of `terms`)."""
-        delta, fresh = self.pending(db, terms)
-        df = self.df(db, terms)
-        for term, change in delta.items():
-            df[term] = df.get(term, 0) + change
-        return df, fresh
-
-    def pending(self, db, terms):
-        """What the log adds for `terms`: (Counter of df changes, rowids of memories added
-        since the last fold that hold one of the terms)."""
-        delta, fresh = collections.Counter(), {}
-        for node, sign, held in self._logged(db, frozenset(terms)):
-            for term in held:
-                delta[term] += sign
-            if sign < 0:
-                fresh.pop(node, None)
-            else:
-                fresh[node] = None
-        return delta, list(fresh)
-
-    def _logged(self, db, terms):
-        """[(rowid, sign, terms held)] of the rows of the log holding one of `terms`, oldest
-        first, as they are now: the log is short (the background thread folds it soon after
-        the writes). Each row's terms are parsed once per process and kept by the row's
-        text, which nothing can make stale (a restore brings other rows, under the same seqs
-        maybe)."""
-        out, parsed = [], self._parsed
-        for node, sign, counts in db.execute("SELECT node, sign, counts FROM pending ORDER BY seq"):
-            held = parsed.get(counts)
-            if held is None:
-                if len(parsed) >= 4096:
-                    parsed.clear()
-                held = parsed[counts] = frozenset(json.loads(counts))
-            if not held.isdisjoint(terms):
-                out.append((node, sign, held & terms))
-        return out
-
-    def hot_terms(self, db, terms, peaks=False):
-        """{term: HotTerm} for the hot ones among `terms`; `peak` is None unless asked for."""
-        peak = ("(SELECT max(impact) FROM hot_postings p WHERE p.term = h.term)" if peaks
-                else "NULL")
-        out = {}
-        for chunk in _chunks(list(terms)):
-            out.update((row[0], HotTerm(*row[1:])) for row in db.execute(
-                f"SELECT term, floor, avgdl, size, {peak} FROM hot_terms h "
-                f"WHERE term IN ({_marks(chunk)})", chunk))
-        return out
-
-    # -- upkeep
-
-    def note(self, db, node, sign, counted):
-        """Log that the memory at rowid `node` with this text (its Counted record) was added
-        (+1) or is about to be removed or given new content (-1)."""
-        db.execute("INSERT INTO pending (node, sign, counts, length) VALUES (?, ?, ?, ?)",
-                   (node, sign, _COUNTS.encode(counted.counts), counted.length))
-
-    def keep_up(self, db):
-        """Fold a batch now, inside the caller's write, if the log has grown past PENDING_MAX
-        (the background thread fell behind, or is not running). Looked at every 32nd write."""
-        self._writes += 1
-        if self._writes % 32:
-            return
-        span = db.execute("SELECT max(seq) - min(seq) FROM pending").fetchone()[0]
-        if span is not None and span >= PENDING_MAX:
-            self.fold(db)
-
-    def fold(self, db, limit=FOLD_BATCH):
-        """Count up to `limit` logged changes, oldest first, into terms and the impact lists
-        (inside the caller's write transaction); how many it counted."""
-        rows = db.execute("SELECT seq, node, sign, counts, length FROM pending ORDER BY seq "
-                          "LIMIT ?", (limit,)).fetchall()
-        if not rows:
-            return 0
-        delta, words, touched, added = collections.Counter(), {}, set(), {}
-        held = collections.defaultdict(dict)  # term -> {rowid: sign of its last change}
-        for _, node, sign, counts, length in rows:
-            counts = json.loads(counts)
-            for term, (_, word) in counts.items():
-                delta[term] += sign
-                words.setdefault(term, word)
-                held[term][node] = sign
-            touched.add(node)
-            if sign < 0:
-                added.pop(node, None)
-            else:
-                added[node] = (counts, length)
-        self._count(db, delta, words, held, touched, added)
-        db.execute("DELETE FROM pending WHERE seq <= ?", (rows[-1][0],))
-        return len(rows)
-
-    def count_loaded(self, db, docs):
-        """Count memories just inserted in bulk, [(rowid, Counted)], straight in (no log)."""
-        delta, words, added = collections.Counter(), {}, {}
-        held = collections.defaultdict(dict)
-        for rowid, (counts, length, _) in docs:
-            added[rowid] = (counts, length)
-            for term, (_, word) in counts.items():
-                delta[term] += 1
-                words.setdefault(term, word)
-                held[term][rowid] = 1
-        self._count(db, delta, words, held, (), added)
-
-    def _count(self, db, delta, words, held, touched, added):
-        """Apply df changes `delta` and the changes `held` ({term: {rowid: +1 or -1}}) to the
-        holders of rare terms; drop the impacts of the memories at `touched`, add those of
-        `added` ({rowid: (counts, length)}), and keep every impact list to size."""
-        self._count_terms(db, delta, words, held)
-        shrunk = collections.Counter()
-        for chunk in _chunks(list(touched)):
-            marks = _marks(chunk)
-            shrunk.update(t for (t,) in db.execute(
-                f"SELECT term FROM hot_postings WHERE node IN ({marks})", chunk))
-            db.execute(f"DELETE FROM hot_postings WHERE node IN ({marks})", chunk)
-        hot = self.hot_terms(db, delta.keys() | shrunk.keys())
-        members, grown = [], collections.Counter()
-        for rowid, (counts, length) in added.items():
-            for term in counts.keys() & hot.keys():
-                impact = _impact(counts[term][0], length, hot[term].avgdl)
-                if impact > hot[term].floor:
-                    members.append((term, impact, rowid))
-                    grown[term] += 1
-        db.executemany("INSERT INTO hot_postings (term, impact, node) VALUES (?, ?, ?)",
-                       members)
-        changed = grown.keys() | shrunk.keys()
-        db.executemany("UPDATE hot_terms SET size = size + ? WHERE term = ?",
-                       [(grown[t] - shrunk[t], t) for t in changed])
-        for term in changed:
-            size = hot[term].size + grown[term] - shrunk[term]
-            if size > 2 * self.hot_list:
-                self._trim(db, term)
-            elif hot[term].floor > 0 and size < self.hot_list // 4:
-                self._build(db, term, words.get(term, term))
-        fresh = [t for t, n in delta.items() if n > 0 and t not in hot]
-        if fresh:
-            count, _ = self.averages(db)
-            threshold = max(self.hot_min_df, count // HOT_SHARE)
-            # A few per fold: after a recount, one memory's words could call for dozens, each
-            # a search of its own, in one transaction. Until its list is made a term is
-            # searched through FTS5 (exact, only slower), and a later fold makes it.
-            due = [t for t, df in self.df(db, fresh).items() if df >= threshold]
-            for term in due[:FOLD_BUILDS]:
-                self._build(db, term, words[term])
-
-    def _count_terms(self, db, delta, words, held):
-        """New df of the terms in `delta`, and their holders while they are rare."""
-        changed = list(held)  # a term's holders may change while its df stays the same
-        before = {}
-        for chunk in _chunks(changed):
-            before.update((t, (df, nodes)) for t, df, nodes in db.execute(
-                f"SELECT term, df, nodes FROM terms WHERE term IN ({_marks(chunk)})", chunk))
-        rows, gone = [], []
-        for term in changed:
-            df, nodes = before.get(term, (0, ""))
-            if not delta[term] and nodes is None:
-                continue  # common before and after: nothing to write
-            df += delta[term]
-            if df <= 0:
-                gone.append((term,))
-                continue
-            if df > RARE:
-                nodes = None
-            elif nodes is None:  # common until now: ask the index who holds it
-                nodes = _rowid_list(r for (r,) in db.execute(
-                    "SELECT rowid FROM nodes_fts WHERE nodes_fts MATCH ?",
-                    (fts_query([words[term]]),)))
-            else:
-                holders = set(map(int, nodes.split()))
-                for rowid, sign in held[term].items():
-                    (holders.add if sign > 0 else holders.discard)(rowid)
-                nodes = _rowid_list(holders)
-            rows.append((term, df, nodes))
-        db.executemany("INSERT INTO terms (term, df, nodes) VALUES (?, ?, ?) ON CONFLICT (term) "
-                       "DO UPDATE SET df = excluded.df, nodes = excluded.nodes", rows)
-        db.executemany("DELETE FROM terms WHERE term = ?", gone)
-
-    def holders(self, db, terms):
-        """{term: rowids of the memories holding it} for the rare ones among `terms` (held
-        by RARE memories or fewer), the log included.
-
-        Terms seen to be common are remembered for a while and not looked up again: most
-        words of a memory are, and a remember asks for all of its words. One that turns rare
-        again is missed until the memory of them is cleared.
-        """
-        out, common = {}, self._common
-        asked = [t for t in terms if t not in common]
-        for chunk in _chunks(asked):
-            for term, nodes in db.execute(
-                    f"SELECT term, nodes FROM terms WHERE term IN ({_marks(chunk)})", chunk):
-                if nodes is None:
-                    if len(common) >= 100_000:
-                        common.clear()
-                    common.add(term)
-                else:
-                    out[term] = set(map(int, nodes.split())) if nodes else set()
-        for node, sign, held in self._logged(db, frozenset(terms) - common):
-            for term in held:
-                holders = out.setdefault(term, set())
-                (holders.add if sign > 0 else holders.discard)(node)
-        return {t: h for t, h in out.items() if 0 < len(h) <= RARE}
-
-    def build_missing(self, db, deadline=None):
-        """Make the impact lists that terms common enough lack (after a recount), the most
-        common first; past time.monotonic() `deadline`, stop, saying True if some are left."""
-        count, _ = self.averages(db)
-        threshold = max(self.hot_min_df, count // HOT_SHARE)
-        missing = [t for (t,) in db.execute(
-            "SELECT term FROM terms WHERE df >= ? AND term NOT IN (SELECT term FROM hot_terms) "
-            "ORDER BY df DESC", (threshold,))]
-        if missing:
-            db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab_instance "
-                       "USING fts5vocab(main, nodes_fts, instance)")
-        for n, term in enumerate(missing):
-            if n and deadline is not None and time.monotonic() > deadline:
-                return True
-            row = db.execute("SELECT doc FROM temp.nodes_vocab_instance WHERE term = ? LIMIT 1",
-                             (term,)).fetchone()
-            text = db.execute("SELECT content FROM nodes WHERE rowid = ?", (row[0],)).fetchone()
-            # A word of that memory that stems to the term, for FTS5 to look the term up by.
-            word = next((w for w in tokenize(text[0]) if stem(w) == term), term)
-            self._build(db, term, word)
-        return False
-
-    def _build(self, db, term, word):
-        """Make the impact list of `term` (which `word` stems to) from the index."""
-        count, tokens = self.averages(db)
-        if not count:
-            return
-        avgdl = tokens / count
-        query = fts_query([word])
-        found = db.execute(
-            "SELECT rowid, -bm25(nodes_fts) FROM nodes_fts WHERE nodes_fts MATCH ? "
-            "ORDER BY bm25(nodes_fts) LIMIT ?", (query, self.hot_list + 1)).fetchall()
-        lengths = self.lengths(db, [r for r, _ in found])
-        # FTS5's score of a memory for the one term is idf times its impact: the term's
-        # occurrences in it follow, and the impact is taken from them as ever, without
-        # reading and tokenizing the memories. A memory whose score does not give a whole
-        # number of occurrences (none seen) is read.
-        df = db.execute("SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
-                        (query,)).fetchone()[0]
-        idf = _idf(df, count)
-        impacts, unsure = [], []
-        for rowid, score in found:
-            dl, share = lengths[rowid], score / idf
-            spread = K1 * (1 - B + B * dl / avgdl)
-            tf = round(share * spread / (K1 + 1 - share)) if 0 < share < K1 + 1 else 0
-            impact = _impact(tf, dl, avgdl) if tf > 0 else None
-            if impact is not None and abs(impact - share) <= 1e-9 * share:
-                impacts.append((impact, rowid))
-            else:
-                unsure.append(rowid)
-        prefix = term[:max(1, len(term) - 3)]  # only such words can stem to the term
-        for chunk in _chunks(unsure):
-            for rowid, content in db.execute(
-                    f"SELECT rowid, content FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
-                tf = sum(1 for w in tokenize(content) if w.startswith(prefix) and stem(w) == term)
-                if tf:
-                    impacts.append((_impact(tf, lengths[rowid], avgdl), rowid))
-        impacts.sort(reverse=True)
-        floor = impacts[self.hot_list][0] if len(impacts) > self.hot_list else 0.0
-        members = [(term, impact, rowid) for impact, rowid in impacts if impact > floor]
-        db.execute("DELETE FROM hot_postings WHERE term = ?", (term,))
-        db.executemany("INSERT INTO hot_postings (term, impact, node) VALUES (?, ?, ?)", members)
-        db.execute("INSERT OR REPLACE INTO hot_terms (term, floor, avgdl, size) "
-                   "VALUES (?, ?, ?, ?)", (term, floor, avgdl, len(members)))
-
-    def _trim(self, db, term):
-        """Raise the floor of an impact list grown too long, back to `hot_list` members."""
-        row = db.execute("SELECT impact FROM hot_postings WHERE term = ? ORDER BY impact DESC "
-                         "LIMIT 1 OFFSET ?", (term, self.hot_list)).fetchone()
-        if row is None:
-            return
-        db.execute("DELETE FROM hot_postings WHERE term = ? AND impact <= ?", (term, row[0]))
-        size = db.execute("SELECT count(*) FROM hot_postings WHERE term = ?", (term,)).fetchone()[0]
-        db.execute("UPDATE hot_terms SET floor = max(floor, ?), size = ? WHERE term = ?",
-                   (row[0], size, term))
-
-    # -- checking
-
-    def problems(self, db):
-        """Ways the statistics disagree with the memories, in words; [] when they agree.
-
-        Reads every memory: for tests and for checking a database by hand.
-        """
-        problems = []
-        counted = {rowid: term_counts(text) for rowid, text in
-                   db.execute("SELECT rowid, content FROM nodes")}
-        df = collections.Counter(t for counts in counted.values() for t in counts)
-        now = collections.Counter(dict(db.execute("SELECT term, df FROM terms")))
-        logged = set()
-        for node, sign, counts in db.execute("SELECT node, sign, counts FROM pending"):
-            now.update({t: sign for t in json.loads(counts)})
-            logged.add(node)
-        now = {t: n for t, n in now.items() if n}
-        if now != dict(df):
-            wrong = sorted(set(now.items()) ^ set(df.items()))[:5]
-            problems.append(f"terms and the log disagree with the memories: {wrong}")
-        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.nodes_vocab "
-                   "USING fts5vocab(main, nodes_fts, row)")
-        if dict(db.execute("SELECT term, doc FROM temp.nodes_vocab")) != dict(df):
-            problems.append("the terms of the memories disagree with FTS5's vocabulary")
-        stored = db.execute("SELECT rowid, content, tags, created_at FROM nodes").fetchall()
-        tags = {(t, created, rowid) for rowid, _, tagged, created in stored
-                for t in _strings(tagged)}
-        if set(db.execute("SELECT tag, created_at, node FROM node_tags")) != tags:
-            problems.append("node_tags disagrees with nodes.tags")
-        used = collections.Counter(t for t, _, _ in tags)
-        if set(db.execute("SELECT tag, folded, memories FROM tags")) != \
-                {(t, t.casefold(), n) for t, n in used.items()}:
-            problems.append("the tags table disagrees with the memories' tags")
-        prints = {(_fingerprint(text, _strings(tagged)), rowid)
-                  for rowid, text, tagged, _ in stored}
-        if set(db.execute("SELECT hash, node FROM fingerprints")) != prints:
-            problems.append("fingerprints disagree with the memories")
-        holders = collections.defaultdict(set)
-        for rowid, counts in counted.items():
-            for term in counts:
-                holders[term].add(rowid)
-        listed = {t: nodes for t, df, nodes in db.execute("SELECT term, df, nodes FROM terms")
-                  if df <= RARE or nodes is not None}
-        if any(nodes is None for nodes in listed.values()):
-            problems.append("a rare term has no list of its memories")
-        found = self.holders(db, [t for t, nodes in listed.items() if nodes is not None])
-        wrong = [t for t in found if found[t] != holders[t]]
-        if wrong:
-            problems.append(f"the lists of rare terms are wrong for {sorted(wrong)[:5]}")
-        lengths = self.lengths(db, list(counted))
-        for term, floor, avgdl, size in db.execute("SELECT * FROM hot_terms").fetchall():
-            members = {r for (r,) in db.execute("SELECT node FROM hot_postings WHERE term = ?",
-                                                (term,))}
-            if len(members) != size:
-                problems.append(f"impact list of {term!r} has {len(members)} rows, says {size}")
-            strays = [r for r in members - logged if not counted.get(r, {}).get(term)]
-            if strays:
-                problems.append(f"impact list of {term!r} holds memories without it: {strays[:5]}")
-            for rowid, counts in counted.items():
-                if counts[term] and rowid not in logged and \
-                        (_impact(counts[term], lengths[rowid], avgdl) > floor) != (rowid in members):
-                    problems.append(f"impact list of {term!r} is wrong about memory {rowid}")
-                    break
-        return problems
 
 
 # ----------------------------------------------------------------------------- search
@@ -2137,75 +1509,116 @@ _SAYS_WHEN = re.compile(
     r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
 
 
-class _ScanInstead(Exception):
-    """Raised inside stage one when scoring every tagged memory costs less than going on."""
+
+
+# The words of ranking:
+#
+# - term: what the index holds for a word, its porter stem. df: how many memories hold a
+#   term (FTS5's fts5vocab counts them); N: how many memories there are; idf = log((N - df +
+#   0.5) / (df + 0.5)), as in FTS5's bm25(), which floors it at TINY_IDF.
+# - impact: BM25's term-frequency part for one term in one memory (_impact). A memory's
+#   score is the sum, over the query's terms, of idf times impact.
+# - faint term: one that half the memories or more hold; bm25 weighs it TINY_IDF, so it only
+#   breaks ties: when the query has other words, a memory holding faint ones only is no match.
+# - lender, follower: in stage two, one of the best matches lends a share of its score to
+#   the memories stored right after it (its followers).
+
+K1, B = 1.2, 0.75               # FTS5's bm25() constants
+RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
+RERANK_DEPTH = 25               # stage-one results that stage two re-scores
+FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
+PRECEDER = 0.2                  # ...and to the one memory stored just before it
+WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
+LENDERS = 10                    # stage-two matches that lend
+TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
+RARE = 16                       # a term held by this many memories or fewer is rare...
+NEAR_PROBES = 8                 # ...and remember's hint asks FTS5 about this many words at most
+NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
+NEAR_SHARED = 2                 # ...and at least this many of them in common
+NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
+NEAR_CANDIDATES = 3             # ...and the memories sharing the most of them that are
+NEAR_LISTED = 3                 # similar memories listed at most...
+NEAR_SHOWN = 120                # ...each with this many characters of its content
+
+
+def _idf(df, n):
+    """FTS5's inverse document frequency, floored at TINY_IDF as bm25() floors it."""
+    value = math.log((n - df + 0.5) / (df + 0.5))
+    return value if value > 0 else TINY_IDF
+
+
+def _impact(tf, dl, avgdl, k1=K1, b=B):
+    """BM25's term-frequency part for `tf` occurrences in a memory of `dl` tokens."""
+    return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+
+
+def _varint(data, i=0):
+    """The SQLite varint in `data` at `i`, and the index after it."""
+    value = 0
+    for j in range(i, i + 8):
+        value = (value << 7) | (data[j] & 0x7F)
+        if data[j] < 0x80:
+            return value, j + 1
+    return (value << 8) | data[i + 8], i + 9
+
+
+def _averages(db):
+    """(memories, tokens) in the full-text index, from FTS5's own averages record."""
+    row = db.execute("SELECT block FROM nodes_fts_data WHERE id = 1").fetchone()
+    if not row or not row[0]:
+        return 0, 0
+    count, i = _varint(row[0])
+    return count, _varint(row[0], i)[0]
+
+
+def _doc_counts(db, terms):
+    """{term: how many memories hold it} for those of `terms` any memory holds, from FTS5's
+    vocabulary (temp.nodes_vocab, which each connection makes as it opens)."""
+    out = {}
+    for chunk in _chunks(list(terms)):
+        out.update(db.execute(f"SELECT term, doc FROM temp.nodes_vocab WHERE term IN "
+                              f"({_marks(chunk)})", chunk))
+    return out
 
 
 class Search:
-    """One search, inside one read transaction: its words, their statistics, and every
-    memory it has read. Stage one (`top`) finds the best memories by BM25 exactly as FTS5's
-    bm25() scores them, without FTS5 scoring every memory that holds a common word; stage two
-    (`rerank`) re-scores those few with flatter length normalisation and lets a strong match
-    lend weight to the memories stored next to it. `trace(path)` hears which way stage one
-    answered (for the benchmark)."""
+    """One search, inside one read transaction. Stage one (`top`) is FTS5's own bm25() over
+    the query's words OR-ed, with the tag filter and the time window in the same query.
+    Stage two (`rerank`) re-scores those few from what FTS5 holds (each term's df from its
+    vocabulary, each memory's length from its docsize record, the average from its averages
+    record) with flatter length normalisation, and lets a strong match lend weight to the
+    memories stored next to it."""
 
-    def __init__(self, db, index, words, tags=(), trace=None, since=None, until=None,
-                 when=False):
+    def __init__(self, db, words, tags=(), since=None, until=None, when=False):
         self.db = db
+        self.words = words
         self.when = when  # the question asks when: stage two favours memories that say when
-        self.index = index
         self.tags = list(tags)  # the spellings of each tag asked
-        self.wanted = frozenset(s[0].casefold() for s in self.tags)  # the tags, folded
         self.since, self.until = since, until  # created_at window, in the stored form
-        self.filtered = bool(self.tags) or since is not None or until is not None
-        self.trace = trace or (lambda path: None)
-        self.count, tokens = index.averages(db)
-        self.avgdl = tokens / self.count if self.count else 1.0
-        terms = [stem(w) for w in words]
-        self.word_of = dict(zip(terms, words))
-        df, self.fresh = index.counted(db, terms)
-        self.terms = [t for t in dict.fromkeys(terms) if df.get(t)]
-        self.df = df
-        self.idf = {t: _idf(df[t], self.count) for t in self.terms}
+        self.terms = list(dict.fromkeys(stem(w) for w in words))
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
         # In ASCII text a word is a run of [a-z0-9] once lowered (as tokenize has it): the
         # words starting like a term are found by one regular expression, in C, instead of
-        # splitting every word out and asking each (a scan of many memories spends its time
-        # there).
+        # splitting every word out and asking each.
         ascii_prefixes = sorted({re.escape(p) for p in self.prefixes if p.isascii()})
         self.ascii_words = re.compile(
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
-        self.features = {}   # rowid -> Features, for both stages
-        self.scored = {}     # stage one: rowid -> score, None when it lacks the tags
-        self.best = []       # stage one: the n best so far, as (-score, rowid)
-        self.kept = None     # how many memories pass the filter (at most what matters), once asked
+        self.features = {}   # rowid -> Features, read once a search
         self.span = None     # the rowids the window spans, once asked (see _span)
 
-    # -- reading memories
+    # -- stage one
 
-    def _bm25(self, words, limit, within=None, margin=0.0):
-        """[(score, rowid)] of FTS5's best `limit` for the words OR-ed, within the tags.
-
-        With `within`, only memories holding one of those words too count, and they score
-        for both. With a margin, results scoring within `margin` of the last one come too
-        (up to TIE_EXTRA more), so that words left out of the expression can still decide
-        between them.
-        """
-        expression = fts_query(words)
-        if within:
-            expression = f"({fts_query(within)}) AND ({expression})"
-        joins, carrying = self._where("nodes_fts.rowid")
-        extra = TIE_EXTRA if margin else 0
-        rows = self.db.execute(
+    def top(self, n):
+        """Stage one: FTS5's best `n` by bm25() of the words OR-ed, ties to the older memory,
+        among the memories carrying the tags and created in the window, as [(score, rowid)]
+        (the score is -bm25, larger is better)."""
+        joins, parameters = self._where("nodes_fts.rowid")
+        return self.db.execute(
             f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
             f"WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
-            (*carrying, expression, limit + extra)).fetchall()
-        if len(rows) > limit:
-            cut = rows[limit - 1][0] - margin
-            rows = rows[:limit] + [row for row in rows[limit:] if row[0] >= cut]
-        return rows
+            (*parameters, fts_query(self.words), n)).fetchall()
 
     def _where(self, column):
         """(SQL, parameters) of joins that keep only the memories at `column` that carry the
@@ -2222,28 +1635,26 @@ class Search:
         return sql, parameters
 
     def _span(self):
-        """(first, last) rowid of the memories created in the window, and the share of all
-        rowids that range covers. FTS5 skips to the range instead of scoring every memory
-        that holds a word and then dropping those of other times; memories are mostly
-        stored in time order, so the range is narrow."""
+        """(first, last) rowid of the memories created in the window. FTS5 skips to the range
+        instead of scoring every memory that holds a word and then dropping those of other
+        times; memories are mostly stored in time order, so the range is narrow."""
         if self.span is None:
-            first, last, top = self.db.execute(
-                f"SELECT min(rowid), max(rowid), (SELECT max(rowid) FROM nodes) FROM nodes "
-                f"WHERE 1{' AND created_at >= ?' if self.since is not None else ''}"
+            self.span = self.db.execute(
+                f"SELECT min(rowid), max(rowid) FROM nodes WHERE 1"
+                f"{' AND created_at >= ?' if self.since is not None else ''}"
                 f"{' AND created_at < ?' if self.until is not None else ''}",
                 [b for b in (self.since, self.until) if b is not None]).fetchone()
-            share = (last - first + 1) / top if first is not None else 0.0
-            self.span = (first, last, share)
-        return self.span[:2]
+        return self.span
 
     def _in_window(self, created):
         return (self.since is None or created >= self.since) and \
             (self.until is None or created < self.until)
 
-    def _read(self, rowids, tagged=False, window=False):
-        """{rowid: Features} of the memories at `rowids` (that carry every tag asked, with
-        `tagged`, and were created in the window, with `window`); each memory is read once
-        per search."""
+    # -- reading memories
+
+    def _read(self, rowids, window=False):
+        """{rowid: Features} of the memories at `rowids` (created in the window, with
+        `window`); each memory is read once per search."""
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         none = [0] * len(terms)  # shared by the memories holding no term: never changed
@@ -2256,182 +1667,23 @@ class Search:
                     words = [w for w in tokenize(content) if w.startswith(prefixes)]
                 else:
                     lowered = content.lower()
-                    words = self.ascii_words.findall(lowered) if any(
+                    words = self.ascii_words.findall(lowered) if self.ascii_words and any(
                         p in lowered for p in prefixes) else ()
                 if words:
                     found = collections.Counter(map(stem, words))
                     counts = [found[t] for t in terms]
                 else:
                     counts = none
-                known[rowid] = Features(counts,
-                                        _varint(size)[0] if size else 0, tagged or "[]",
-                                        created, "?" in content)
-        wanted = self.wanted if tagged else ()
+                known[rowid] = Features(counts, _varint(size)[0] if size else 0,
+                                        tagged or "[]", created, "?" in content)
         return {r: known[r] for r in rowids if r in known and
-                (not wanted or wanted <= _folded_tags(known[r].tags)) and
                 (not window or self._in_window(known[r].created))}
 
-    # -- stage one
-
-    def top(self, n):
-        """Stage one: the `n` best memories by FTS5's bm25() of the words OR-ed, exactly, as
-        [(score, rowid)], best first, ties to the older memory.
-
-        One exception to bm25: a faint word only breaks ties, so when the query has other
-        words, a memory holding nothing but faint words is no match.
-
-        Scoring every memory that holds a common word would read much of the index, so the
-        memories are taken class by class, by which query terms they hold: those holding a
-        cold term through FTS5; those holding one hot term and nothing rarer from its impact
-        list; those holding two or more hot terms through FTS5 AND queries. A class's search
-        stops as soon as a bound shows that the rest of it cannot reach theta. When tags
-        leave so few memories that scoring them all is cheaper, that is done instead.
-        """
-        if not self.terms:
-            return []
-        self.n = n
-        idf, word_of = self.idf, self.word_of
-        faint = [t for t in self.terms if idf[t] == TINY_IDF]
-        self.slack = (K1 + 1) * TINY_IDF * len(faint) if len(faint) < len(self.terms) else 0.0
-        self.hot = self.index.hot_terms(self.db, self.terms, peaks=True)
-        if not self.hot:
-            self.trace("plain")
-            return self._matches(self._bm25([word_of[t] for t in self.terms], n))
-        cold = [t for t in self.terms if t not in self.hot]
-        strong = sorted((t for t in self.hot if idf[t] > TINY_IDF), key=lambda t: -idf[t])
-        faint = [t for t in self.hot if idf[t] == TINY_IDF]
-        self.drift = {t: max(1.0, self.avgdl / h.avgdl) for t, h in self.hot.items()}
-        self.peak = {t: idf[t] * self.drift[t] * max(h.peak or 0.0, h.floor)
-                     for t, h in self.hot.items()}
-        self._score(self.fresh)  # logged since the last fold: in no impact list yet
-        if cold:
-            self._cold_class(cold, strong)
-        try:
-            self._search_hot(strong, self.slack)
-            if not self.slack:  # a query of faint words alone: they are all there is
-                if len(faint) > 1 and self._heads_of_lists(faint):
-                    self.trace("faint words")
-                    return self._matches(self._ranked())
-                self._search_hot(faint, 0.0)
-        except _ScanInstead:
-            self.trace("tag scan")
-            self._scan()
-        else:
-            self.trace("classes")
-        return self._matches(self._ranked())
-
-    def _matches(self, results):
-        """The first n of `results` that hold more than faint words."""
-        return [(s, r) for s, r in results if s > self.slack * (1 + 1e-9)][:self.n]
-
-    def _ranked(self):
-        return [(-s, r) for s, r in self.best]
-
-    def _score(self, rowids):
-        """Score the memories at `rowids` in full, and keep the n best of all scored."""
-        idf, avgdl = self.idf, self.avgdl
-        rowids = [r for r in rowids if r not in self.scored]
-        for rowid, features in self._read(rowids, tagged=True, window=True).items():
-            self.scored[rowid] = sum(idf[t] * _impact(tf, features.length, avgdl)
-                                     for t, tf in zip(self.terms, features.counts) if tf)
-        for rowid in rowids:
-            self.scored.setdefault(rowid, None)
-        self.best = heapq.nsmallest(self.n, ((-s, r) for r, s in self.scored.items()
-                                             if s is not None))
-
-    def _theta(self):
-        return -self.best[-1][0] if len(self.best) >= self.n else 0.0
-
-    def _cold_class(self, cold, strong):
-        """Memories holding a cold term: first by their cold part alone, then, if those
-        holding a strong term too could still rise, FTS5 scores them whole."""
-        word_of, n, slack = self.word_of, self.n, self.slack
-        cold_words = [word_of[t] for t in cold]
-        depth = max(n, 32)
-        rows = self._bm25(cold_words, depth, margin=slack)
-        self._score([r for _, r in rows])
-        if strong and len(rows) >= depth and self._theta() < \
-                rows[depth - 1][0] + sum(self.peak[t] for t in strong) + slack:
-            self._score([r for _, r in self._bm25([word_of[t] for t in strong], n,
-                                                  within=cold_words, margin=slack)])
-
-    def _postings(self, term, limit=-1):
-        """The impact list of `term`, best first, less memories without the tags."""
-        joins, carrying = self._where("p.node")
-        return self.db.execute(f"SELECT p.node, p.impact FROM hot_postings p{joins} WHERE "
-                               f"p.term = ? ORDER BY p.impact DESC, p.node DESC LIMIT ?",
-                               (*carrying, term, limit))
-
-    def _scan_if_cheaper(self, matches):
-        """With tags or a window: raise _ScanInstead when scoring every memory they keep
-        costs less than FTS5 scoring `matches` memories (it costs some ten times more per
-        memory). In a window FTS5 reads only the rowids it spans (see _span)."""
-        if not self.filtered:
-            return
-        if self.since is not None or self.until is not None:
-            self._span()
-            matches *= self.span[2]
-        if self.kept is None:
-            # Counted only as far as the largest df could make a scan worth it.
-            cap = max(self.df[t] for t in self.terms) // TAG_SCAN_COST + 1
-            self.kept = min(self.db.execute(f"SELECT count(*) FROM ({sql} LIMIT ?)",
-                                            (*parameters, cap)).fetchone()[0]
-                            for sql, parameters in self._kept_sql())
-        if self.kept * TAG_SCAN_COST < matches:
-            raise _ScanInstead
-
-    def _kept_sql(self):
-        """[(SQL, parameters)] selecting the rowids of the memories with each tag (in the
-        window), or of those in the window when there are no tags."""
-        window, bounds = "", []
-        for bound, op in ((self.since, ">="), (self.until, "<")):
-            if bound is not None:
-                window += f" AND created_at {op} ?"
-                bounds.append(bound)
-        if not self.tags:
-            return [(f"SELECT rowid FROM nodes WHERE 1{window}", bounds)]
-        return [(f"SELECT node FROM node_tags WHERE tag IN ({_marks(spellings)}){window}",
-                 [*spellings, *bounds]) for spellings in self.tags]
-
-    def _scan(self):
-        """Score every memory the tags and window keep: then nothing is left to settle."""
-        sql, parameters = self._kept_sql()[0]
-        cursor = self.db.execute(sql, parameters)
-        while rows := cursor.fetchmany(500):
-            self._score([r for (r,) in rows])
-
-    def _heads_of_lists(self, group):
-        """Memories heading the impact lists of `group`, each scored in full; True if they
-        are n at least. Not exhaustive: memories ranked lower in every list but holding
-        several of the words may score higher. For words this common (bm25 gives each
-        1e-6) that is not worth scoring most of the index for."""
-        for term in group:
-            limit = max(self.n, 50) if not self.tags else self.index.hot_list
-            self._score([r for r, _ in self._postings(term, limit)])
-        return len(self.best) >= self.n
-
-    def _search_hot(self, group, margin):
-        """The classes of memories holding hot terms of `group` and nothing rarer."""
-        idf, hot, drift, word_of = self.idf, self.hot, self.drift, self.word_of
-        for term in group:  # holding one of them: its impact list, best first
-            cursor = self._postings(term)
-            while rows := cursor.fetchmany(max(self.n, 16)):
-                self._score([r for r, _ in rows])
-                if idf[term] * rows[-1][1] * drift[term] + margin < self._theta():
-                    break
-            if idf[term] * hot[term].floor * drift[term] + margin > self._theta():
-                # The list cannot settle the class (tags thin it out): FTS5 can, or when
-                # the tagged memories are few, scoring them all.
-                self._scan_if_cheaper(self.df[term])
-                self.trace("single-term query")
-                self._score([r for _, r in self._bm25([word_of[term]], self.n, margin=margin)])
-        for i, term in enumerate(group):  # holding two or more: FTS5 AND queries
-            rest = group[i + 1:]
-            if not rest or sum(self.peak[u] for u in group[i:]) + margin <= self._theta():
-                break
-            self._scan_if_cheaper(self.df[term])
-            self._score([r for _, r in self._bm25([word_of[u] for u in rest], self.n,
-                                                  within=[word_of[term]], margin=margin)])
+    def _contents(self, rowids):
+        """{rowid: content} of the memories at `rowids`."""
+        return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
+                self.db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
+                                f"({_marks(chunk)})", chunk)}
 
     # -- stage two
 
@@ -2452,7 +1704,20 @@ class Search:
         """
         if not first:
             return []
-        terms, idf, avgdl = self.terms, self.idf, self.avgdl
+        terms = self.terms
+        count, tokens = _averages(self.db)
+        avgdl = tokens / count if count else 1.0
+        df = _doc_counts(self.db, terms)
+        idf = {t: _idf(df.get(t, 0), count) for t in terms}
+        # A memory holding faint terms only is no match when the query has other words that
+        # memories hold (bm25 ranks it last: the cut takes nothing better away).
+        held = [i for i, t in enumerate(terms) if df.get(t)]
+        weighty = [i for i in held if idf[terms[i]] > TINY_IDF] or held
+        matches = self._read([r for _, r in first])
+        first = [(s, r) for s, r in first if r in matches and
+                 any(matches[r].counts[i] for i in weighty)]
+        if not first:
+            return []
 
         def score(rowids):
             features = self._read(rowids)
@@ -2504,7 +1769,6 @@ class Search:
         scores.update(extra_scores)
         # Only a memory that matches the query itself gains: one holding a term that is not
         # faint (unless the query has nothing else), or one that follows a question.
-        weighty = [i for i, t in enumerate(terms) if idf[t] > TINY_IDF] or range(len(terms))
         matched = {r for _, r in first}
         for rowid, extra in lent.items():
             if rowid in features and (any(features[rowid].counts[i] for i in weighty)
@@ -2515,12 +1779,6 @@ class Search:
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
                                key=lambda sr: (-sr[0], sr[1]))
 
-    def _contents(self, rowids):
-        """{rowid: content} of the memories at `rowids`."""
-        return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
-                self.db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
-                                f"({_marks(chunk)})", chunk)}
-
 
 # ----------------------------------------------------------------------------- store
 
@@ -2528,19 +1786,13 @@ class Search:
 class Store:
     """The memories in one SQLite database file: the public API the transports and the
     command line call. It owns the links (each written with its back-link), the traversal
-    and access counting, and hands ranking to Search and RankingIndex, SQLite to Database.
-    Threads may share it; processes may open the same file, and their writes wait for each
-    other up to `timeout` seconds. `hot_min_df` and `hot_list` tune the ranking index;
-    `trace(path)` hears how each search's stage one answered."""
+    and access counting, and hands ranking to Search, SQLite to Database. Threads may share
+    it; processes may open the same file, and their writes wait for each other up to
+    `timeout` seconds."""
 
-    def __init__(self, path, *, timeout=BUSY_TIMEOUT, hot_min_df=HOT_MIN_DF, hot_list=HOT_LIST,
-                 trace=None):
+    def __init__(self, path, *, timeout=BUSY_TIMEOUT):
         self.path = os.fspath(path)
-        self.index = RankingIndex(hot_min_df, hot_list)
-        # The tags by length and by word, and how far they were read (see _closest_tags).
-        self._tag_index = (0, collections.defaultdict(list), collections.defaultdict(list), 0)
-        self.trace = trace
-        self.db = Database(self.path, timeout, upkeep=self._upkeep)
+        self.db = Database(self.path, timeout)
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -2587,8 +1839,6 @@ class Store:
                                      f"backup") from exc
                 raise
             if version == SCHEMA_VERSION:
-                if db.execute("SELECT 1 FROM pending UNION ALL SELECT 1 FROM owed").fetchone():
-                    self.db.wake()  # left by a process that stopped before doing it
                 return
             if version > SCHEMA_VERSION:
                 raise StoreError(
@@ -2600,11 +1850,13 @@ class Store:
 
     def _migrate(self, db):
         version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == SCHEMA_VERSION:
+            return  # another process did it meanwhile
         if version == 0:
             tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
                 "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")}
             if not tables:
-                for statement in _statements(SCHEMA):
+                for _, statement in _statements(SCHEMA):
                     db.execute(statement)
                 db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
                 return
@@ -2614,30 +1866,10 @@ class Store:
                 raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
                                  f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
                                  f"); refusing to touch it")
-        while version < SCHEMA_VERSION:
-            MIGRATIONS[version](db)
-            version += 1
-        self.index.build_missing(db)
-        db.execute(f"PRAGMA user_version = {int(version)}")
-
-    # -- ranking upkeep
-
-    def fold(self):
-        """Count every logged change into the ranking statistics now; the background thread
-        does it otherwise, soon after the writes."""
-        while self._upkeep():
-            pass
-
-    def _upkeep(self):
-        """The background thread's work: a count a load left owed, then one batch of the
-        log folded in its own transaction; True if more may be left."""
-        self._make_links_two_way(LOAD_PAUSE, stop=lambda: self.db.closing)
-        self._count_owed(LOAD_PAUSE, stop=lambda: self.db.closing)
-        with self.db.errors("update the ranking statistics"):
-            if not self.db.connection().execute("SELECT 1 FROM pending LIMIT 1").fetchone():
-                return False  # no write transaction, which would count as a write
-            with self.db.write() as db:
-                return self.index.fold(db) == FOLD_BATCH
+        log.info("upgrading %s from schema version %d to %d", self.path, version,
+                 SCHEMA_VERSION)
+        _upgrade(db, version)
+        db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
 
     # -- reading
 
@@ -2726,11 +1958,15 @@ class Store:
         return {"memories": memories, "links": int(links) // 2, "tags": tags,
                 "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
 
+
     def check(self):
-        """What is wrong with the database, in words ([] when nothing is): SQLite's own
-        check, the full-text index against the memories (which reads them all, and holds
-        the write lock meanwhile: FTS5's check is written as an insert), links that are not
-        two-way or lead nowhere, the ranking statistics, and work an interrupted load left."""
+        """What is wrong with the database, in words ([] when nothing is): SQLite's own check;
+        what is derived from the memories (the full-text index, node_tags, tags) against the
+        memories; and what another program may have written that this one would not have:
+        tags that remember would refuse or store otherwise, links that lead nowhere or have
+        no back-link, exact duplicates, times not in the stored form, ids that are not memory
+        ids. Reads every memory, and holds the write lock while FTS5 checks its index (its
+        check is written as an insert)."""
         problems = []
         with self.db.errors("check the database"):
             db = self.db.connection()
@@ -2744,33 +1980,24 @@ class Store:
                 except sqlite3.DatabaseError as exc:
                     problems.append(f"the full-text index disagrees with the memories ({exc})")
             with self.db.read() as db:
-                problems += _link_problems(db)
-                problems += self.index.problems(db)
-                owed = [w for (w,) in db.execute("SELECT work FROM owed")]
-            if owed:
-                problems.append(f"an import was interrupted and left work owed "
-                                f"({', '.join(owed)})")
+                problems += _derived_problems(db)
+                problems += _rule_breakers(db)
         return problems
 
     def repair(self):
-        """Make what check finds wrong right, where it can be (not SQLite's own damage: that
-        is restored from a backup): the full-text index, the fingerprints and the ranking
-        statistics are made again from the memories, the tags table from their tags, and
-        every link two-way, dropping those that lead nowhere. One write transaction."""
+        """Make right what check finds that can be made right, in one write transaction: the
+        full-text index and the tag tables are made again from the memories, tags that
+        remember would have stored otherwise are put in its form (what it would refuse is
+        dropped), and every link is made two-way, dropping those that lead nowhere. Exact
+        duplicates, odd times and ids, and SQLite's own damage are left: check says what to
+        do about them."""
         with self.db.errors("repair the database"), self.db.write() as db:
             db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
+            db.executemany("UPDATE nodes SET tags = ? WHERE rowid = ?", [
+                (_json(_clean_tags(text)), rowid) for rowid, text in
+                db.execute("SELECT rowid, tags FROM nodes").fetchall() if _tag_trouble(text)])
+            _fill_tags(db)
             _repair_links(db)
-            db.execute("DELETE FROM tags")
-            db.execute("INSERT INTO tags (tag, folded, memories) SELECT tag, lower(tag), "
-                       "count(*) FROM node_tags GROUP BY tag")
-            _fold_tags(db, [t for (t,) in db.execute("SELECT tag FROM tags")])
-            db.execute("DELETE FROM fingerprints")
-            db.executemany("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
-                           [(_fingerprint(content, _strings(tags)), rowid) for rowid, content, tags
-                            in db.execute("SELECT rowid, content, tags FROM nodes").fetchall()])
-            _recount(db)
-            self.index.build_missing(db)
-            db.execute("DELETE FROM owed")
 
     def _row(self, db, node_id):
         row = db.execute(f"SELECT {_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
@@ -2794,46 +2021,40 @@ class Store:
         skipped = []
         links = _link_ids(links, skipped=skipped)
         source = _source(source)
-        fingerprint = _fingerprint(content, tags)
         node_id, now = str(uuid.uuid4()), _now()
-        counted = _counted(content, distinctive=True)
         with self.db.errors("save the memory"), self.db.write() as db:
-            stored = self._exact_duplicate(db, fingerprint, content, tags)
+            stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
                 node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            near = self._near_candidates(db, counted.distinctive)  # before the new memory is in
             # A new id is in nobody's links yet: each back-link is one append, and a target
             # that no memory has is the one the append finds nothing to change in.
             linked = [target for target in links if db.execute(
                 "UPDATE nodes SET links = json_insert(coalesce(links, '[]'), '$[#]', ?) "
-                "WHERE id = ?", (node_id, target)).rowcount]
+                "WHERE id = ? AND json_valid(coalesce(links, '[]'))",
+                (node_id, target)).rowcount]
             skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
             links = linked
             rowid = db.execute(
                 "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
                 "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                 (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
-            db.execute("INSERT INTO fingerprints (hash, node) VALUES (?, ?)", (fingerprint, rowid))
-            _fold_tags(db, tags)
-            self.index.note(db, rowid, +1, counted)
-            self.index.keep_up(db)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
-        if near:
-            similar = self._similar(near, content, counted.distinctive)
-            if similar:
-                node["similar"] = similar
+        similar = self._similar(rowid, content)
+        if similar:
+            node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
 
-    def _exact_duplicate(self, db, fingerprint, content, tags):
+    def _exact_duplicate(self, db, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly
-        (tags whatever their case)."""
+        (tags whatever their case): nodes_text gives the few memories that may, and they are
+        compared here."""
         text, tagged = " ".join(content.split()), _folded(tags)
+        asked = " AND ".join(f"{key} = {key.replace('content', '?1')}" for key in _TEXT_KEY)
         for node_id, stored, stored_tags in db.execute(
-                "SELECT n.id, n.content, n.tags FROM fingerprints f JOIN nodes n ON "
-                "n.rowid = f.node WHERE f.hash = ? ORDER BY n.rowid", (fingerprint,)):
+                f"SELECT id, content, tags FROM nodes WHERE {asked} ORDER BY rowid", (content,)):
             if " ".join(stored.split()) == text and _folded_tags(stored_tags) == tagged:
                 return node_id
         return None
@@ -2851,40 +2072,54 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-    def _near_candidates(self, db, mine):
-        """The stored memories that a new one with the distinctive terms `mine` may be very
-        close to (see _similar): the NEAR_CANDIDATES that share the most rare terms with it
-        (held by RARE memories or fewer), NEAR_RARE at least, as rowids."""
+
+    def _similar(self, rowid, content):
+        """The stored memories very close to the new one at `rowid`, whose text is `content`,
+        closest first: [{"id", "content"}], the content cut to NEAR_SHOWN.
+
+        Very close: the Jaccard similarity of their distinctive terms (those of their words
+        that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common.
+        Only the NEAR_CANDIDATES memories sharing the most rare terms with it (NEAR_RARE at
+        least) are compared. FTS5 is asked which memories hold each of its NEAR_PROBES
+        longest words (long words are the rarer, as words go: asking about every word cost
+        more than the whole remember), RARE + 2 at most: a term held by more is not rare.
+        On 1,210 LoCoMo facts labelled by hand, the hint fired on 5.3% of stores (2.1% with
+        no restatement listed) and caught 28% of the restatements, asking about every word.
+        Called after the new memory is written, outside its transaction: other writers need
+        not wait for it. A hint that cannot be read is left out.
+        """
+        words = tokenize(content)
+        distinct = {w for w in words if w not in STOPWORDS} or set(words)
+        mine = {stem(w) for w in distinct}
         if len(mine) < NEAR_SHARED:
             return []
-        shared = collections.Counter(
-            r for rowids in self.index.holders(db, mine).values() for r in rowids)
-        return heapq.nlargest(NEAR_CANDIDATES, [r for r, n in shared.items() if n >= NEAR_RARE],
-                              key=lambda r: (shared[r], r))
-
-    def _similar(self, rowids, content, mine):
-        """Those of the memories at `rowids` very close to `content` (whose distinctive terms
-        are `mine`), closest first: [{"id", "content"}], the content cut to NEAR_SHOWN.
-
-        Very close: the Jaccard similarity of their distinctive terms is NEAR_JACCARD or more,
-        with NEAR_SHARED terms in common. On 1,210 LoCoMo facts labelled by hand, the hint
-        fires on 5.3% of stores (2.1% with no restatement listed) and catches 28% of the
-        restatements; on dialog turns it fires on 0.8%. Called after the new memory is
-        written, outside its transaction: comparing may read long texts, and other writers
-        need not wait for that. A hint that cannot be read is left out.
-        """
+        probes = sorted({stem(w): w for w in distinct}.values(),
+                        key=lambda w: (-len(w), w))[:NEAR_PROBES]
+        asked = " UNION ALL ".join(f"SELECT {i}, rowid FROM (SELECT rowid FROM nodes_fts "
+                                   f"WHERE nodes_fts MATCH ? LIMIT {RARE + 2})"
+                                   for i in range(len(probes)))
         n = len(content)
+        try:
+            with self.db.read() as db:
+                holders = collections.defaultdict(list)
+                for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
+                    holders[probe].append(holder)
+                shared = collections.Counter(r for found in holders.values()
+                                             if len(found) <= RARE + 1 for r in found
+                                             if r != rowid)
+                near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items()
+                                                        if k >= NEAR_RARE],
+                                      key=lambda r: (shared[r], r))
+                rows = db.execute(
+                    f"SELECT rowid, id, content FROM nodes WHERE rowid IN ({_marks(near)}) "
+                    f"AND length(content) BETWEEN ? AND ?", (*near, n // 4 - 40, 4 * n + 40)
+                ).fetchall() if near else []
+        except (sqlite3.Error, StoreError) as exc:
+            log.debug("the near-duplicate hint was skipped: %s", exc)
+            return []
         # Only a word that starts like one of ours can stem to one of our terms: stemming
         # the others (slow for words not seen before) can wait until their number matters.
         prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
-        try:
-            rows = self.db.connection().execute(
-                f"SELECT rowid, id, content FROM nodes WHERE rowid IN ({_marks(rowids)}) "
-                f"AND length(content) BETWEEN ? AND ?", (*rowids, n // 4 - 40, 4 * n + 40)
-            ).fetchall()
-        except sqlite3.Error as exc:
-            log.debug("the near-duplicate hint was skipped: %s", exc)
-            return []
         close = []
         for rowid, node_id, text in rows:
             words = tokenize(text)
@@ -2909,117 +2144,17 @@ class Store:
         counting the records stored already whose content or tags differ (with `update`,
         they take the record's).
 
-        `records` is a list, or gives the records again each time it is iterated; each is
-        checked before anything is written (unless `checked`: Records of check_records). The
-        memories go in first, then the links (see _Load), in short transactions with `pause`
-        seconds between them, so that other writers get their turns. A record stored already
-        is skipped, but for its links; links to ids found nowhere are dropped, with a warning.
-        A load at least as large as the store counts its terms at the end, from FTS5's own
-        vocabulary, which costs half as much; until then the count is owed (see owed).
+        Each record is checked before anything is written (unless `checked`: Records of
+        check_records, or an iterator of them). The records go in batches, each one write
+        transaction with `pause` seconds between them, so that other writers get their
+        turns (see _Load): once a batch is committed, its memories are found and every link
+        between stored memories is two-way. A record stored already is skipped, but for its
+        links, so that running a load again completes one that was interrupted; links to ids
+        found nowhere are dropped, with a warning.
         """
         if not checked:
             records = check_records(records)
-        elif iter(records) is records:
-            records = list(records)  # a one-pass iterator: a load reads its records twice
-        return _Load(self, records, pause, update).run()
-
-    def _count_owed(self, pause, stop=lambda: False, claim=True):
-        """Do the count a load left owed: count the terms of every memory from FTS5's
-        vocabulary, then make the lists of rare terms and the impact lists, each step a
-        transaction short enough that other writers keep their turns (in one, the lists held
-        the lock for seconds after a large import). With `claim`, only once its owner
-        has stopped beating (see owed); stops early, still owed, when stop()."""
-        with self.db.errors("count the loaded memories"):
-            if not _claimed(self.db, "count", claim):
-                return
-            with self.db.write() as db:
-                _owe(db, "count")
-                _recount(db, rare=False)
-                ranges = _term_ranges(db, LOAD_INSTANCES)
-            for low, high in ranges:
-                time.sleep(pause)
-                if stop():
-                    return
-                with self.db.write() as db:
-                    _owe(db, "count")
-                    _list_rare(db, low, high)
-            more = True
-            while more:
-                time.sleep(pause)
-                if stop():
-                    return
-                with self.db.write() as db:
-                    more = self.index.build_missing(db, time.monotonic() + LOAD_STEP)
-                    if more:
-                        _owe(db, "count")
-                    else:
-                        db.execute("DELETE FROM owed WHERE work = 'count'")
-
-    def _link_back(self, back, pause, stop=lambda: False, version=None):
-        """Give the memories in `back` ({id: [ids of the memories that link to it]}) their
-        back-links, in transactions of about LINK_BATCH, those of one memory in one (a
-        memory thousands link to is written once, not once a transaction). Each is checked
-        against the memories as they are now: a memory forgotten meanwhile gets none and
-        keeps no link to one forgotten, and one whose links changed meanwhile gets a
-        back-link only if it still links there; unless no other connection has written
-        since SQLite's data_version was `version` (then the linking ones are as they were
-        written, and are not read). Clears the links owed (see owed)."""
-        targets, at = list(back), 0
-        while at < len(targets):
-            if stop():
-                return
-            group, size = [], 0
-            while at < len(targets) and (not group or size + len(back[targets[at]]) <= LINK_BATCH):
-                group.append(targets[at])
-                size += len(back[targets[at]])
-                at += 1
-            with self.db.write() as db:
-                _owe(db, "links")
-                alone = version == db.execute("PRAGMA data_version").fetchone()[0]
-                text = {}  # id -> its links as stored (JSON), for the memories involved
-                ids = list(group if alone else {i: None for t in group for i in (t, *back[t])})
-                for chunk in _chunks(ids):
-                    text.update(db.execute(
-                        f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-                now, held = {}, {}  # id -> its links, and as a set, once one may change
-                changed = {}
-                for target in group:
-                    for source in back.pop(target):
-                        # An id holds no quote: a source links to the target if its links'
-                        # text holds the quoted id, and most are not parsed at all.
-                        if not alone and (source not in text or
-                                          f'"{target}"' not in (text[source] or "")):
-                            continue  # forgotten, or no longer linking there
-                        changing = source if target not in text else target
-                        if changing not in now:
-                            now[changing] = json.loads(text[changing] or "[]")
-                            held[changing] = set(now[changing])
-                        if changing == source and target in held[source]:
-                            held[source].discard(target)  # forgotten meanwhile: no link there
-                            now[source].remove(target)
-                            changed[source] = None
-                        elif changing == target and source not in held[target]:
-                            held[target].add(source)
-                            now[target].append(source)
-                            changed[target] = None
-                db.executemany("UPDATE nodes SET links = ? WHERE id = ?",
-                               [(_id_list(now[i]), i) for i in changed])
-                if at == len(targets):
-                    db.execute("DELETE FROM owed WHERE work = 'links'")
-            time.sleep(pause)
-
-    def _make_links_two_way(self, pause, stop=lambda: False):
-        """Make every link two-way, once a load that owed back-links has stopped beating for
-        them (see owed): it was interrupted between its links and their back-links."""
-        with self.db.errors("link the loaded memories"):
-            if not _claimed(self.db, "links", True):
-                return
-            back = collections.defaultdict(list)
-            with self.db.read() as db:
-                for node, text in db.execute("SELECT id, links FROM nodes"):
-                    for target in json.loads(text or "[]"):
-                        back[target].append(node)
-            self._link_back(back, pause, stop)
+        return _Load(self, pause, update).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory; links keep their back-links in step.
@@ -3039,14 +2174,13 @@ class Store:
             if node_id in links:
                 links.remove(node_id)
                 skipped.append({"id": node_id, "reason": ITSELF})
-
-        def change(db, old, counted):
+        with self.db.errors("update the memory"), self.db.write() as db:
+            old = self._row(db, node_id)
             changes = {}
             if content is not None and content != old["content"]:
                 changes["content"] = content
-            if tags is not None:
+            if tags is not None and tags != old["tags"]:
                 changes["tags"] = _json(tags)
-                _fold_tags(db, tags)
             if links is not None:
                 made = self._existing(db, links, skipped)
                 kept, had = set(made), set(old["links"])  # a hub holds thousands
@@ -3054,59 +2188,18 @@ class Store:
                 self._link_back_to(db, node_id, [t for t in made if t not in had])
                 changes["links"] = _json(made)
             if changes:
-                rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
                 db.execute(f"UPDATE nodes SET {', '.join(f'{k} = ?' for k in changes)} "
-                           f"WHERE rowid = ?", (*changes.values(), rowid))
-                if "content" in changes or "tags" in changes:
-                    db.execute("DELETE FROM fingerprints WHERE hash = ? AND node = ?",
-                               (_fingerprint(old["content"], old["tags"]), rowid))
-                    db.execute("INSERT OR IGNORE INTO fingerprints (hash, node) VALUES (?, ?)",
-                               (_fingerprint(content if content is not None else old["content"],
-                                             tags if tags is not None else old["tags"]), rowid))
-                if "content" in changes:
-                    self.index.note(db, rowid, -1, counted)
-                    self.index.note(db, rowid, +1, new)
-                    self.index.keep_up(db)
-            return self._row(db, node_id)
-
-        new = _counted(content) if content is not None else None
-        node = self._changing(node_id, "update the memory", change, count=content is not None)
+                           f"WHERE id = ?", (*changes.values(), node_id))
+            node = self._row(db, node_id)
         return _with_skipped(node, "update", skipped)
 
     def delete(self, node_id):
         """Delete a memory and every back-link to it."""
         node_id = _node_id(node_id)
-
-        def change(db, node, counted):
-            self._unlink_from(db, node_id, node["links"])
-            rowid = db.execute("SELECT rowid FROM nodes WHERE id = ?", (node_id,)).fetchone()[0]
-            db.execute("DELETE FROM nodes WHERE rowid = ?", (rowid,))
-            db.execute("DELETE FROM fingerprints WHERE hash = ? AND node = ?",
-                       (_fingerprint(node["content"], node["tags"]), rowid))
-            self.index.note(db, rowid, -1, counted)
-            self.index.keep_up(db)
-
-        self._changing(node_id, "delete the memory", change)
+        with self.db.errors("delete the memory"), self.db.write() as db:
+            self._unlink_from(db, node_id, self._row(db, node_id)["links"])
+            db.execute("DELETE FROM nodes WHERE id = ?", (node_id,))
         return {"id": node_id, "deleted": True}
-
-    def _changing(self, node_id, doing, change, count=True):
-        """change(db, old, counted) in one write transaction, and what it returns: `old` is
-        the memory as stored, `counted` the Counted record of its content (None unless
-        `count`). The content is tokenized before the write lock is taken, not while other
-        writers wait for it, and again only if another writer changed it meanwhile."""
-        for attempt in range(3):
-            with self.db.errors(doing):
-                row = self.db.connection().execute("SELECT content FROM nodes WHERE id = ?",
-                                                   (node_id,)).fetchone()
-            if row is None:
-                raise NotFound(f"no memory has id {node_id}")
-            counted = _counted(row[0]) if count else None
-            with self.db.errors(doing), self.db.write() as db:
-                old = self._row(db, node_id)
-                if old["content"] == row[0]:
-                    return change(db, old, counted)
-                if attempt == 2:  # changed at every try: count it here
-                    return change(db, old, _counted(old["content"]) if count else None)
 
     # -- links
 
@@ -3124,7 +2217,8 @@ class Store:
         read into Python: a memory thousands link to holds a long list."""
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = json_insert(coalesce(links, '[]'), '$[#]', ?1) "
-                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND id IN ({_marks(chunk)})",
+                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND json_valid(coalesce(links, '[]')) "
+                       f"AND id IN ({_marks(chunk)})",
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):
@@ -3133,7 +2227,7 @@ class Store:
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
-                       f"id IN ({_marks(chunk)})", (node_id, f'"{node_id}"', *chunk))
+                       f"json_valid(links) AND id IN ({_marks(chunk)})", (node_id, f'"{node_id}"', *chunk))
 
     # -- search
 
@@ -3170,32 +2264,35 @@ class Store:
                 rowids = self._newest(tags, since, until, limit, offset)
             return self._read_counted("rowid", rowids, fit, count=count)
 
+
     def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
-        stage one's exact bm25 (Search.top), re-scored by stage two (Search.rerank), which
-        favours memories that say when if the question asks `when`."""
+        stage one's bm25 (Search.top), re-scored by stage two (Search.rerank), which favours
+        memories that say when if the question asks `when`."""
         with self.db.read() as db:
             spellings = self._spellings(db, tags)
             if not all(spellings):
                 return []  # no memory carries one of the tags
-            search = Search(db, self.index, words, spellings, self.trace, since, until, when)
+            search = Search(db, words, spellings, since, until, when)
             return search.rerank(search.top(max(limit, RERANK_DEPTH)), limit)
 
-    def top(self, words, tags=(), limit=10, since=None, until=None):
-        """Stage one alone: [(bm25 score, rowid)], as FTS5's bm25() would rank them."""
-        with self.db.errors("search the memories"), self.db.read() as db:
-            spellings = self._spellings(db, tags)
-            if not all(spellings):
-                return []
-            return Search(db, self.index, words, spellings, self.trace, since,
-                          until).top(limit)
-
     def _spellings(self, db, tags):
-        """For each of `tags`, the spellings of it that memories carry, whatever the case:
-        [[spelling, ...], ...], most used first."""
-        return [[t for (t,) in db.execute("SELECT tag FROM tags WHERE folded = ? "
-                                          "ORDER BY memories DESC", (tag.casefold(),))]
-                for tag in tags]
+        """For each of `tags`, the spellings of it that memories carry, whatever their case
+        ("Straße", "STRASSE" and "strasse" are one tag, as str.casefold has it), most used
+        first: [[spelling, ...], ...]. The index on lower(tag) finds those whose case ASCII
+        folding tells; the tags that are not ASCII, which SQLite cannot fold, are asked."""
+        wide = None
+        out = []
+        for tag in tags:
+            folded = tag.casefold()
+            found = db.execute("SELECT tag, memories FROM tags WHERE lower(tag) = ?",
+                               (folded,)).fetchall()
+            if wide is None:
+                wide = db.execute("SELECT tag, memories FROM tags WHERE "
+                                  "length(CAST(tag AS BLOB)) <> length(tag)").fetchall()
+            counts = {t: n for t, n in (*found, *wide) if t.casefold() == folded}
+            out.append(sorted(counts, key=lambda t: (-counts[t], t)))
+        return out
 
     def nothing_found(self, tags=(), since=None, until=None):
         """What a recall that found nothing can tell the model about what there is: for each
@@ -3214,61 +2311,42 @@ class Store:
                     (since or "", until or "~")).fetchone()[0]
             if not tags:
                 out["most_used"] = db.execute("SELECT tag, memories FROM tags ORDER BY memories "
-                                              "DESC LIMIT ?", (CLOSEST_TAGS,)).fetchall()
+                                              "DESC, tag LIMIT ?", (CLOSEST_TAGS,)).fetchall()
             out["tags"] = []
-            for n, tag in enumerate(tags):
-                held = db.execute("SELECT total(memories) FROM tags WHERE folded = ?",
-                                  (tag.casefold(),)).fetchone()[0]
+            for n, (tag, spellings) in enumerate(zip(tags, self._spellings(db, tags))):
+                held = db.execute(f"SELECT total(memories) FROM tags WHERE tag IN "
+                                  f"({_marks(spellings)})", spellings).fetchone()[0]
                 closest = [] if held or n >= CLOSEST_TAGS else self._closest_tags(db, tag)
                 out["tags"].append({"tag": tag, "memories": int(held), "closest": closest})
         return out
 
     def _closest_tags(self, db, tag):
-        """Up to CLOSEST_TAGS tags close to `tag`, closest first: those an edit or two away
-        (a swap of two neighbouring letters counting as one: "marai" for "maria"), then
-        those sharing a word with it ("maria-garcia"), the most used first. This process
-        keeps the tags by length and by word, reading only those added since (ids only
-        grow), and from scratch when there are more than it holds (a restore)."""
-        top, many = db.execute("SELECT max(id), count(*) FROM tags").fetchone()
-        for fresh in (False, True):
-            last, by_length, by_word, held = (0, collections.defaultdict(list),
-                                              collections.defaultdict(list), 0) if fresh \
-                else self._tag_index
-            for last, spelling, folded, memories in db.execute(
-                    "SELECT id, tag, folded, memories FROM tags WHERE id > ? ORDER BY id",
-                    (last,)):
-                entry = (folded, _letters(folded), memories, spelling)
-                by_length[len(folded)].append(entry)
-                for word in set(_TOKEN.findall(folded)):
-                    by_word[word].append(entry)
-                held += 1
-            if top is None or last <= top and many <= held:
-                break
-        self._tag_index = (last, by_length, by_word, held)
+        """Up to CLOSEST_TAGS tags close to `tag`, closest first and, as close, the most used
+        first: those an edit or two away (a swap of two neighbouring letters counting as one:
+        "marai" for "maria"), then those sharing a word with it ("maria-garcia"). Every tag
+        is read (a recall that found nothing is rare, and the tags are few beside the
+        memories); those whose letters differ from the tag's too much to be two edits away
+        are passed over, and MEASURED at most are measured, those closest by their letters
+        first."""
         asked = tag.casefold()
-        letters = _letters(asked)
-        # Two edits change four letters at most: the tags whose letters differ less are
-        # measured, those closest by their letters first, MEASURED at most.
-        near = [[] for _ in range(5)]
-        for length in range(len(asked) - 2, len(asked) + 3):
-            for entry in by_length.get(length, ()):
-                differ = (entry[1] ^ letters).bit_count()
-                if differ <= 4:
-                    near[differ].append(entry)
-        found = {}  # spelling -> (how far, fewer memories first)
-        for folded, _, memories, spelling in itertools.islice(itertools.chain(*near), MEASURED):
+        letters, words = _letters(asked), set(_TOKEN.findall(asked))
+        near, found = [], {}  # spelling -> (how far, fewer memories first)
+        for spelling, memories in db.execute("SELECT tag, memories FROM tags"):
+            folded = spelling.casefold()
+            if words & set(_TOKEN.findall(folded)):
+                found[spelling] = (3, -memories)
+            # Two edits change four letters at most.
+            differ = (_letters(folded) ^ letters).bit_count()
+            if abs(len(folded) - len(asked)) <= 2 and differ <= 4:
+                near.append((differ, -memories, spelling, folded))
+        for _, memories, spelling, folded in heapq.nsmallest(MEASURED, near):
             far = _distance(asked, folded)
             if far <= 2:
-                found[spelling] = (far, -memories)
-        for word in set(_TOKEN.findall(asked)):
-            for _, _, memories, spelling in by_word.get(word, ())[:4 * CLOSEST_TAGS]:
-                found.setdefault(spelling, (3, -memories))
-        ranked = sorted(found, key=found.get)
-        there = set()  # those forgotten since are left out
-        for chunk in _chunks(ranked[:4 * CLOSEST_TAGS]):
-            there.update(t for (t,) in db.execute(
-                f"SELECT tag FROM tags WHERE tag IN ({_marks(chunk)})", chunk))
-        return [t for t in ranked if t in there][:CLOSEST_TAGS]
+                found[spelling] = (far, memories)
+        named = {}  # one spelling of each tag, the most used
+        for spelling in sorted(found, key=lambda t: (*found[t], t)):
+            named.setdefault(spelling.casefold(), spelling)
+        return list(named.values())[:CLOSEST_TAGS]
 
     def _newest(self, tags, since, until, limit, offset):
         """The rowids of the newest memories carrying every tag, created in the window.
@@ -3322,7 +2400,8 @@ class Store:
 
     def _walk(self, db, node_id, depth):
         """{id: distance} of the memories within `depth` links of `node_id`, breadth first,
-        in the order met (links in the order stored); one more than TRAVERSAL_CAP at most."""
+        in the order met (links in the order stored); one more than TRAVERSAL_CAP at most. A
+        link to a memory that is not there (written so by another program) leads nowhere."""
         row = db.execute("SELECT links FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
             raise NotFound(f"no memory has id {node_id}")
@@ -3331,19 +2410,23 @@ class Store:
         for distance in range(1, depth + 1):
             met = []
             for links in frontier:
-                for target in json.loads(links or "[]"):
+                for target in _strings(links):
                     if target not in distances:
                         distances[target] = distance
                         met.append(target)
                 if len(distances) > TRAVERSAL_CAP:
-                    return distances
-            if not met or distance == depth:
-                break
+                    break
             found = {}
+            further = "links" if distance < depth else "NULL"
             for chunk in _chunks(met):
                 found.update(db.execute(
-                    f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+                    f"SELECT id, {further} FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            for target in met:
+                if target not in found:
+                    del distances[target]
             frontier = [found[i] for i in met if i in found]
+            if not frontier or len(distances) > TRAVERSAL_CAP:
+                break
         return distances
 
     # -- access counting
@@ -3351,9 +2434,9 @@ class Store:
     def _read_counted(self, column, keys, fit=None, extra=None, count=True):
         """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
         fields of `extra[key]` added, cut to what `fit` allows, and counted as accessed
-        (unless not `count`): by a write that waits for no other writer of this process (see
-        Database.write_soon). When the count cannot be written (another process holds the
-        lock past the timeout, a full disk), the memories come back uncounted, with a warning.
+        (unless not `count`), the count committed before they are returned. When it cannot be
+        written (another process holds the lock past the timeout, a full disk), the memories
+        come back uncounted, with a warning.
         """
         if not keys:
             return []
@@ -3363,16 +2446,14 @@ class Store:
         if not count:
             return nodes
         ids = [node["id"] for node in nodes]
-
-        def count(db):
-            for chunk in _chunks(ids):
-                # Past MAX_INT, SQLite's integers overflow into floats: the count stops there.
-                db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = access_count "
-                           f"+ (access_count < {MAX_INT}) WHERE id IN ({_marks(chunk)})",
-                           (now, *chunk))
         try:
-            with self.db.errors("count the access"):
-                self.db.write_soon(count)
+            with self.db.errors("count the access"), \
+                    self.db.write("count the access", wait=False) as db:
+                for chunk in _chunks(ids):
+                    # Past MAX_INT, SQLite's integers overflow into floats: the count stops.
+                    db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
+                               f"access_count + (access_count < {MAX_INT}) WHERE id IN "
+                               f"({_marks(chunk)})", (now, *chunk))
         except StoreError as exc:  # locked by another process, a full disk, a read-only file
             _warn_once(f"accesses not counted: "
                        f"{str(exc).removeprefix('could not count the access: ')}")
@@ -3489,7 +2570,6 @@ class Store:
                     backup.backup(self.db.connection(), progress=waited, sleep=0.02)
                 finally:
                     backup.close()
-                self.db.wake()
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return count
@@ -3498,204 +2578,116 @@ class Store:
         with self.db.errors("read the memory database"):
             return self.db.connection().execute("PRAGMA page_size").fetchone()[0]
 
-    def problems(self):
-        """Ways the ranking statistics disagree with the memories (RankingIndex.problems)."""
-        with self.db.errors("check the memories"), self.db.read() as db:
-            return self.index.problems(db)
 
 
 class _Load:
-    """One Store.load: its records, its progress and what it skipped, apart from the Store
-    that other threads share."""
+    """One Store.load, apart from the Store that other threads share: its records taken in
+    batches, each one write transaction, and what it found. A record's link to a memory not
+    stored yet waits for it, and is made both ways in the batch that stores it: after every
+    commit, each link between stored memories has its back-link."""
 
-    def __init__(self, store, records, pause, update=False):
-        self.store, self.db, self.index = store, store.db, store.index
-        self.records = records
-        self.pause = pause
-        self.update = update
-        self.inserted = bytearray(len(records))  # 1 where this load inserted the record
-        self.differ = []  # positions of the records stored already, but otherwise
+    def __init__(self, store, pause, update=False):
+        self.store, self.db = store, store.db
+        self.pause, self.update = pause, update
+        self.size = LOAD_CHUNK  # records in the next batch
+        self.waiting = collections.defaultdict(list)  # id not stored -> ids linking to it
         self.loaded = self.skipped = 0
-        self.dropped = []  # links to ids that no memory has: {"id", "reason"}
+        self.differ = []  # records stored already whose content or tags differ
 
-    def run(self):
+    def run(self, records):
         db = self.db.connection()
         cache = db.execute("PRAGMA cache_size").fetchone()[0]
-        # A load touches pages all over (random ids, hashes): a larger cache for it.
+        # A load touches pages all over (random ids): a larger cache for it.
         db.execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
         try:
             with self.db.errors("load the memories"):
-                owed = db.execute("SELECT 1 FROM owed").fetchone() is not None
-                self.recount = owed or len(self.records) >= max(LOAD_CHUNK, self.store.count())
-                self.insert_all()
-                self.link_all()
-            if self.recount:
-                self.store._count_owed(self.pause, claim=False)
-            if self.update and self.differ:
-                differ = set(self.differ)
-                for position, record in enumerate(self.records):
-                    if position in differ:
-                        self.store.update(record.id, content=record.content, tags=record.tags)
+                batch = []
+                for record in records:
+                    batch.append(record)
+                    if len(batch) >= self.size:
+                        self.store_batch(batch)
+                        batch = []
+                        time.sleep(self.pause)  # another process's write may be waiting
+                if batch:
+                    self.store_batch(batch)
+            for record in self.differ if self.update else ():
+                self.store.update(record.id, content=record.content, tags=record.tags)
         finally:
             db.execute(f"PRAGMA cache_size = {int(cache)}")
-        _log_skipped("import", self.dropped)
-        first = sorted(self.differ)[:10]  # their ids, for the person importing to look at
-        named = [record.id for position, record in enumerate(
-            itertools.islice(self.records, first[-1] + 1) if first else ()) if position in first]
+        _log_skipped("import", [{"id": target, "reason": NO_SUCH_MEMORY}
+                                for target, sources in self.waiting.items() for _ in sources])
         return {"loaded": self.loaded, "skipped": self.skipped, "differ": len(self.differ),
-                "differ_ids": named}
+                "differ_ids": [record.id for record in self.differ[:10]]}
 
-    def insert_all(self):
-        """The memories, without their links, in chunks sized by their pace."""
-        chunk, start, size = [], 0, LOAD_CHUNK
-        for position, record in enumerate(self.records):
-            chunk.append(record)
-            if len(chunk) < size and position + 1 < len(self.records):
-                continue
-            if start:
-                time.sleep(self.pause)  # another process's write may be waiting for its turn
-            started, before = time.monotonic(), self.loaded
-            self.insert(chunk, start)
-            # The next chunk as large as LOAD_TXN seconds allow at this one's pace, within a
-            # quarter and four times LOAD_CHUNK. Records stored already go fast: only those
-            # inserted tell the pace.
-            if self.loaded > before:
-                pace = max(time.monotonic() - started, 1e-3) / (self.loaded - before)
-                size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
-            start += len(chunk)
-            chunk = []
-
-    def insert(self, chunk, start):
-        """Insert the records of `chunk` (from position `start`) not stored yet, in one
-        transaction; their terms are counted now unless the load counts them at its end."""
-        counted = None if self.recount else [_counted(r.content) for r in chunk]  # not locked
+    def store_batch(self, batch):
+        """The records of `batch` not stored yet, with their links and back-links and those
+        waiting for them, in one write transaction; the next batch sized by this one's pace,
+        as many records as LOAD_TXN seconds allow, within a quarter and four times
+        LOAD_CHUNK."""
+        started = time.monotonic()
         with self.db.write() as db:
-            if self.recount:
-                _owe(db, "count")
-            # Rowids given here, the next ones free, so that one executemany inserts them all;
-            # a record whose id is stored already is skipped by the insert itself.
-            first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM nodes").fetchone()[0]
-            tags = {}  # the same tags come again and again: each JSON made once
-            # The triggers of the tag and full-text indexes are set aside for this transaction
-            # only (a DROP rolls back with it; no other connection writes meanwhile, as this
-            # one holds the write lock), and each index is written in one statement, or one
-            # row a tag, instead of row by row.
-            for trigger in ("node_tags_ai", "nodes_ai", "tags_ai"):
-                db.execute(f"DROP TRIGGER {trigger}")
-            inserted = db.executemany(
-                "INSERT OR IGNORE INTO nodes (rowid, id, content, tags, links, source, "
-                "created_at, last_accessed, access_count) VALUES (?, ?, ?, ?, '[]', ?, ?, ?, ?)",
-                [(first + n, r.id, r.content, tags.get(tuple(r.tags)) or tags.setdefault(
-                    tuple(r.tags), _json(r.tags)), r.source, r.created_at, r.last_accessed,
-                  r.access_count) for n, r in enumerate(chunk)]).rowcount
-            fresh = range(len(chunk)) if inserted == len(chunk) else [r - first for (r,) in (
-                db.execute("SELECT rowid FROM nodes WHERE rowid >= ?", (first,)))]
-            rows = {first + n: chunk[n] for n in fresh}
-            db.executemany("INSERT INTO node_tags (tag, node, created_at) VALUES (?, ?, ?)",
-                           sorted((t, rowid, r.created_at) for rowid, r in rows.items()
-                                  for t in r.tags))
-            used = collections.Counter(t for r in rows.values() for t in r.tags)
-            db.executemany("INSERT INTO tags (tag, folded, memories) VALUES (?, ?, ?) ON "
-                           "CONFLICT (tag) DO UPDATE SET memories = memories + excluded.memories",
-                           [(t, t.casefold(), n) for t, n in used.items()])
-            db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
-                       "WHERE rowid >= ?", (first,))
-            _create(db, "node_tags_ai", "nodes_ai", "tags_ai")
-            db.executemany("INSERT INTO fingerprints (hash, node) VALUES (?, ?)",
-                           [(_fingerprint(r.content, r.tags), rowid) for rowid, r in rows.items()])
-            if counted is not None:
-                self.index.count_loaded(db, [(first + n, counted[n]) for n in fresh])
-            stored = {chunk[n].id: n for n in set(range(len(chunk))) - set(fresh)}
-            for ids in _chunks(list(stored)):
-                self.differ += (start + stored[i] for i, content, tags in db.execute(
-                    f"SELECT id, content, tags FROM nodes WHERE id IN ({_marks(ids)})", ids)
-                    if content != chunk[stored[i]].content or
-                    _strings(tags) != chunk[stored[i]].tags)
-        for n in fresh:
-            self.inserted[start + n] = 1
-        self.loaded += len(fresh)
-        self.skipped += len(chunk) - len(fresh)
-
-    def link_all(self):
-        """The links the records give, each record's own and the back-links it is owed by
-        the records after it, LINK_BATCH at a time, the records taken last first: a memory
-        many later ones link to (an entity of the official format) is written once, with
-        them all. What is left (back-links to records that give no links, or to memories
-        taken or stored before) is made after, each memory's together (see
-        Store._link_back), in the order of the records. A record the load inserted gets its
-        own links first, in their order, and back-links after them; a memory stored before
-        gets the new ones after its own. Should the load stop in between, the links are
-        owed (see owed)."""
-        back = collections.defaultdict(list)  # target -> the records that link to it
-        version = self.db.connection().execute("PRAGMA data_version").fetchone()[0]
-        batch, size = [], 0
-        for position, record in zip(range(len(self.records) - 1, -1, -1),
-                                    reversed(self.records)):
-            if record.links:
-                batch.append((position, record))
-                size += len(record.links) + len(back.get(record.id, ()))
-            if batch and (size >= LINK_BATCH or position == 0):
-                self.link(batch, back, version)
-                batch, size = [], 0
-                time.sleep(self.pause)
-        for sources in back.values():
-            sources.reverse()  # in the order of the records
-        with self.db.errors("link the loaded memories"):
-            self.store._link_back(back, self.pause, version=version)
-
-    def link(self, batch, back, version):
-        """The links of the records in `batch`, in one transaction: their own, and those
-        they are owed by records already linked (unless another connection wrote since
-        `version` of data_version: then they are left in `back`, to be checked). The
-        back-links their own links call for are added to `back`."""
-        with self.db.write() as db:
-            _owe(db, "links")
-            if self.recount:
-                _owe(db, "count")
-            alone = version == db.execute("PRAGMA data_version").fetchone()[0]
-            exists = set()
-            for chunk in _chunks(list({i: None for _, r in batch for i in (r.id, *r.links)})):
-                exists.update(i for (i,) in db.execute(
+            asked = list({i: None for r in batch
+                          for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
+            stored = set()
+            for chunk in _chunks(asked):
+                stored.update(i for (i,) in db.execute(
                     f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-            batch = [(p, r) for p, r in batch if r.id in exists]  # others forgot the rest
-            added = {}  # record position -> the links it is to get, in order, each once
-            for position, record in batch:  # last first
-                mine = added[position] = {}
+            fresh = [r for r in batch if r.id not in stored]
+            self.find_differ(db, [r for r in batch if r.id in stored])
+            there = stored.union(r.id for r in fresh)
+            # id -> the links it gains, in order: each record's own links, then back-links.
+            gained = collections.defaultdict(dict)
+            for record in batch:
                 for target in record.links:
-                    if target not in exists:
-                        self.dropped.append({"id": target, "reason": NO_SUCH_MEMORY})
+                    if target in there and target != record.id:
+                        gained[record.id][target] = None
                     elif target != record.id:
-                        mine[target] = None
-                if alone:  # owed by records after it, in their order
-                    mine.update(dict.fromkeys(reversed(back.pop(record.id, ()))))
+                        self.waiting[target].append(record.id)
+            for record in batch:
                 for target in record.links:
-                    if target in exists and target != record.id:
-                        back[target].append(record.id)
-            # A record this load inserted has no link yet, unless another writer gave it
-            # one meanwhile: those are written straight, and the others read and merged.
-            fresh = [(_id_list(added[p]), r.id) for p, r in batch if self.inserted[p]]
-            written = db.executemany("UPDATE nodes SET links = ? WHERE id = ? AND links = '[]'",
-                                     fresh).rowcount
-            rest = [(p, r) for p, r in batch if not self.inserted[p]] if written == len(fresh) \
-                else batch
-            now = {}
-            for chunk in _chunks([r.id for _, r in rest]):
-                now.update((i, json.loads(text or "[]")) for i, text in db.execute(
-                    f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-            changed = []
-            for position, record in rest:
-                links, mine = now.get(record.id), added[position]
-                if links is None:
-                    del added[position]  # forgotten meanwhile by another writer
-                    continue
-                if self.inserted[position]:
-                    merged = [*mine, *(t for t in links if t not in mine)]
-                else:
-                    had = set(links)
-                    merged = links + [t for t in mine if t not in had]
-                if merged != links:
-                    changed.append((_id_list(merged), record.id))
-            db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
+                    if target in there and target != record.id:
+                        gained[target][record.id] = None
+            for record in fresh:
+                for source in self.waiting.pop(record.id, ()):
+                    if source in stored:  # not forgotten since by another writer
+                        gained[source][record.id] = None
+                        gained[record.id][source] = None
+            db.executemany(
+                "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
+                "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(r.id, r.content, _json(r.tags), _id_list(list(gained.pop(r.id, ()))), r.source,
+                  r.created_at, r.last_accessed, r.access_count) for r in fresh])
+            self.add_links(db, gained)
+        self.loaded += len(fresh)
+        self.skipped += len(batch) - len(fresh)
+        if fresh:
+            pace = max(time.monotonic() - started, 1e-3) / len(fresh)
+            self.size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
+
+    def find_differ(self, db, records):
+        """Note those of `records` (stored already) whose content or tags differ."""
+        for chunk in _chunks(records):
+            stored = {i: (content, tags) for i, content, tags in db.execute(
+                f"SELECT id, content, tags FROM nodes WHERE id IN ({_marks(chunk)})",
+                [r.id for r in chunk])}
+            self.differ += (r for r in chunk if stored[r.id][0] != r.content or
+                            _strings(stored[r.id][1]) != r.tags)
+
+    def add_links(self, db, gained):
+        """Give each stored memory in `gained` ({id: {id: None}}) the links it lacks, after
+        those it has (another writer may have given it some meanwhile)."""
+        links = {}
+        for chunk in _chunks(list(gained)):
+            links.update(db.execute(
+                f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+        changed = []
+        for node_id, text in links.items():
+            had = _strings(text)
+            known = set(had)
+            more = [t for t in gained[node_id] if t not in known]
+            if more:
+                changed.append((_id_list(had + more), node_id))
+        db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
 
 
 _warned = {}  # warning -> when it was last logged
@@ -4296,34 +3288,21 @@ def _memories(n):
 
 
 class _Spool:
-    """Records kept in the binary file `file` and read back as often as asked (a load reads
-    them twice): an import's checked records wait here, on disk, rather than in memory.
-    In marshal's form, which this same process reads back faster than JSON."""
+    """Records kept in the binary file `file` and read back once: an import's checked records
+    wait here, on disk, rather than in memory. In marshal's form, which this same process
+    reads back faster than JSON."""
 
     def __init__(self, records, file):
         self.file = file
         self.n = 0
-        self.starts = array.array("Q")  # where each record starts, to read them last first
         for self.n, record in enumerate(records, 1):
             data = marshal.dumps(tuple(record))
-            self.starts.append(file.tell())
             file.write(len(data).to_bytes(4, "little") + data)
 
-    def __len__(self):
-        return self.n
-
     def __iter__(self):
-        return self._read(0, self.n)
-
-    def __reversed__(self):
-        """The records last first, read forwards a thousand at a time."""
-        for start in reversed(range(0, self.n, 1000)):
-            yield from reversed(list(self._read(start, min(1000, self.n - start))))
-
-    def _read(self, start, n):
-        self.file.seek(self.starts[start] if start < self.n else 0)
+        self.file.seek(0)
         read = self.file.read
-        for _ in range(n):
+        for _ in range(self.n):
             yield Record(*marshal.loads(read(int.from_bytes(read(4), "little"))))
 
 
@@ -4617,7 +3596,7 @@ def _check(store, args):
     problems = store.check()
     if problems and args.repair:
         store.repair()
-        _say(f"flood-memory: check: repaired; it found: {'; '.join(problems)}")
+        _say(f"flood-memory: check: repaired what could be; it found: {'; '.join(problems)}")
         problems = store.check()
     if not problems:
         print("ok")
@@ -4627,8 +3606,9 @@ def _check(store, args):
     if any(p.startswith("SQLite's integrity check") for p in problems):
         print("The database file is damaged: restore it from a backup (store.py restore "
               "FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
-    else:
-        print("Run: python3 store.py check --repair")
+    elif not args.repair:
+        print("Run: python3 store.py check --repair (it mends the indexes, the tags and the "
+              "links; the rest says what to do)")
     return 1
 
 
