@@ -2643,6 +2643,41 @@ class PlatformTest(TempDirTest):
                 self.assertEqual(part_counts(text.replace(", 1 skipped", "")), (3, 0, 0))
         self.assertIsNone(part_counts("Traceback (most recent call last):\r\n"))
 
+    def test_the_closing_line_counts_a_test_once_whatever_its_subtests(self):
+        # Two failing subtests of one test read "-1 passed, 2 failed" on a Mac.
+        class Sample(unittest.TestCase):
+            def test_two_failing_subtests(self):
+                for n in (1, 2):
+                    with self.subTest(n=n):
+                        self.fail("on purpose")
+
+            def test_passes(self):
+                pass
+
+            @unittest.skip("on purpose")
+            def test_skipped(self):
+                pass
+
+            def test_one_skipped_subtest(self):
+                with self.subTest(n=1):
+                    self.skipTest("on purpose")
+
+        class Broken(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                raise RuntimeError("on purpose")
+
+            def test_never_run(self):
+                pass
+
+        suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromTestCase(case)
+                                    for case in (Sample, Broken)])
+        result = unittest.TextTestRunner(stream=io.StringIO(),
+                                         resultclass=CountingResult).run(suite)
+        line = closing_line(result, "part 1 of 2: ")
+        self.assertEqual(line, "part 1 of 2: 2 passed, 2 failed, 1 skipped")
+        self.assertEqual(part_counts(line), (2, 2, 1))
+
 
 # ----------------------------------------------------------------------------- replies
 
@@ -6964,6 +6999,30 @@ def each_test(suite):
             yield test
 
 
+class CountingResult(unittest.TextTestResult):
+    """A TextTestResult that knows which tests ran, so that a test is counted once however
+    many of its subtests fail (each failing subtest is an entry of `failures`)."""
+
+    def startTest(self, test):
+        super().startTest(test)
+        self.started = getattr(self, "started", set()) | {test.id()}
+
+
+def closing_line(result, part=""):
+    """The plain closing line that CI reads in any language, from a CountingResult: tests
+    that ran without failing, tests with a failure or error (in any of their subtests, or
+    in the set-up of their class or module), tests skipped whole (a test with a skipped
+    subtest ran)."""
+    failed = {getattr(test, "test_case", test).id()
+              for test, _ in result.failures + result.errors}
+    failed |= {test.id() for test in result.unexpectedSuccesses}
+    skipped = {test.id() for test, _ in result.skipped if not hasattr(test, "test_case")}
+    skipped -= failed
+    passed = getattr(result, "started", set()) - failed - skipped
+    return f"{part}{len(passed)} passed, {len(failed)} failed" + (
+        f", {len(skipped)} skipped" if skipped else "")
+
+
 def part_counts(text):
     """(passed, failed, skipped) from the last closing line in a part's output, or None."""
     found = SUMMARY.findall(text)
@@ -6974,7 +7033,7 @@ def run_part(k, n):
     """Run every test whose index is k modulo n."""
     tests = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     chosen = unittest.TestSuite(t for i, t in enumerate(each_test(tests)) if i % n == k)
-    return unittest.TextTestRunner(verbosity=1).run(chosen)
+    return unittest.TextTestRunner(verbosity=1, resultclass=CountingResult).run(chosen)
 
 
 def run_parts(jobs):
@@ -7254,12 +7313,9 @@ def main(argv=None):
         result = run_part(k, n)
         part = f"part {k + 1} of {n}: "
     else:
-        result = unittest.main(argv=argv, verbosity=1, exit=False).result
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    passed = result.testsRun - failed - len(result.skipped)
-    # The plain closing line that CI reads in any language.
-    print(f"{part}{passed} passed, {failed} failed" +
-          (f", {len(result.skipped)} skipped" if result.skipped else ""), flush=True)
+        runner = unittest.TextTestRunner(verbosity=1, resultclass=CountingResult)
+        result = unittest.main(argv=argv, testRunner=runner, exit=False).result
+    print(closing_line(result, part), flush=True)
     return 0 if result.wasSuccessful() and result.testsRun else 1
 
 
