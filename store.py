@@ -3761,10 +3761,17 @@ def _quoted(path):
 
 
 def _target_file(target, what):
-    """The path `what` (a backup, an export) named `target` is written to: the regular file a
-    symbolic link points at (written through, so the link stays), or a new path in an
-    existing directory; InvalidInput for a directory, a device or any other kind of file."""
-    path = os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(target))))
+    """The path `what` (a backup, an export) named `target` is written to: `target` made
+    absolute, or the regular file it points at if it is a symbolic link (written through, so
+    the link stays); InvalidInput for a directory, a device or any other kind of file, or a
+    directory that does not exist.
+
+    Only a link at the end is followed: the directories on the way stay as given, so that
+    messages name the path the person gave (a Mac's temporary folder is reached through
+    the link /var, and Windows would expand a short name such as FIRSTL~1)."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(target)))
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     if os.path.exists(path) and not os.path.isfile(path):
         kind = "a directory" if os.path.isdir(path) else "a device or other special file"
         raise InvalidInput(f"{target} is {kind}: {what} is written to a regular file or a "

@@ -223,12 +223,23 @@ def store_command(*args):
     return [sys.executable, os.path.join(HERE, "store.py"), *args]
 
 
+def command_line(*words):
+    """`words` as one command line, quoted as this system's programs read one (EDITOR)."""
+    return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)
+
+
 def store_env(data_dir):
     return dict(os.environ, FLOOD_MEMORY_DIR=data_dir)
 
 
 class TempDirTest(unittest.TestCase):
-    """A fresh data directory per test, and the helpers the tests share."""
+    """A fresh data directory per test, and the helpers the tests share.
+
+    The directory's path holds a space and is reached through a symbolic link, as a user
+    named "First Last" has it, and as a Mac's temporary folder is (/var is a link to
+    /private/var): every test shows that paths are given on as they were, with nothing
+    resolved that is compared with them. Where this process may not make links (Windows
+    outside Developer Mode), the path only holds the space."""
 
     def setUp(self):
         # Windows cannot delete a file that a process still has open, and a killed server
@@ -236,7 +247,12 @@ class TempDirTest(unittest.TestCase):
         tmp = tempfile.TemporaryDirectory(prefix="flood-test-",
                                           ignore_cleanup_errors=os.name == "nt")
         self.addCleanup(tmp.cleanup)
-        self.dir = tmp.name
+        self.dir = os.path.join(tmp.name, "First Last")
+        if can_symlink():
+            os.mkdir(os.path.join(tmp.name, "private"))
+            os.symlink(os.path.join(tmp.name, "private"), self.dir, target_is_directory=True)
+        else:
+            os.mkdir(self.dir)
         self.path = os.path.join(self.dir, store.DB_NAME)
 
     def open_store(self):
@@ -464,6 +480,7 @@ def ask_to_stop(proc):
     proc.send_signal(signal.CTRL_BREAK_EVENT if os.name == "nt" else signal.SIGTERM)
 
 
+@functools.cache
 def can_symlink():
     """Whether this process may make symbolic links (Windows allows it only some)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -2433,6 +2450,28 @@ class PlatformTest(TempDirTest):
             s.backup(os.path.join(self.dir, "b.db"))
         self.assertEqual(len(tries), 1)
         self.assertIn("cannot write the backup", str(cm.exception))
+
+    @unittest.skipUnless(can_symlink(), "Windows makes symbolic links only in Developer Mode "
+                                        "or for an administrator")
+    def test_a_target_is_written_where_given_and_only_a_final_link_is_followed(self):
+        # A Mac's temporary folder is reached through /var -> /private/var, and Windows
+        # expands a short name (FIRSTL~1) when it resolves a path: resolving the whole
+        # target made messages name a path nobody gave, and their tests fail there.
+        real = os.path.join(self.dir, "First Last")
+        os.mkdir(real)
+        short = os.path.join(self.dir, "FIRSTL~1")
+        os.symlink(real, short, target_is_directory=True)
+        given = os.path.join(short, "b.db")
+        self.assertEqual(store._target_file(given, "a backup"), given)
+        with open(os.path.join(real, "kept.db"), "w"):
+            pass
+        os.symlink(os.path.join(real, "kept.db"), os.path.join(short, "link.db"))
+        self.assertEqual(store._target_file(os.path.join(short, "link.db"), "a backup"),
+                         os.path.realpath(os.path.join(real, "kept.db")))
+        with self.assertRaises(InvalidInput) as cm:
+            store._target_file(os.path.join(short, "none", "b.db"), "a backup")
+        self.assertIn(f"the directory {os.path.join(short, 'none')} does not exist",
+                      str(cm.exception))
 
     def test_the_remote_server_says_how_to_make_a_token_with_py_on_windows(self):
         env = dict(os.environ, FLOOD_MEMORY_AUTH_TOKEN="1", FLOOD_MEMORY_DIR=self.dir)
@@ -4648,7 +4687,7 @@ class BackupTest(TempDirTest):
             store.open_directory(data).close()
         self.assertEqual(len(logs.output), 1)
         self.assertIn("can be read by other users", logs.output[0])
-        self.assertIn(f"chmod 600 {path}*", logs.output[0])
+        self.assertIn(f"chmod 600 {store._quoted(path)}*", logs.output[0])
 
     def test_what_killed_backups_restores_and_exports_left_is_removed_by_the_next(self):
         # A killed restore left a copy of the whole backup in the data directory, a killed
@@ -5417,7 +5456,7 @@ class CommandLineTest(TempDirTest):
         with open(editor, "w") as f:
             f.write("import sys\npath = sys.argv[1]\ntext = open(path).read()\n"
                     "open(path, 'w').write(text.replace('tea', 'green tea') + '\\n')\n")
-        environ = {"EDITOR": f"{sys.executable} {editor}"}
+        environ = {"EDITOR": command_line(sys.executable, editor)}
         status, _, err = self.cli("edit", self.tea["id"], environ=environ)
         self.assertEqual(status, 0, err)
         self.assertEqual(self.store.get(self.tea["id"])["content"],
@@ -5436,7 +5475,7 @@ class CommandLineTest(TempDirTest):
 
     def test_edit_keeps_what_was_written_when_it_cannot_be_saved(self):
         editor = os.path.join(self.dir, "editor.py")
-        environ = {"EDITOR": f"{sys.executable} {editor}"}
+        environ = {"EDITOR": command_line(sys.executable, editor)}
         temp = os.path.join(self.dir, "temp")
         os.mkdir(temp)
 
@@ -5573,7 +5612,7 @@ class CommandLineTest(TempDirTest):
         for n in range(4):
             status, _, err = self.cli("restore", backup)
             self.assertEqual(status, 0, err)
-            copies.append(err.rsplit(" ", 1)[1].strip())
+            copies.append(err.split("what it replaced is in ", 1)[1].rstrip("\n"))
             if not n:
                 with Store(copies[0]) as replaced:
                     self.assertEqual(replaced.count(), 4)  # what it replaced
