@@ -4530,6 +4530,88 @@ def _show(store, args):
     print("\n".join(_visible(line) for line in node["content"].split("\n")))
 
 
+def split_command(text, system=None):
+    """The words of the command line `text` (an EDITOR), as its system's programs read one:
+    a POSIX shell's quoting, or on Windows (`system`, os.name, says "nt") the C runtime's
+    (CommandLineToArgvW): double quotes group, "" inside them is a quote, and backslashes
+    are literal except before a quote, so that "C:\\Program Files\\x.exe" -n is two words.
+    ValueError for a quote left open."""
+    if (system or os.name) != "nt":
+        return shlex.split(text)
+    words, word, started, quoted, at = [], [], False, False, 0
+    while at < len(text):
+        char = text[at]
+        if char == "\\":
+            end = at
+            while end < len(text) and text[end] == "\\":
+                end += 1
+            slashes = end - at
+            if text[end:end + 1] == '"':
+                # Before a quote, a pair of backslashes is one, and one left over makes
+                # the quote a character rather than a delimiter.
+                word.append("\\" * (slashes // 2))
+                if slashes % 2:
+                    word.append('"')
+                    end += 1
+            else:
+                word.append("\\" * slashes)
+            at, started = end, True
+        elif char == '"':
+            if quoted and text[at + 1:at + 2] == '"':
+                word.append('"')
+                at += 1
+            else:
+                quoted = not quoted
+            at, started = at + 1, True
+        elif char in " \t" and not quoted:
+            if started:
+                words.append("".join(word))
+            word, started, at = [], False, at + 1
+        else:
+            word.append(char)
+            at, started = at + 1, True
+    if quoted:
+        raise ValueError("No closing quotation")
+    if started:
+        words.append("".join(word))
+    return words
+
+
+# The editors tried, in order, when neither VISUAL nor EDITOR is set, as git does: Debian's
+# choice of the system's editor, then two that almost every Unix has.
+SYSTEM_EDITORS = ("editor", "nano", "vi")
+
+
+def editor_command(environ, system=None, which=shutil.which):
+    """The editor to run, as words, program first, chosen as git chooses: VISUAL, else
+    EDITOR, else the system's (Notepad on Windows, where `system`, os.name, says "nt"; else
+    the first of SYSTEM_EDITORS). The program is looked up on the PATH of `environ` with
+    `which` (shutil.which), as a shell would: on Windows that finds a script by the
+    extensions of PATHEXT (VS Code's `code` is code.cmd), which a start without a shell
+    would miss. InvalidInput if the setting is not a command, or if there is no editor."""
+    system = system or os.name
+    path = environ.get("PATH", os.defpath)
+    setting = (environ.get("VISUAL") or "").strip() or (environ.get("EDITOR") or "").strip()
+    try:
+        words = split_command(setting, system)
+    except ValueError as exc:
+        raise InvalidInput(f"cannot read the editor command {setting!r} ({exc}); set VISUAL "
+                           f"or EDITOR to a command") from None
+    if not words:
+        found = [n for n in (("notepad",) if system == "nt" else SYSTEM_EDITORS)
+                 if which(n, path=path)]
+        words = found[:1]
+    if not words and system == "nt":
+        raise InvalidInput("no editor is set, and Notepad is not on PATH: set EDITOR (in "
+                           "PowerShell: $env:EDITOR = 'notepad'; in cmd.exe: set "
+                           "EDITOR=notepad), or give the new text with --content")
+    if not words:
+        raise InvalidInput(f"no editor is set, and none of {', '.join(SYSTEM_EDITORS)} is on "
+                           f"PATH: set VISUAL or EDITOR (for example export EDITOR=nano), or "
+                           f"give the new text with --content")
+    return [which(words[0], path=path) or words[0], *words[1:]]
+
+
 def _edit(store, args, environ):
     node_id = _one(store, args.id)
     before = store.get(node_id)["content"]
@@ -4541,15 +4623,7 @@ def _edit(store, args, environ):
         store.update(node_id, content=args.content, tags=tags)
         _say(f"flood-memory: edit: saved {node_id}")
         return 0
-    editor = environ.get("VISUAL") or environ.get("EDITOR") or ""
-    try:
-        command = shlex.split(editor, posix=os.name != "nt")
-    except ValueError as exc:
-        raise InvalidInput(f"cannot read the editor command {editor!r} ({exc}); set VISUAL "
-                           f"or EDITOR to a command") from None
-    if not command:
-        raise InvalidInput("no editor is set: set VISUAL or EDITOR (for example export "
-                           "EDITOR=nano), or give the new text with --content")
+    command = editor_command(environ)
     handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
     kept = False  # whether the file stays, holding what the person wrote
     try:
@@ -4561,7 +4635,7 @@ def _edit(store, args, environ):
             raise StoreError(f"cannot run the editor {command[0]}: {exc.strerror}; set VISUAL "
                              f"or EDITOR to one that is installed") from None
         if done.returncode:
-            raise StoreError(f"the editor ({editor}) exited with status {done.returncode}; "
+            raise StoreError(f"the editor ({command[0]}) exited with status {done.returncode}; "
                              f"nothing was saved")
         try:
             with open(path, encoding="utf-8", newline="") as f:

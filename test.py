@@ -49,6 +49,7 @@ subprocess, for the tests and the benchmark alike).
 
 import argparse
 import ast
+import atexit
 import codecs
 import collections
 import contextlib
@@ -226,6 +227,21 @@ def store_command(*args):
 def command_line(*words):
     """`words` as one command line, quoted as this system's programs read one (EDITOR)."""
     return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)
+
+
+@functools.cache
+def spaced_python():
+    """A Python whose path holds spaces, as one under C:\\Program Files or a user named
+    "First Last" has: a venv of this one (without pip), made once per process and removed
+    at its exit."""
+    home = tempfile.mkdtemp(prefix="flood-python-")
+    atexit.register(shutil.rmtree, home, True)
+    venv = os.path.join(home, "Python Venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True,
+                   capture_output=True, timeout=120)
+    if os.name == "nt":
+        return os.path.join(venv, "Scripts", "python.exe")
+    return os.path.join(venv, "bin", "python")
 
 
 def store_env(data_dir):
@@ -5456,7 +5472,7 @@ class CommandLineTest(TempDirTest):
         with open(editor, "w") as f:
             f.write("import sys\npath = sys.argv[1]\ntext = open(path).read()\n"
                     "open(path, 'w').write(text.replace('tea', 'green tea') + '\\n')\n")
-        environ = {"EDITOR": command_line(sys.executable, editor)}
+        environ = {"EDITOR": command_line(spaced_python(), editor)}
         status, _, err = self.cli("edit", self.tea["id"], environ=environ)
         self.assertEqual(status, 0, err)
         self.assertEqual(self.store.get(self.tea["id"])["content"],
@@ -5469,13 +5485,97 @@ class CommandLineTest(TempDirTest):
             self.assertIn(said, err)
         self.assertEqual(self.store.get(self.tea["id"])["content"],
                          "Maria prefers green tea to coffee, no sugar")
-        status, _, err = self.cli("edit", self.tea["id"], environ={})
+        status, _, err = self.cli("edit", self.tea["id"], environ={"PATH": self.no_editors()})
         self.assertEqual(status, 1)
-        self.assertIn("no editor is set: set VISUAL or EDITOR", err)
+        self.assertIn("no editor is set, and ", err)
+
+    def test_the_editor_is_read_and_found_as_its_system_would(self):
+        # Windows' C runtime reads a command line: quotes group and backslashes stay, where
+        # shlex.split(posix=False) kept the quotes ("C:\Program Files\...\notepad++.exe"
+        # could not start).
+        for words in ([r"C:\Program Files\Notepad++\notepad++.exe", "-multiInst"],
+                      ['say "hi"', "ends in\\", "\\\\nas\\share\\", "", "tab\tin", '"', "a\\\\\"b"]):
+            with self.subTest(words=words):
+                self.assertEqual(store.split_command(subprocess.list2cmdline(words), "nt"), words)
+        self.assertEqual(store.split_command('"a ""quoted"" word" x', "nt"),
+                         ['a "quoted" word', "x"])
+        self.assertEqual(store.split_command("'/Applications/Sublime Text.app/x' -w", "posix"),
+                         ["/Applications/Sublime Text.app/x", "-w"])
+        for system in ("nt", "posix"):
+            with self.subTest(system=system), self.assertRaises(ValueError):
+                store.split_command('vim "unclosed', system)
+        # The program is found on the PATH given, by the system's own rules: VS Code's
+        # `code` is code.cmd on Windows, which a start without a shell does not find.
+        code = r"C:\Users\Bob\AppData\Local\Programs\Microsoft VS Code\bin\code.cmd"
+        notepad_plus = r"C:\Program Files\Notepad++\notepad++.exe"
+        asked = []
+
+        def which(found):
+            def look(name, path):
+                asked.append(path)
+                return found.get(name)
+            return look
+
+        windows = {"code": code, notepad_plus: notepad_plus,
+                   "notepad": r"C:\WINDOWS\system32\notepad.exe"}
+        for environ, command in (
+                ({"EDITOR": "code --wait"}, [code, "--wait"]),
+                ({"EDITOR": f'"{notepad_plus}" -multiInst'}, [notepad_plus, "-multiInst"]),
+                ({"VISUAL": "code -w", "EDITOR": "notepad"}, [code, "-w"]),
+                ({"VISUAL": " ", "EDITOR": "notepad"}, [windows["notepad"]]),
+                ({}, [windows["notepad"]]),  # as git for Windows and jj do
+                ({"EDITOR": "not-installed -x"}, ["not-installed", "-x"])):
+            with self.subTest(system="nt", environ=environ):
+                asked.clear()
+                self.assertEqual(store.editor_command(dict(environ, PATH=r"C:\bin"), "nt",
+                                                      which(windows)), command)
+                self.assertEqual(set(asked), {r"C:\bin"})
+        for found, command in (({"vi": "/usr/bin/vi"}, ["/usr/bin/vi"]),
+                               ({"vi": "/usr/bin/vi", "nano": "/bin/nano"}, ["/bin/nano"]),
+                               ({"nano": "/bin/nano", "editor": "/usr/bin/editor"},
+                                ["/usr/bin/editor"])):
+            with self.subTest(system="posix", found=found):
+                self.assertEqual(store.editor_command({"PATH": "/bin"}, "posix", which(found)),
+                                 command)
+        # With no editor at all, the hint is in the system's own shell.
+        with self.assertRaises(InvalidInput) as cm:
+            store.editor_command({}, "nt", which({}))
+        self.assertIn("$env:EDITOR = 'notepad'", str(cm.exception))
+        self.assertNotIn("export", str(cm.exception))
+        with self.assertRaises(InvalidInput) as cm:
+            store.editor_command({}, "posix", which({}))
+        self.assertIn("none of editor, nano, vi is on PATH: set VISUAL or EDITOR (for example "
+                      "export EDITOR=nano)", str(cm.exception))
+
+    def test_edit_without_an_editor_set_opens_the_systems(self):
+        # No VISUAL or EDITOR: the system's editor, found on PATH (here one that changes the
+        # text). On Windows it is Notepad, played by a notepad.cmd: a script found by its
+        # PATHEXT extension, as VS Code's code.cmd is.
+        tools = os.path.join(self.dir, "system tools")
+        os.mkdir(tools)
+        editor = os.path.join(self.dir, "editor.py")
+        with open(editor, "w") as f:
+            f.write("import sys\nopen(sys.argv[1], 'w').write('Maria prefers mate')\n")
+        if os.name == "nt":
+            with open(os.path.join(tools, "notepad.cmd"), "w") as f:
+                f.write(f"@{command_line(spaced_python(), editor)} %*\n")
+        else:
+            with open(os.path.join(tools, "nano"), "w") as f:
+                f.write(f"#!/bin/sh\nexec {command_line(spaced_python(), editor)} \"$@\"\n")
+            os.chmod(os.path.join(tools, "nano"), 0o755)
+        status, _, err = self.cli("edit", self.tea["id"], environ={"PATH": tools})
+        self.assertEqual(status, 0, err)
+        self.assertEqual(self.store.get(self.tea["id"])["content"], "Maria prefers mate")
+
+    def no_editors(self):
+        """A PATH on which no editor is found."""
+        empty = os.path.join(self.dir, "no editors")
+        os.makedirs(empty, exist_ok=True)
+        return empty
 
     def test_edit_keeps_what_was_written_when_it_cannot_be_saved(self):
         editor = os.path.join(self.dir, "editor.py")
-        environ = {"EDITOR": command_line(sys.executable, editor)}
+        environ = {"EDITOR": command_line(spaced_python(), editor)}
         temp = os.path.join(self.dir, "temp")
         os.mkdir(temp)
 
@@ -5515,9 +5615,10 @@ class CommandLineTest(TempDirTest):
         # An editor that cannot run, or cannot be read, is one line.
         for command, said in ((os.path.join(self.dir, "no-such-editor"),
                                "cannot run the editor"),
-                              ("vim 'unclosed", "cannot read the editor command"),
+                              ('vim "unclosed', "cannot read the editor command"),
                               ("  ", "no editor is set")):
-            status, _, err = edit("pass", environ={"EDITOR": command})
+            status, _, err = edit("pass", environ={"EDITOR": command,
+                                                   "PATH": self.no_editors()})
             self.assertEqual(status, 1)
             self.assertIn(said, err)
             self.assertEqual(len(err.splitlines()), 1)
