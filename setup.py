@@ -108,26 +108,30 @@ def candidates(system, running, which, launcher):
     return list(dict.fromkeys(path for path in found if path))
 
 
-def unfit_on_sight(system, path):
-    """Why `path` is not even tried, or None: on Windows, a Microsoft Store app alias
-    (WindowsApps) is often only a stub that opens the Store."""
-    if system == "Windows" and "windowsapps" in path.lower().replace("/", "\\").split("\\"):
-        return ("it is a Microsoft Store app alias (WindowsApps), often only a stub that "
-                "opens the Store; install Python 3.11+ from python.org")
-    return None
+def store_alias(system, path):
+    """Whether `path` is a Microsoft Store app alias (under WindowsApps): Python installed
+    from the Store runs from one, and without it Windows puts one there that only offers to
+    install Python (run with arguments, it says "Python was not found" and opens nothing)."""
+    return system == "Windows" and "windowsapps" in path.lower().replace("/", "\\").split("\\")
 
 
 def interpreter(system, env, paths):
     """An absolute path to the Python that clients should start the server with: the first
-    of `paths` fit to serve. (None, reasons) if there is none."""
+    of `paths` fit to serve. (None, reasons) if there is none.
+
+    Each is tried, a Store app alias too: the check tells Python installed from the Store,
+    which serves, from the alias that only offers to install it."""
     reasons = []
     for path in paths:
         if not os.path.isfile(path):
             continue
         path = os.path.abspath(path)
-        problem = unfit_on_sight(system, path) or fit_to_serve(path, env)
+        problem = fit_to_serve(path, env)
         if problem is None:
             return path, reasons
+        if store_alias(system, path):
+            problem += ("; it is a Microsoft Store app alias (WindowsApps) with no Python "
+                        "behind it: install Python 3.11+ from python.org or the Store")
         reasons.append(f"{path}: {problem}")
     return None, reasons
 

@@ -2622,9 +2622,9 @@ class PlatformTest(TempDirTest):
         which = {"python3": stub, "python": stub}.get
         self.assertEqual(setup.candidates("Windows", installed["3.11"], which, installed.get),
                          [installed["3.11"], installed["3.13"], stub])
-        self.assertIn("Microsoft Store app alias", setup.unfit_on_sight("Windows", stub))
-        self.assertIsNone(setup.unfit_on_sight("Windows", installed["3.13"]))
-        self.assertIsNone(setup.unfit_on_sight("Darwin", "/Users/bob/WindowsApps/python3"))
+        self.assertTrue(setup.store_alias("Windows", stub))
+        self.assertFalse(setup.store_alias("Windows", installed["3.13"]))
+        self.assertFalse(setup.store_alias("Darwin", "/Users/bob/WindowsApps/python3"))
         # The launcher is asked for each version; what it prints is the interpreter.
         answer = subprocess.CompletedProcess([], 0, stdout=installed["3.13"] + "\r\n")
         with unittest.mock.patch("shutil.which", return_value=r"C:\Windows\py.exe"), \
@@ -2634,17 +2634,28 @@ class PlatformTest(TempDirTest):
                                                  "import sys; print(sys.executable)"])
         with unittest.mock.patch("shutil.which", return_value=None):
             self.assertIsNone(setup.ask_launcher("3.13"))  # no launcher: not Windows, or none
-        # A stub is passed over without being run (running it opens the Store).
-        fake = os.path.join(self.dir, "WindowsApps", "python3.exe")
-        os.mkdir(os.path.dirname(fake))
+        # Python from the Microsoft Store runs from an app alias under WindowsApps, and is
+        # taken (setup.py running on it once said it found no Python); the alias Windows
+        # puts there without it only offers to install one, and is refused once tried.
+        # Here a venv in such a folder plays the first, an empty file the second.
+        apps = os.path.join(self.dir, "AppData", "Local", "Microsoft", "WindowsApps")
+        from_store = os.path.join(apps, "PythonSoftwareFoundation.Python.3.13_qbz5n2kfra8p0")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", from_store], check=True,
+                       capture_output=True, timeout=120)
+        from_store = os.path.join(from_store, *(("Scripts", "python.exe") if os.name == "nt"
+                                                else ("bin", "python")))
+        fake = os.path.join(apps, "python3.exe")
         with open(fake, "w"):
             pass
         env = setup.bare_environment(platform.system(), os.environ)
-        python, reasons = setup.interpreter("Windows", env, [fake, sys.executable])
-        self.assertEqual(python, os.path.abspath(sys.executable))
+        python, reasons = setup.interpreter("Windows", env, [fake, from_store])
+        self.assertEqual(python, from_store)
         self.assertEqual(len(reasons), 1)
-        self.assertIn(f"{fake}: it is a Microsoft Store app alias", reasons[0])
-        self.assertIn("from python.org", reasons[0])
+        self.assertTrue(reasons[0].startswith(f"{fake}: it does not start ("), reasons[0])
+        self.assertIn("it is a Microsoft Store app alias (WindowsApps) with no Python behind "
+                      "it: install Python 3.11+ from python.org or the Store", reasons[0])
+        self.assertEqual(setup.interpreter("Linux", env, [fake, from_store]),
+                         (from_store, [f"{fake}: {setup.fit_to_serve(fake, env)}"]))
         # On macOS and Linux, python3.14 to 3.11 by name and where installers put them.
         found = setup.candidates("Darwin", "/usr/bin/python3", {"python3.12": "/x/python3.12"}.get,
                                  None)
