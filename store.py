@@ -4437,6 +4437,18 @@ def _parser():
     return parser
 
 
+def _json_out(value, **options):
+    """`value` as JSON for standard output: characters as they are where its encoding holds
+    them all, else as \\uXXXX escapes. A redirect or pipe on Windows writes in the ANSI code
+    page (cp1252, ...), which holds few of the world's characters."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    try:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return json.dumps(value, **options)
+    return text
+
+
 def _say(text=""):
     print(text, file=sys.stderr)
 
@@ -4489,7 +4501,7 @@ def _line(short, node, width):
 
 def _print_nodes(store, nodes, args):
     if args.json:
-        print(json.dumps(nodes, ensure_ascii=False, indent=1))
+        print(_json_out(nodes, indent=1))
         return
     shorts, width = store.short_ids([n["id"] for n in nodes]), _width()
     for node in nodes:
@@ -4508,8 +4520,8 @@ def _show(store, args):
     node = store.peek([_one(store, args.id)]).popitem()[1]
     linked = store.peek(node["links"][:50])
     if args.json:
-        print(json.dumps(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
-                         ensure_ascii=False, indent=1))
+        print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
+                        indent=1))
         return
     accesses = node["access_count"]
     print(f"id:            {node['id']}")
@@ -4758,6 +4770,9 @@ def _import(store, args, records, report):
     return 0
 
 
+PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
+
+
 def main(argv=None, environ=None):
     parser = _parser()
     args, extra = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
@@ -4768,6 +4783,10 @@ def main(argv=None, environ=None):
                         format="flood-memory: %(levelname)s: %(message)s")
     directory = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
     command, failed = args.command, "read"
+    if command in PRINTING and hasattr(sys.stdout, "reconfigure"):
+        # A redirect or pipe on Windows writes in the ANSI code page: a character it does not
+        # hold is written as an escape (\u65e5) rather than ending the command.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         if command != "import" and not os.path.exists(
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
@@ -4825,8 +4844,7 @@ def main(argv=None, environ=None):
             elif command == "tags":
                 counts = store.tag_counts()
                 if args.json:
-                    print(json.dumps([{"tag": t, "memories": n} for t, n in counts],
-                                     ensure_ascii=False, indent=1))
+                    print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
                 for tag, n in [] if args.json else counts:
                     print(_visible(f"{n:>8,}  {tag}"))
                 if not counts and not args.json:

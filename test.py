@@ -5362,9 +5362,10 @@ class CommandLineTest(TempDirTest):
         def isatty(self):
             return True
 
-    def cli(self, *args, stdin="", environ=None):
-        """(exit status, standard output, standard error) of store.main, in this process."""
-        out, err = io.StringIO(), io.StringIO()
+    def cli(self, *args, stdin="", environ=None, stdout=None):
+        """(exit status, standard output, standard error) of store.main, in this process;
+        standard output is `stdout` if given (and then returned as "")."""
+        out, err = stdout or io.StringIO(), io.StringIO()
         environ = dict(environ or {}, FLOOD_MEMORY_DIR=self.dir)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 unittest.mock.patch.object(sys, "stdin", stdin if stdin is None or isinstance(
@@ -5373,7 +5374,7 @@ class CommandLineTest(TempDirTest):
                 status = store.main(list(args), environ)
             except SystemExit as exc:  # argparse: help, or a mistake
                 status = exc.code
-        return status, out.getvalue(), err.getvalue()
+        return status, "" if stdout else out.getvalue(), err.getvalue()
 
     def setUp(self):
         super().setUp()
@@ -5672,6 +5673,44 @@ class CommandLineTest(TempDirTest):
         shown = self.cli("show", self.store.newest(limit=2)[1]["id"])[1]
         self.assertNotIn("\x1b", shown)
         self.assertIn("source:        \\x1b[2K", shown)
+
+    def test_output_in_any_encoding_writes_escapes_for_what_it_cannot_hold(self):
+        # On Windows a redirect or a pipe (store.py list > list.txt, | Select-String,
+        # --json | ConvertFrom-Json) writes in the ANSI code page: the first character
+        # outside it ended the command in a UnicodeEncodeError traceback.
+        greek = "\u0395\u03bb\u03bb\u03ac\u03b4\u03b1"
+        world = self.store.add(f"\u65e5\u672c\u8a9e caf\xe9 \U0001f600 {greek}",
+                               ["caf\xe9", "\u65e5\u672c"])
+        for encoding in ("cp1252", "ascii"):
+            for args in (("list",), ("search", "caf\xe9"), ("show", world["id"]), ("tags",)):
+                for as_json in (False, True):
+                    with self.subTest(encoding=encoding, args=args, json=as_json):
+                        raw = io.BytesIO()
+                        # Strict, as Python makes standard output for a file or a pipe.
+                        out = io.TextIOWrapper(raw, encoding=encoding)
+                        status, _, err = self.cli(*args, *["--json"][:as_json], stdout=out)
+                        out.flush()
+                        self.assertEqual((status, err), (0, ""))
+                        text = raw.getvalue().decode(encoding)
+                        if as_json:
+                            self.assertIn("\\u65e5\\u672c", text)
+                            value = json.loads(text)
+                            self.assertIn(world["id"] if args[0] != "tags" else "\u65e5\u672c",
+                                          json.dumps(value, ensure_ascii=False))
+                            continue
+                        self.assertIn("\\u65e5\\u672c", text)
+                        if args[0] == "show":
+                            self.assertIn("\\U0001f600 \\u0395", text)
+                        self.assertIn("caf\xe9" if encoding == "cp1252" else "caf\\xe9", text)
+        # The same, through a real standard output that Python made from PYTHONIOENCODING.
+        done = subprocess.run(store_command("list", "--json"), capture_output=True, timeout=60,
+                              env=dict(store_env(self.dir), PYTHONIOENCODING="ascii"))
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+        self.assertEqual(json.loads(done.stdout)[0]["content"], world["content"])
+        done = subprocess.run(store_command("show", world["id"]), capture_output=True,
+                              timeout=60, env=dict(store_env(self.dir), PYTHONIOENCODING="cp1252"))
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+        self.assertIn(b"\\u65e5\\u672c\\u8a9e caf\xe9 \\U0001f600", done.stdout)
 
     def test_tags_and_stats(self):
         status, out, _ = self.cli("tags")
