@@ -4406,7 +4406,8 @@ def _parser():
     tags.add_argument("--no-tags", action="store_true", help="take every tag away")
     sub = command("forget", "delete memories, and every link to them")
     sub.add_argument("ids", nargs="+", metavar="ID")
-    sub.add_argument("--yes", action="store_true", help="do not ask first")
+    sub.add_argument("--yes", action="store_true",
+                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
     sub = command("tags", "every tag, with how many memories carry it, most used first")
     sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
     sub = command("stats", "how many memories, links and tags; the database's path and size")
@@ -4433,7 +4434,8 @@ def _parser():
     sub = command("restore", "replace every memory with those of a backup, checked first; "
                              "what it replaces is kept as a copy in the data directory")
     sub.add_argument("file", metavar="FILE", type=file_name)
-    sub.add_argument("--yes", action="store_true", help="do not ask first")
+    sub.add_argument("--yes", action="store_true",
+                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
     return parser
 
 
@@ -4453,11 +4455,14 @@ def _say(text=""):
     print(text, file=sys.stderr)
 
 
-def _asked(question):
-    """On a terminal, whether the person answers yes to `question` (asked on standard error,
-    as standard output may be a file); off one (a script), yes."""
+def _asked(question, undone):
+    """Whether the person at the terminal answers yes to `question` (asked on standard error,
+    as standard output may be a file). Off a terminal nobody can answer: a script, or Git
+    Bash's window (mintty), which Python sees as a pipe. Then InvalidInput says that
+    nothing was `undone` ("forgotten"), and that --yes does it without asking."""
     if sys.stdin is None or not sys.stdin.isatty():
-        return True
+        raise InvalidInput(f"standard input is not a terminal, so nobody can be asked: "
+                           f"nothing was {undone}; give --yes to go ahead without asking")
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
@@ -4693,7 +4698,7 @@ def _forget(store, args):
     for node_id in ids:
         _say(_line(shorts[node_id], nodes[node_id], width))
     if not args.yes and not _asked(f"Forget {_memories(len(ids))}, and every link to "
-                                   f"{'it' if len(ids) == 1 else 'them'}?"):
+                                   f"{'it' if len(ids) == 1 else 'them'}?", "forgotten"):
         _say("flood-memory: forget: nothing was forgotten")
         return 1
     gone = set()
@@ -4733,8 +4738,9 @@ def _restore(store, args, directory):
     copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
 
     def confirm(count):  # once the backup has passed its checks
-        if not _asked(f"Replace all {_memories(store.count())} with the {_memories(count)} of "
-                      f"{source}? A copy of what is replaced is kept in {directory}."):
+        if not args.yes and not _asked(
+                f"Replace all {_memories(store.count())} with the {_memories(count)} of "
+                f"{source}? A copy of what is replaced is kept in {directory}.", "restored"):
             return False
         store.backup(copy)
         return True

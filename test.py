@@ -4598,7 +4598,7 @@ class BackupTest(TempDirTest):
         running = self.server_process(self.dir, os.path.join(self.dir, "server.log"))
         for i in range(20):
             self.assertIsNone(running.call("remember", {"content": f"written later {i}"})[1])
-        done = self.run_store("restore", backup)
+        done = self.run_store("restore", backup, "--yes")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn(b"restored 30 memories from", done.stderr)
         # The server that stayed open throughout sees the restored memories and writes on
@@ -4748,7 +4748,7 @@ class BackupTest(TempDirTest):
         store.open_directory(self.dir).close()  # a start
         self.assertFalse([p for p in left[ended.pid] if os.path.exists(p)])
         self.assertTrue(all(os.path.exists(p) for p in left[running.pid]))
-        self.assertEqual(self.run_store("restore", backup).returncode, 0)
+        self.assertEqual(self.run_store("restore", backup, "--yes").returncode, 0)
         self.assertTrue(all(os.path.exists(p) for p in left[running.pid]))
 
     @unittest.skipUnless(os.name == "posix", "Windows has no mode bits: its files are kept "
@@ -5641,7 +5641,19 @@ class CommandLineTest(TempDirTest):
         self.assertEqual(status, 1)
         self.assertIn("nothing was forgotten", err)
         self.assertEqual(self.store.count(), 3)
-        status, _, err = self.cli("forget", self.tea["id"][:6])  # a script: no question
+        # Off a terminal (a script, Git Bash's mintty) nobody can answer: refused, naming
+        # --yes. Taken as a yes, a script's forget went ahead unasked.
+        for stdin in ("", None):
+            status, _, err = self.cli("forget", self.tea["id"][:6], stdin=stdin)
+            self.assertEqual(status, 1)
+            self.assertIn("flood-memory: forget: standard input is not a terminal, so nobody can "
+                          "be asked: nothing was forgotten; give --yes", err)
+            self.assertEqual(self.store.count(), 3)
+        done = self.run_store("forget", self.tea["id"][:6], stdin=b"")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(b"give --yes", done.stderr)
+        self.assertEqual(self.store.count(), 3)
+        status, _, err = self.cli("forget", self.tea["id"][:6], "--yes")
         self.assertEqual(status, 0)
         self.assertIn(f"forgot {self.tea['id']} and its 1 link", err)
         self.assertEqual(self.store.get(self.june["id"])["links"], [])
@@ -5657,7 +5669,6 @@ class CommandLineTest(TempDirTest):
         self.assertIn("Forget 2 memories", err)
         self.assertIn(f"forgot {self.tea['id']} and its 2 links", err)
         self.assertIn(f"forgot {other['id']}\n", err)  # its one link went with tea
-        self.assertEqual(self.cli("forget", self.june["id"], stdin=None)[0], 0)  # closed
 
     def test_what_a_terminal_would_obey_is_shown_not_sent(self):
         self.store.add("\u202etitle \x1b]0;pwned\x07 red \x1b[31mtext", source="\x1b[2K")
@@ -5758,10 +5769,18 @@ class CommandLineTest(TempDirTest):
             status, _, err = self.cli("restore", bad, stdin=self.Terminal("y\n"))
             self.assertEqual(status, 1)
             self.assertNotIn("Replace", err)  # refused before asking, and before a copy
+        # Off a terminal, refused without --yes, changing nothing and keeping no copy.
+        status, _, err = self.cli("restore", backup)
+        self.assertEqual((status, self.store.count()), (1, 4))
+        self.assertIn("flood-memory: restore: standard input is not a terminal, so nobody can "
+                      "be asked: nothing was restored; give --yes", err)
         self.assertFalse([f for f in os.listdir(self.dir) if f.startswith("before-restore-")])
         copies = []
         for n in range(4):
-            status, _, err = self.cli("restore", backup)
+            # --yes is never asked, at a terminal too (it was).
+            status, _, err = self.cli("restore", backup, "--yes",
+                                      stdin=self.Terminal("" if n else "no\n"))
+            self.assertNotIn("Replace", err)
             self.assertEqual(status, 0, err)
             copies.append(err.split("what it replaced is in ", 1)[1].rstrip("\n"))
             if not n:
