@@ -57,6 +57,7 @@ import errno
 import fnmatch
 import functools
 import http.client
+import http.server
 import itertools
 import io
 import json
@@ -457,6 +458,27 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Run before a server starts (simulated's prelude): a server given a wildcard address
+# (0.0.0.0, ::) takes it, but listens on loopback alone. Listening on a wildcard address
+# makes Windows ask whether to let Python through its firewall, and a Cancel there adds a
+# rule that later blocks the remote server without a word: tests about the wildcard
+# address use this.
+LOOPBACK_ONLY = """
+import socketserver
+_bind = socketserver.TCPServer.server_bind
+
+
+def _bind_loopback(server):
+    host, *rest = server.server_address
+    if host in ("", "0.0.0.0", "::", "0:0:0:0:0:0:0:0"):
+        server.server_address = ("::1" if ":" in host else "127.0.0.1", *rest)
+    _bind(server)
+
+
+socketserver.TCPServer.server_bind = _bind_loopback
+"""
 
 
 def wait_for_port(port, proc=None, timeout=15.0):
@@ -2378,17 +2400,21 @@ class PlatformTest(TempDirTest):
         httpd = self.serve_http(s)
         self.assertEqual(httpd.socket.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) != 0,
                          os.name != "nt")
+        # A server on :: clears IPV6_V6ONLY, so that IPv4 reaches it (Windows sets it by
+        # default). Checked on its socket before it binds, as listening on :: makes Windows
+        # ask about its firewall (see LOOPBACK_ONLY); that IPv4 then reaches a socket on ::
+        # is the system's part.
         try:
-            httpd = server_remote.RemoteServer(("::", 0), s, token=TOKEN)
+            with unittest.mock.patch.object(http.server.HTTPServer, "server_bind",
+                                            lambda server: None), \
+                    unittest.mock.patch.object(http.server.HTTPServer, "server_activate",
+                                               lambda server: None):
+                httpd = server_remote.RemoteServer(("::", 0), s, token=TOKEN)
         except OSError:
             return  # no IPv6 here
         self.addCleanup(httpd.server_close)
+        self.assertEqual(httpd.socket.getsockname()[1], 0)  # bound to no port
         self.assertEqual(httpd.socket.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY), 0)
-        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-        self.addCleanup(httpd.shutdown)
-        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=10)
-        self.addCleanup(conn.close)
-        self.assertEqual(http_post(conn, request("ping"))[0], 200)  # IPv4 reaches ::
 
     def test_a_pipe_closed_as_windows_says_it_ends_the_export_and_the_server_quietly(self):
         gone = OSError(errno.EINVAL, "Invalid argument")
@@ -3421,8 +3447,13 @@ class RemoteTest(StoreTestCase):
         self.assertIn(b"listening on http://[::1]:", err)
 
     def test_an_open_server_on_a_public_address_says_so(self):
+        # Told 0.0.0.0, listening on 127.0.0.1 (LOOPBACK_ONLY): what it says is the test.
         port = free_port()
-        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port), "FLOOD_MEMORY_HOST": "0.0.0.0"})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+        proc = simulated(LOOPBACK_ONLY, "server_remote.py", env=dict(
+            env, FLOOD_MEMORY_DIR=os.path.join(self.dir, "remote"), FLOOD_MEMORY_PORT=str(port),
+            FLOOD_MEMORY_HOST="0.0.0.0"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, **OWN_GROUP)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         self.assertTrue(wait_for_port(port, proc))
         ask_to_stop(proc)
