@@ -4451,6 +4451,12 @@ def _json_out(value, **options):
     return text
 
 
+def store_py_command(system=None):
+    """store.py as a message gives it to type: after the py launcher on Windows (`system`,
+    os.name, says "nt"), where python3 is often the Microsoft Store's alias, else python3."""
+    return ("py" if (system or os.name) == "nt" else "python3") + " store.py"
+
+
 def _say(text=""):
     print(text, file=sys.stderr)
 
@@ -4521,8 +4527,15 @@ def _print_nodes(store, nodes, args):
             _say(_visible(f"flood-memory: no memory carries the tag {tag['tag']}{closest}"))
 
 
+def _forgotten_meanwhile(node_id):
+    return f"{node_id} was forgotten meanwhile (by a server or another command)"
+
+
 def _show(store, args):
-    node = store.peek([_one(store, args.id)]).popitem()[1]
+    node_id = _one(store, args.id)
+    node = store.peek([node_id]).get(node_id)
+    if node is None:
+        raise NotFound(_forgotten_meanwhile(node_id))
     linked = store.peek(node["links"][:50])
     if args.json:
         print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
@@ -4541,8 +4554,8 @@ def _show(store, args):
         if target in linked:
             print(_line("  " + shorts[target], linked[target], width))
     if len(node["links"]) > 50:
-        print(f"  ... and {len(node['links']) - 50:,} more (store.py show --json ID lists "
-              f"them all)")
+        print(f"  ... and {len(node['links']) - 50:,} more ({store_py_command()} show --json "
+              f"ID lists them all)")
     print()
     print("\n".join(_visible(line) for line in node["content"].split("\n")))
 
@@ -4670,11 +4683,17 @@ def _edit(store, args, environ):
         if after == before:
             _say("flood-memory: edit: the content is unchanged; nothing was saved")
         elif not after.strip():
-            _say("flood-memory: edit: the content was emptied; nothing was saved (store.py "
-                 "forget ID deletes a memory)")
+            _say(f"flood-memory: edit: the content was emptied; nothing was saved "
+                 f"({store_py_command()} forget ID deletes a memory)")
         else:
             kept = True
-            if store.get(node_id)["content"] != before:
+            try:
+                current = store.get(node_id)["content"]
+            except NotFound:
+                raise NotFound(f"the memory was forgotten meanwhile (by a server or another "
+                               f"command); nothing was saved, and your text is in "
+                               f"{path}") from None
+            if current != before:
                 raise StoreError(f"the memory was changed meanwhile (by a server or another "
                                  f"command); nothing was saved, and your text is in {path}: "
                                  f"run the edit again")
@@ -4694,7 +4713,14 @@ def _edit(store, args, environ):
 
 def _forget(store, args):
     ids = list(dict.fromkeys(_one(store, given) for given in args.ids))
-    nodes, shorts, width = store.peek(ids), store.short_ids(ids), _width()
+    nodes = store.peek(ids)
+    for node_id in ids:
+        if node_id not in nodes:
+            _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
+    ids = [node_id for node_id in ids if node_id in nodes]
+    if not ids:
+        return 0
+    shorts, width = store.short_ids(ids), _width()
     for node_id in ids:
         _say(_line(shorts[node_id], nodes[node_id], width))
     if not args.yes and not _asked(f"Forget {_memories(len(ids))}, and every link to "
@@ -4703,7 +4729,12 @@ def _forget(store, args):
         return 1
     gone = set()
     for node_id in ids:
-        store.delete(node_id)
+        try:
+            store.delete(node_id)
+        except NotFound:
+            _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
+            gone.add(node_id)
+            continue
         links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
         gone.add(node_id)
         _say(f"flood-memory: forgot {node_id}" +
@@ -4723,10 +4754,10 @@ def _check(store, args):
     for problem in problems:
         print(f"problem: {problem}")
     if any(p.startswith("SQLite's integrity check") for p in problems):
-        print("The database file is damaged: restore it from a backup (store.py restore "
-              "FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
+        print(f"The database file is damaged: restore it from a backup ({store_py_command()} "
+              f"restore FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
     else:
-        print("Run: python3 store.py check --repair")
+        print(f"Run: {store_py_command()} check --repair")
     return 1
 
 
@@ -4768,7 +4799,7 @@ def _import(store, args, records, report):
         shown = done["differ_ids"][:10]
         _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
              f"and were left as they are: import it again with --update to apply the file's "
-             f"content and tags, or change them one by one with store.py edit ID")
+             f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
     if report is not None:

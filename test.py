@@ -91,6 +91,7 @@ import store
 from store import InvalidInput, NotFound, Store, StoreError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SYSTEM_TEMP = tempfile.gettempdir()  # as it was before any test patched tempfile.tempdir
 TOKEN = "test-token-0123456789-abcdefghijklmnop"
 
 
@@ -235,7 +236,7 @@ def spaced_python():
     """A Python whose path holds spaces, as one under C:\\Program Files or a user named
     "First Last" has: a venv of this one (without pip), made once per process and removed
     at its exit."""
-    home = tempfile.mkdtemp(prefix="flood-python-")
+    home = tempfile.mkdtemp(prefix="flood-python-", dir=SYSTEM_TEMP)
     atexit.register(shutil.rmtree, home, True)
     venv = os.path.join(home, "Python Venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True,
@@ -5772,11 +5773,77 @@ class CommandLineTest(TempDirTest):
         status, out, _ = self.cli("check")
         self.assertEqual(status, 1)
         self.assertIn("problem: 1 link leads to no memory", out)
-        self.assertIn("Run: python3 store.py check --repair", out)
+        self.assertIn(f"Run: {store.store_py_command()} check --repair", out)
         status, out, err = self.cli("check", "--repair")
         self.assertEqual((status, out), (0, "ok\n"), err)
         self.assertEqual(self.store.get(self.june["id"])["links"], [])
         self.assertEqual(self.store.problems(), [])
+
+    def test_a_command_to_type_is_given_with_py_on_windows(self):
+        # On Windows python3 is often the Microsoft Store's alias: messages said
+        # "python3 store.py" there.
+        self.assertEqual(store.store_py_command("nt"), "py store.py")
+        self.assertEqual(store.store_py_command("posix"), "python3 store.py")
+        self.raw_write("DELETE FROM nodes WHERE id = ?", self.tea["id"])
+        for system, command in (("nt", b"py store.py"), ("posix", b"python3 store.py")):
+            with self.subTest(system=system):
+                proc = simulated(f"import os\nos.name = {system!r}", "store.py", "check",
+                                 env=store_env(self.dir), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                out, err = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, 1, err)
+                self.assertIn(b"Run: " + command + b" check --repair", out)
+
+    def test_a_memory_forgotten_meanwhile_is_said_not_a_traceback(self):
+        # Another process forgets a memory between the lookup of its id and its reading:
+        # show and forget ended in a KeyError traceback.
+        resolve, peek = Store.resolve, Store.peek
+
+        def forgetting(victim, after):
+            def meddled(s, *args):
+                found = after(s, *args)
+                if s is not self.store and victim in self.store.peek([victim]):
+                    self.store.delete(victim)
+                return found
+            return meddled
+
+        with unittest.mock.patch.object(Store, "resolve", forgetting(self.churn["id"], resolve)):
+            status, out, err = self.cli("show", self.churn["id"][:6])
+        self.assertEqual((status, out), (1, ""))
+        self.assertEqual(err, f"flood-memory: show: {self.churn['id']} was forgotten meanwhile "
+                              f"(by a server or another command)\n")
+        other = self.store.add("another memory")
+        with unittest.mock.patch.object(Store, "resolve", forgetting(other["id"], resolve)):
+            status, _, err = self.cli("forget", other["id"], self.tea["id"], "--yes")
+        self.assertEqual(status, 0, err)
+        self.assertIn(f"flood-memory: forget: {other['id']} was forgotten meanwhile", err)
+        self.assertIn(f"forgot {self.tea['id']} and its 1 link", err)
+        # Forgotten after it was read, while the person was asked.
+        with unittest.mock.patch.object(Store, "peek", forgetting(self.june["id"], peek)):
+            status, _, err = self.cli("forget", self.june["id"], stdin=self.Terminal("y\n"))
+        self.assertEqual(status, 0, err)
+        self.assertIn(f"flood-memory: forget: {self.june['id']} was forgotten meanwhile", err)
+        self.assertEqual(self.store.count(), 0)
+
+    def test_an_edit_of_a_memory_forgotten_meanwhile_says_where_the_text_is(self):
+        editor = os.path.join(self.dir, "editor.py")
+        forget = store_command("forget", self.tea["id"], "--yes")
+        with open(editor, "w") as f:
+            f.write(f"import subprocess, sys\nsubprocess.run({forget!r}, env="
+                    f"{store_env(self.dir)!r}, check=True, stdin=subprocess.DEVNULL)\n"
+                    f"open(sys.argv[1], 'w').write('mine')\n")
+        temp = os.path.join(self.dir, "temp")
+        os.mkdir(temp)
+        with unittest.mock.patch.object(tempfile, "tempdir", temp):
+            status, _, err = self.cli("edit", self.tea["id"],
+                                      environ={"EDITOR": command_line(spaced_python(), editor)})
+        self.assertEqual(status, 1)
+        [kept] = os.listdir(temp)
+        self.assertEqual(err, f"flood-memory: edit: the memory was forgotten meanwhile (by a "
+                              f"server or another command); nothing was saved, and your text "
+                              f"is in {os.path.join(temp, kept)}\n")
+        with open(os.path.join(temp, kept)) as f:
+            self.assertEqual(f.read(), "mine")
 
     def test_a_running_server_sees_an_edit_at_once(self):
         server = self.server_process(self.dir)
