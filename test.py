@@ -2278,6 +2278,52 @@ class SetupTest(TempDirTest):
         self.assertIn(json.dumps(os.path.join(home, "tilde-data")), done.stdout)
         self.assertTrue(os.path.exists(os.path.join(home, "tilde-data", store.DB_NAME)))
 
+    def test_setup_works_with_spaces_in_every_path_and_a_temp_folder_behind_a_link(self):
+        # A user named "First Last", Python in a folder with a space (C:\Program Files, a
+        # venv), a checkout in "My Projects", and a temporary folder reached through a
+        # symbolic link, as a Mac's is (/var -> /private/var): self.dir is one.
+        checkout = os.path.join(self.dir, "My Projects", "flood memory")
+        os.makedirs(checkout)
+        for name in ("server.py", "server_remote.py", "store.py", "setup.py", "test.py"):
+            shutil.copy(os.path.join(HERE, name), checkout)
+        home, temp = os.path.join(self.dir, "Home Folder"), os.path.join(self.dir, "Temp Folder")
+        data = os.path.join(home, "My Memories")
+        os.mkdir(home)
+        os.mkdir(temp)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+        env.update(HOME=home, USERPROFILE=home, TMPDIR=temp, TEMP=temp, TMP=temp,
+                   FLOOD_MEMORY_DIR=data)
+        python = spaced_python()
+        done = subprocess.run([python, os.path.join(checkout, "setup.py"), "--no-tests"],
+                              cwd=self.dir, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        after = done.stdout.split("claude_desktop_config.json", 1)[1]
+        config, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
+        server_py = os.path.join(checkout, "server.py")
+        # Every path as given: nothing resolved through the link.
+        self.assertEqual(config["mcpServers"]["flood-memory"],
+                         {"command": python, "args": [server_py],
+                          "env": {"FLOOD_MEMORY_DIR": data}})
+        self.assertIn(f"Data directory: {data} (memory.db is ready", done.stdout)
+        lines = done.stdout.splitlines()
+        if os.name == "nt":
+            line = lines[lines.index("   or in cmd.exe (the Command Prompt):") + 1]
+            words = store.split_command(line, "nt")
+        else:
+            [line] = [l for l in lines if l.startswith("claude mcp add --transport stdio")]
+            words = shlex.split(line)
+        self.assertEqual(words[-5:], ["--env", f"FLOOD_MEMORY_DIR={data}", "--", python,
+                                      server_py])
+        # The configuration starts the server in a desktop app's bare environment.
+        bare = dict(setup.bare_environment(platform.system(), env), FLOOD_MEMORY_DIR=data)
+        started = self.server_process(command=[python, server_py], env=bare,
+                                      cwd=os.path.abspath(os.sep), timeout=60)
+        started.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+        self.assertIsNone(started.call("remember", {"content": "from First Last"})[1])
+        self.assertEqual(started.close(), 0)
+        with Store(os.path.join(data, store.DB_NAME)) as s:
+            self.assertEqual(s.count(), 1)
+
     def test_setup_says_clearly_when_the_server_would_not_start(self):
         env = setup.bare_environment(platform.system(), os.environ)
         self.assertIsNone(setup.fit_to_serve(sys.executable, env))
@@ -2606,6 +2652,20 @@ class PlatformTest(TempDirTest):
                       printed)
         self.assertIn("[Environment]::SetEnvironmentVariable('FLOOD_MEMORY_AUTH_TOKEN', "
                       "'tok-EN_1', 'User')", lines)
+        # cmd.exe knows no single quotes: the PowerShell line failed there. Its own line
+        # follows, which its programs read back word for word.
+        at = lines.index("   or in cmd.exe (the Command Prompt):")
+        self.assertEqual(lines[at + 1],
+                         r'claude mcp add --transport stdio --scope user flood-memory --env '
+                         r'FLOOD_MEMORY_DIR=C:\Users\Bob\flood\memory -- "C:\Program Files'
+                         r'\Python313\python.exe" "C:\Users\Bob\Bob' "'s" r' code\server.py"')
+        self.assertIn("(PowerShell):", lines[at - 2])
+        for words in (store.split_command(lines[at + 1], "nt"),
+                      ["x", "C:\\Users\\First Last\\", "a,b;c&d", ""]):
+            with self.subTest(words=words):
+                self.assertEqual(store.split_command(setup.Cmd.run(words), "nt"), words)
+        posix = setup.instructions("Darwin", "/usr/bin/python3", "/Users/bob/flood", ["x"], "t")
+        self.assertNotIn("cmd.exe", posix)
         # The token written out: $FLOOD_MEMORY_AUTH_TOKEN would be an empty PowerShell
         # variable, and the server then answers 401 to "Bearer ".
         self.assertIn("claude mcp add --transport http --scope user flood-memory "
@@ -2712,6 +2772,41 @@ class PlatformTest(TempDirTest):
                                                 f"{home}/flood"), [])
         self.assertEqual(setup.privacy_warnings("Linux", "/home/bob", "/home/bob/Documents/f",
                                                 "/home/bob/Documents/m"), [])
+        # The interpreter the configuration names is kept from Claude too (a venv under
+        # ~/Documents), as is a path that leads into such a folder through a link; the
+        # path is named as given.
+        venv = f"{home}/Documents/project/.venv/bin/python"
+        [warning] = setup.privacy_warnings("Darwin", home, python=venv)
+        self.assertTrue(warning.startswith(f"The Python {venv} is in ~/Documents, "), warning)
+        self.assertIn("Run setup.py with a Python outside it", warning)
+        into = {f"{home}/bin/python3": f"{home}/Desktop/py/bin/python3.13",
+                f"{home}/code": f"{home}/Documents/code"}
+        warnings = setup.privacy_warnings("Darwin", home, f"{home}/code", f"{home}/flood",
+                                          f"{home}/bin/python3",
+                                          resolve=lambda p: into.get(p, p))
+        self.assertEqual([w.split(", which")[0] for w in warnings],
+                         [f"This checkout {home}/code is in ~/Documents",
+                          f"The Python {home}/bin/python3 is in ~/Desktop"])
+        self.assertEqual(setup.privacy_warnings("Darwin", home, python="/opt/homebrew/bin/"
+                                                                      "python3.13"), [])
+
+    def test_setup_on_a_mac_warns_of_a_python_in_a_kept_folder(self):
+        # Played in this process: macOS, and the Python chosen a venv under ~/Documents.
+        home = os.path.join(self.dir, "Home Folder")
+        python = posixpath.join(home, "Documents", "project", ".venv", "bin", "python")
+        out = io.StringIO()
+        environ = {"HOME": home, "USERPROFILE": home,
+                   "FLOOD_MEMORY_DIR": os.path.join(home, "flood")}
+        with unittest.mock.patch.dict(os.environ, environ), \
+                unittest.mock.patch("platform.system", return_value="Darwin"), \
+                unittest.mock.patch.object(setup, "interpreter", return_value=(python, [])), \
+                unittest.mock.patch.object(setup, "check_start", return_value=None), \
+                contextlib.redirect_stdout(out):
+            self.assertEqual(setup.main(["--no-tests"]), 0)
+        warnings = [l for l in out.getvalue().splitlines() if l.startswith("Warning: ")]
+        self.assertEqual(len(warnings), 1, out.getvalue())
+        self.assertTrue(warnings[0].startswith(f"Warning: The Python {python} is in "
+                                               f"~/Documents, "), warnings[0])
 
     def test_setup_says_what_keeps_the_database_private(self):
         self.assertEqual(setup.privacy_note("Darwin", "/Users/bob/flood", "/Users/bob"),
@@ -5538,7 +5633,8 @@ class CommandLineTest(TempDirTest):
         # shlex.split(posix=False) kept the quotes ("C:\Program Files\...\notepad++.exe"
         # could not start).
         for words in ([r"C:\Program Files\Notepad++\notepad++.exe", "-multiInst"],
-                      ['say "hi"', "ends in\\", "\\\\nas\\share\\", "", "tab\tin", '"', "a\\\\\"b"]):
+                      ['say "hi"', "ends in\\", "\\\\nas\\share\\", "", "tab\tin", '"',
+                       "a\\\\\"b"]):
             with self.subTest(words=words):
                 self.assertEqual(store.split_command(subprocess.list2cmdline(words), "nt"), words)
         self.assertEqual(store.split_command('"a ""quoted"" word" x', "nt"),
