@@ -221,16 +221,6 @@ def descriptor_limit():
     return 1024 if soft == resource.RLIM_INFINITY else soft
 
 
-def store_command(*args):
-    """The command line of python3 store.py with `args`."""
-    return [sys.executable, os.path.join(HERE, "store.py"), *args]
-
-
-def command_line(*words):
-    """`words` as one command line, quoted as this system's programs read one (EDITOR)."""
-    return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)
-
-
 @functools.cache
 def spaced_python():
     """A Python whose path holds spaces, as one under C:\\Program Files or a user named
@@ -244,6 +234,17 @@ def spaced_python():
     if os.name == "nt":
         return os.path.join(venv, "Scripts", "python.exe")
     return os.path.join(venv, "bin", "python")
+
+
+def store_command(*args):
+    """The command line of python3 store.py with `args`, run by a Python whose path holds
+    spaces (spaced_python)."""
+    return [spaced_python(), os.path.join(HERE, "store.py"), *args]
+
+
+def command_line(*words):
+    """`words` as one command line, quoted as this system's programs read one (EDITOR)."""
+    return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)
 
 
 def store_env(data_dir):
