@@ -5735,7 +5735,7 @@ class CommandLineTest(TempDirTest):
         # Changed by another writer while the editor was open: not overwritten.
         meanwhile = store_command("edit", self.tea["id"], "--content", "changed meanwhile")
         status, _, err = edit(f"import subprocess\nsubprocess.run({meanwhile!r}, env="
-                              f"{store_env(self.dir)!r}, check=True)\n"
+                              f"{store_env(self.dir)!r}, check=True, stderr=subprocess.DEVNULL)\n"
                               f"open(path, 'w').write('mine')")
         self.assertEqual(status, 1)
         self.assertIn("changed meanwhile", err)
@@ -5927,7 +5927,8 @@ class CommandLineTest(TempDirTest):
         forget = store_command("forget", self.tea["id"], "--yes")
         with open(editor, "w") as f:
             f.write(f"import subprocess, sys\nsubprocess.run({forget!r}, env="
-                    f"{store_env(self.dir)!r}, check=True, stdin=subprocess.DEVNULL)\n"
+                    f"{store_env(self.dir)!r}, check=True, stdin=subprocess.DEVNULL, "
+                    f"stderr=subprocess.DEVNULL)\n"
                     f"open(sys.argv[1], 'w').write('mine')\n")
         temp = os.path.join(self.dir, "temp")
         os.mkdir(temp)
