@@ -130,8 +130,9 @@ def interpreter(system, env, paths):
         if problem is None:
             return path, reasons
         if store_alias(system, path):
-            problem += ("; it is a Microsoft Store app alias (WindowsApps) with no Python "
-                        "behind it: install Python 3.11+ from python.org or the Store")
+            problem += ("; it is a Microsoft Store app alias (WindowsApps), and where no "
+                        "Python is installed behind it, only offers to install one: install "
+                        "Python 3.11+ from python.org or the Store")
         reasons.append(f"{path}: {problem}")
     return None, reasons
 

@@ -2740,8 +2740,9 @@ class PlatformTest(TempDirTest):
         self.assertEqual(python, from_store)
         self.assertEqual(len(reasons), 1)
         self.assertTrue(reasons[0].startswith(f"{fake}: it does not start ("), reasons[0])
-        self.assertIn("it is a Microsoft Store app alias (WindowsApps) with no Python behind "
-                      "it: install Python 3.11+ from python.org or the Store", reasons[0])
+        self.assertIn("it is a Microsoft Store app alias (WindowsApps), and where no Python "
+                      "is installed behind it, only offers to install one: install Python "
+                      "3.11+ from python.org or the Store", reasons[0])
         self.assertEqual(setup.interpreter("Linux", env, [fake, from_store]),
                          (from_store, [f"{fake}: {setup.fit_to_serve(fake, env)}"]))
         # On macOS and Linux, python3.14 to 3.11 by name and where installers put them.
