@@ -108,26 +108,31 @@ def candidates(system, running, which, launcher):
     return list(dict.fromkeys(path for path in found if path))
 
 
-def unfit_on_sight(system, path):
-    """Why `path` is not even tried, or None: on Windows, a Microsoft Store app alias
-    (WindowsApps) is often only a stub that opens the Store."""
-    if system == "Windows" and "windowsapps" in path.lower().replace("/", "\\").split("\\"):
-        return ("it is a Microsoft Store app alias (WindowsApps), often only a stub that "
-                "opens the Store; install Python 3.11+ from python.org")
-    return None
+def store_alias(system, path):
+    """Whether `path` is a Microsoft Store app alias (under WindowsApps): Python installed
+    from the Store runs from one, and without it Windows puts one there that only offers to
+    install Python (run with arguments, it says "Python was not found" and opens nothing)."""
+    return system == "Windows" and "windowsapps" in path.lower().replace("/", "\\").split("\\")
 
 
 def interpreter(system, env, paths):
     """An absolute path to the Python that clients should start the server with: the first
-    of `paths` fit to serve. (None, reasons) if there is none."""
+    of `paths` fit to serve. (None, reasons) if there is none.
+
+    Each is tried, a Store app alias too: the check tells Python installed from the Store,
+    which serves, from the alias that only offers to install it."""
     reasons = []
     for path in paths:
         if not os.path.isfile(path):
             continue
         path = os.path.abspath(path)
-        problem = unfit_on_sight(system, path) or fit_to_serve(path, env)
+        problem = fit_to_serve(path, env)
         if problem is None:
             return path, reasons
+        if store_alias(system, path):
+            problem += ("; it is a Microsoft Store app alias (WindowsApps), and where no "
+                        "Python is installed behind it, only offers to install one: install "
+                        "Python 3.11+ from python.org or the Store")
         reasons.append(f"{path}: {problem}")
     return None, reasons
 
@@ -194,11 +199,13 @@ def desktop_config_files(system, environ, find):
 _PROTECTED = ("Documents", "Desktop", "Downloads", "Library/Mobile Documents")
 
 
-def privacy_warnings(system, home, checkout, data_dir):
-    """Warnings for the checkout and the data directory when they are in folders that
-    macOS's privacy protection keeps from Claude Desktop: there the server works from
-    Terminal, where setup runs, and fails with "Operation not permitted" when Claude starts
-    it."""
+def privacy_warnings(system, home, checkout=None, data_dir=None, python=None,
+                     resolve=os.path.realpath):
+    """Warnings for the checkout, the data directory and the interpreter the configuration
+    names (a venv under ~/Documents) when they are in folders that macOS's privacy
+    protection keeps from Claude Desktop: there the server works from Terminal, where setup
+    runs, and fails with "Operation not permitted" when Claude starts it. A path is
+    warned about, as given, when it or the path it resolves to (`resolve`) is in one."""
     if system != "Darwin":
         return []
     warnings = []
@@ -206,19 +213,29 @@ def privacy_warnings(system, home, checkout, data_dir):
             ("This checkout", checkout, "Move the checkout out of it (to ~/flood-memory, for "
                                         "example) and run setup.py there"),
             ("The data directory", data_dir, "Set FLOOD_MEMORY_DIR to a folder outside it (the "
-                                             "default, ~/flood/memory, is)")):
-        for folder in _PROTECTED:
-            protected = posixpath.join(home, folder)
-            # APFS ignores case by default: ~/documents is ~/Documents.
-            if (path.lower() + "/").startswith(protected.lower() + "/"):
-                shown = "iCloud Drive" if folder.startswith("Library") else f"~/{folder}"
-                warnings.append(
-                    f"{what} {path} is in {shown}, which macOS keeps from apps you have not "
-                    f"allowed: the server works from Terminal but fails with \"Operation not "
-                    f"permitted\" when Claude Desktop starts it. {remedy}, or allow Claude in "
-                    f"System Settings -> Privacy & Security -> Files and Folders.")
-                break
+                                             "default, ~/flood/memory, is)"),
+            ("The Python", python, "Run setup.py with a Python outside it (make a venv in "
+                                   "~/flood-venv, for example)")):
+        folder = path and (_protected_folder(home, path) or _protected_folder(home,
+                                                                               resolve(path)))
+        if folder:
+            shown = "iCloud Drive" if folder.startswith("Library") else f"~/{folder}"
+            warnings.append(
+                f"{what} {path} is in {shown}, which macOS keeps from apps you have not "
+                f"allowed: the server works from Terminal but fails with \"Operation not "
+                f"permitted\" when Claude Desktop starts it. {remedy}, or allow Claude in "
+                f"System Settings -> Privacy & Security -> Files and Folders.")
     return warnings
+
+
+def _protected_folder(home, path):
+    """The folder of _PROTECTED that `path` is in, or None."""
+    for folder in _PROTECTED:
+        protected = posixpath.join(home, folder)
+        # APFS ignores case by default: ~/documents is ~/Documents.
+        if (path.lower() + "/").startswith(protected.lower() + "/"):
+            return folder
+    return None
 
 
 def privacy_note(system, data_dir, home):
@@ -309,6 +326,28 @@ class PowerShell:
         return cls.quote(f"Authorization: Bearer {token}")
 
 
+class Cmd:
+    """Commands as cmd.exe (the Command Prompt) reads them: it knows no single quotes, so
+    PowerShell's lines fail there."""
+
+    name = "cmd.exe"
+    _BARE = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./\\:=+@")
+
+    @classmethod
+    def quote(cls, word):
+        """`word` as one argument: in double quotes unless it is plain. Inside them only % is
+        special (a path holding %NAME% would be expanded), and a backslash before the
+        closing quote would escape it for the program, so it is doubled."""
+        if word and set(word) <= cls._BARE:
+            return word
+        ending = len(word) - len(word.rstrip("\\"))
+        return '"' + word + "\\" * ending + '"'
+
+    @classmethod
+    def run(cls, words):
+        return " ".join(map(cls.quote, words))
+
+
 def shell_for(system):
     return PowerShell if system == "Windows" else Posix
 
@@ -343,6 +382,8 @@ def instructions(system, python, data_dir, config_files, token, here=HERE):
     make_token = shell.run([python, "-c", "import secrets; print(secrets.token_urlsafe(32))"])
     where = ("for the programs you start from now on: open a new terminal for Claude Code"
              if system == "Windows" else "for example in ~/.zshrc or ~/.bashrc")
+    in_cmd = f"\n   or in {Cmd.name} (the Command Prompt):\n{Cmd.run(claude_add)}" \
+        if system == "Windows" else ""
     remote_add = shell.run(["claude", "mcp", "add", "--transport", "http", "--scope", "user",
                             NAME, url, "--header"]) + " " + shell.bearer_header(token)
     return f"""
@@ -354,7 +395,7 @@ def instructions(system, python, data_dir, config_files, token, here=HERE):
 {config}
 
 == Claude Code, for every project, in one line ({shell.name}):
-{shell.run(claude_add)}
+{shell.run(claude_add)}{in_cmd}
 
 == Remote (HTTP) server, optional. On the machine that keeps the memories, start it
    with a secret token of at least 32 characters (this one is freshly generated; make
@@ -420,8 +461,7 @@ def main(argv=None):
         return 1
     print(f"Data directory: {data_dir} (memory.db is ready, "
           f"{privacy_note(system, data_dir, home)})")
-    warnings = privacy_warnings(system, home, os.path.realpath(HERE),
-                                os.path.realpath(data_dir))
+    warnings = privacy_warnings(system, home, HERE, data_dir)
     risk = risky_location(data_dir, system)
     for warning in [*warnings, *([risk[0].upper() + risk[1:]] if risk else [])]:
         print(f"Warning: {warning}")
@@ -439,6 +479,8 @@ def main(argv=None):
         return 1
     for reason in reasons:
         print(f"Not using {reason}")
+    for warning in privacy_warnings(system, home, python=python):
+        print(f"Warning: {warning}")
     problem = check_start(python, data_dir, env)
     if problem is not None:
         print(f"setup.py: the server does not start as a client would start it "

@@ -1128,8 +1128,8 @@ def _rule_breakers(db):
                 f"SELECT id, content, tags FROM nodes WHERE rowid IN ({rowids}) ORDER BY rowid"):
             key = (" ".join(content.split()), _folded_tags(tags))
             if key in first:
-                found["memories repeating an older one exactly: forget them (store.py "
-                      "forget ID)"].append(node_id)
+                found[f"memories repeating an older one exactly: forget them "
+                      f"({store_py_command()} forget ID)"].append(node_id)
             first.setdefault(key, node_id)
     return [f"{what}: {len(ids):,} ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
             for what, ids in found.items()]
@@ -2753,10 +2753,17 @@ def _quoted(path):
 
 
 def _target_file(target, what):
-    """The path `what` (a backup, an export) named `target` is written to: the regular file a
-    symbolic link points at (written through, so the link stays), or a new path in an
-    existing directory; InvalidInput for a directory, a device or any other kind of file."""
-    path = os.path.realpath(os.path.abspath(os.path.expanduser(os.fspath(target))))
+    """The path `what` (a backup, an export) named `target` is written to: `target` made
+    absolute, or the regular file it points at if it is a symbolic link (written through, so
+    the link stays); InvalidInput for a directory, a device or any other kind of file, or a
+    directory that does not exist.
+
+    Only a link at the end is followed: the directories on the way stay as given, so that
+    messages name the path the person gave (a Mac's temporary folder is reached through
+    the link /var, and Windows would expand a short name such as FIRSTL~1)."""
+    path = os.path.abspath(os.path.expanduser(os.fspath(target)))
+    if os.path.islink(path):
+        path = os.path.realpath(path)
     if os.path.exists(path) and not os.path.isfile(path):
         kind = "a directory" if os.path.isdir(path) else "a device or other special file"
         raise InvalidInput(f"{target} is {kind}: {what} is written to a regular file or a "
@@ -3378,7 +3385,8 @@ def _parser():
     tags.add_argument("--no-tags", action="store_true", help="take every tag away")
     sub = command("forget", "delete memories, and every link to them")
     sub.add_argument("ids", nargs="+", metavar="ID")
-    sub.add_argument("--yes", action="store_true", help="do not ask first")
+    sub.add_argument("--yes", action="store_true",
+                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
     sub = command("tags", "every tag, with how many memories carry it, most used first")
     sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
     sub = command("stats", "how many memories, links and tags; the database's path and size")
@@ -3405,19 +3413,41 @@ def _parser():
     sub = command("restore", "replace every memory with those of a backup, checked first; "
                              "what it replaces is kept as a copy in the data directory")
     sub.add_argument("file", metavar="FILE", type=file_name)
-    sub.add_argument("--yes", action="store_true", help="do not ask first")
+    sub.add_argument("--yes", action="store_true",
+                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
     return parser
+
+
+def _json_out(value, **options):
+    """`value` as JSON for standard output: characters as they are where its encoding holds
+    them all, else as \\uXXXX escapes. A redirect or pipe on Windows writes in the ANSI code
+    page (cp1252, ...), which holds few of the world's characters."""
+    text = json.dumps(value, ensure_ascii=False, **options)
+    try:
+        text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
+    except (UnicodeEncodeError, LookupError):
+        return json.dumps(value, **options)
+    return text
+
+
+def store_py_command(system=None):
+    """store.py as a message gives it to type: after the py launcher on Windows (`system`,
+    os.name, says "nt"), where python3 is often the Microsoft Store's alias, else python3."""
+    return ("py" if (system or os.name) == "nt" else "python3") + " store.py"
 
 
 def _say(text=""):
     print(text, file=sys.stderr)
 
 
-def _asked(question):
-    """On a terminal, whether the person answers yes to `question` (asked on standard error,
-    as standard output may be a file); off one (a script), yes."""
+def _asked(question, undone):
+    """Whether the person at the terminal answers yes to `question` (asked on standard error,
+    as standard output may be a file). Off a terminal nobody can answer: a script, or Git
+    Bash's window (mintty), which Python sees as a pipe. Then InvalidInput says that
+    nothing was `undone` ("forgotten"), and that --yes does it without asking."""
     if sys.stdin is None or not sys.stdin.isatty():
-        return True
+        raise InvalidInput(f"standard input is not a terminal, so nobody can be asked: "
+                           f"nothing was {undone}; give --yes to go ahead without asking")
     sys.stderr.write(f"{question} [y/N] ")
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
@@ -3461,7 +3491,7 @@ def _line(short, node, width):
 
 def _print_nodes(store, nodes, args):
     if args.json:
-        print(json.dumps(nodes, ensure_ascii=False, indent=1))
+        print(_json_out(nodes, indent=1))
         return
     shorts, width = store.short_ids([n["id"] for n in nodes]), _width()
     for node in nodes:
@@ -3476,12 +3506,19 @@ def _print_nodes(store, nodes, args):
             _say(_visible(f"flood-memory: no memory carries the tag {tag['tag']}{closest}"))
 
 
+def _forgotten_meanwhile(node_id):
+    return f"{node_id} was forgotten meanwhile (by a server or another command)"
+
+
 def _show(store, args):
-    node = store.peek([_one(store, args.id)]).popitem()[1]
+    node_id = _one(store, args.id)
+    node = store.peek([node_id]).get(node_id)
+    if node is None:
+        raise NotFound(_forgotten_meanwhile(node_id))
     linked = store.peek(node["links"][:50])
     if args.json:
-        print(json.dumps(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
-                         ensure_ascii=False, indent=1))
+        print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
+                        indent=1))
         return
     accesses = node["access_count"]
     print(f"id:            {node['id']}")
@@ -3496,10 +3533,92 @@ def _show(store, args):
         if target in linked:
             print(_line("  " + shorts[target], linked[target], width))
     if len(node["links"]) > 50:
-        print(f"  ... and {len(node['links']) - 50:,} more (store.py show --json ID lists "
-              f"them all)")
+        print(f"  ... and {len(node['links']) - 50:,} more ({store_py_command()} show --json "
+              f"ID lists them all)")
     print()
     print("\n".join(_visible(line) for line in node["content"].split("\n")))
+
+
+def split_command(text, system=None):
+    """The words of the command line `text` (an EDITOR), as its system's programs read one:
+    a POSIX shell's quoting, or on Windows (`system`, os.name, says "nt") the C runtime's
+    (CommandLineToArgvW): double quotes group, "" inside them is a quote, and backslashes
+    are literal except before a quote, so that "C:\\Program Files\\x.exe" -n is two words.
+    ValueError for a quote left open."""
+    if (system or os.name) != "nt":
+        return shlex.split(text)
+    words, word, started, quoted, at = [], [], False, False, 0
+    while at < len(text):
+        char = text[at]
+        if char == "\\":
+            end = at
+            while end < len(text) and text[end] == "\\":
+                end += 1
+            slashes = end - at
+            if text[end:end + 1] == '"':
+                # Before a quote, a pair of backslashes is one, and one left over makes
+                # the quote a character rather than a delimiter.
+                word.append("\\" * (slashes // 2))
+                if slashes % 2:
+                    word.append('"')
+                    end += 1
+            else:
+                word.append("\\" * slashes)
+            at, started = end, True
+        elif char == '"':
+            if quoted and text[at + 1:at + 2] == '"':
+                word.append('"')
+                at += 1
+            else:
+                quoted = not quoted
+            at, started = at + 1, True
+        elif char in " \t" and not quoted:
+            if started:
+                words.append("".join(word))
+            word, started, at = [], False, at + 1
+        else:
+            word.append(char)
+            at, started = at + 1, True
+    if quoted:
+        raise ValueError("No closing quotation")
+    if started:
+        words.append("".join(word))
+    return words
+
+
+# The editors tried, in order, when neither VISUAL nor EDITOR is set, as git does: Debian's
+# choice of the system's editor, then two that almost every Unix has.
+SYSTEM_EDITORS = ("editor", "nano", "vi")
+
+
+def editor_command(environ, system=None, which=shutil.which):
+    """The editor to run, as words, program first, chosen as git chooses: VISUAL, else
+    EDITOR, else the system's (Notepad on Windows, where `system`, os.name, says "nt"; else
+    the first of SYSTEM_EDITORS). The program is looked up on the PATH of `environ` with
+    `which` (shutil.which), as a shell would: on Windows that finds a script by the
+    extensions of PATHEXT (VS Code's `code` is code.cmd), which a start without a shell
+    would miss. InvalidInput if the setting is not a command, or if there is no editor."""
+    system = system or os.name
+    path = environ.get("PATH", os.defpath)
+    setting = (environ.get("VISUAL") or "").strip() or (environ.get("EDITOR") or "").strip()
+    try:
+        words = split_command(setting, system)
+    except ValueError as exc:
+        raise InvalidInput(f"cannot read the editor command {setting!r} ({exc}); set VISUAL "
+                           f"or EDITOR to a command") from None
+    if not words:
+        found = [n for n in (("notepad",) if system == "nt" else SYSTEM_EDITORS)
+                 if which(n, path=path)]
+        words = found[:1]
+    if not words and system == "nt":
+        raise InvalidInput("no editor is set, and Notepad is not on PATH: set EDITOR (in "
+                           "PowerShell: $env:EDITOR = 'notepad'; in cmd.exe: set "
+                           "EDITOR=notepad), or give the new text with --content")
+    if not words:
+        raise InvalidInput(f"no editor is set, and none of {', '.join(SYSTEM_EDITORS)} is on "
+                           f"PATH: set VISUAL or EDITOR (for example export EDITOR=nano), or "
+                           f"give the new text with --content")
+    return [which(words[0], path=path) or words[0], *words[1:]]
 
 
 def _edit(store, args, environ):
@@ -3513,15 +3632,7 @@ def _edit(store, args, environ):
         store.update(node_id, content=args.content, tags=tags)
         _say(f"flood-memory: edit: saved {node_id}")
         return 0
-    editor = environ.get("VISUAL") or environ.get("EDITOR") or ""
-    try:
-        command = shlex.split(editor, posix=os.name != "nt")
-    except ValueError as exc:
-        raise InvalidInput(f"cannot read the editor command {editor!r} ({exc}); set VISUAL "
-                           f"or EDITOR to a command") from None
-    if not command:
-        raise InvalidInput("no editor is set: set VISUAL or EDITOR (for example export "
-                           "EDITOR=nano), or give the new text with --content")
+    command = editor_command(environ)
     handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
     kept = False  # whether the file stays, holding what the person wrote
     try:
@@ -3533,7 +3644,7 @@ def _edit(store, args, environ):
             raise StoreError(f"cannot run the editor {command[0]}: {exc.strerror}; set VISUAL "
                              f"or EDITOR to one that is installed") from None
         if done.returncode:
-            raise StoreError(f"the editor ({editor}) exited with status {done.returncode}; "
+            raise StoreError(f"the editor ({command[0]}) exited with status {done.returncode}; "
                              f"nothing was saved")
         try:
             with open(path, encoding="utf-8", newline="") as f:
@@ -3551,11 +3662,17 @@ def _edit(store, args, environ):
         if after == before:
             _say("flood-memory: edit: the content is unchanged; nothing was saved")
         elif not after.strip():
-            _say("flood-memory: edit: the content was emptied; nothing was saved (store.py "
-                 "forget ID deletes a memory)")
+            _say(f"flood-memory: edit: the content was emptied; nothing was saved "
+                 f"({store_py_command()} forget ID deletes a memory)")
         else:
             kept = True
-            if store.get(node_id)["content"] != before:
+            try:
+                current = store.get(node_id)["content"]
+            except NotFound:
+                raise NotFound(f"the memory was forgotten meanwhile (by a server or another "
+                               f"command); nothing was saved, and your text is in "
+                               f"{path}") from None
+            if current != before:
                 raise StoreError(f"the memory was changed meanwhile (by a server or another "
                                  f"command); nothing was saved, and your text is in {path}: "
                                  f"run the edit again")
@@ -3575,16 +3692,28 @@ def _edit(store, args, environ):
 
 def _forget(store, args):
     ids = list(dict.fromkeys(_one(store, given) for given in args.ids))
-    nodes, shorts, width = store.peek(ids), store.short_ids(ids), _width()
+    nodes = store.peek(ids)
+    for node_id in ids:
+        if node_id not in nodes:
+            _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
+    ids = [node_id for node_id in ids if node_id in nodes]
+    if not ids:
+        return 0
+    shorts, width = store.short_ids(ids), _width()
     for node_id in ids:
         _say(_line(shorts[node_id], nodes[node_id], width))
     if not args.yes and not _asked(f"Forget {_memories(len(ids))}, and every link to "
-                                   f"{'it' if len(ids) == 1 else 'them'}?"):
+                                   f"{'it' if len(ids) == 1 else 'them'}?", "forgotten"):
         _say("flood-memory: forget: nothing was forgotten")
         return 1
     gone = set()
     for node_id in ids:
-        store.delete(node_id)
+        try:
+            store.delete(node_id)
+        except NotFound:
+            _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
+            gone.add(node_id)
+            continue
         links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
         gone.add(node_id)
         _say(f"flood-memory: forgot {node_id}" +
@@ -3604,11 +3733,11 @@ def _check(store, args):
     for problem in problems:
         print(f"problem: {problem}")
     if any(p.startswith("SQLite's integrity check") for p in problems):
-        print("The database file is damaged: restore it from a backup (store.py restore "
-              "FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
+        print(f"The database file is damaged: restore it from a backup ({store_py_command()} "
+              f"restore FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
     elif not args.repair:
-        print("Run: python3 store.py check --repair (it mends the indexes, the tags and the "
-              "links; the rest says what to do)")
+        print(f"Run: {store_py_command()} check --repair (it mends the indexes, the tags and "
+              f"the links; the rest says what to do)")
     return 1
 
 
@@ -3620,8 +3749,9 @@ def _restore(store, args, directory):
     copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
 
     def confirm(count):  # once the backup has passed its checks
-        if not _asked(f"Replace all {_memories(store.count())} with the {_memories(count)} of "
-                      f"{source}? A copy of what is replaced is kept in {directory}."):
+        if not args.yes and not _asked(
+                f"Replace all {_memories(store.count())} with the {_memories(count)} of "
+                f"{source}? A copy of what is replaced is kept in {directory}.", "restored"):
             return False
         store.backup(copy)
         return True
@@ -3649,12 +3779,15 @@ def _import(store, args, records, report):
         shown = done["differ_ids"][:10]
         _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
              f"and were left as they are: import it again with --update to apply the file's "
-             f"content and tags, or change them one by one with store.py edit ID")
+             f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
     if report is not None:
         _say(_official_summary(report))
     return 0
+
+
+PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
 
 
 def main(argv=None, environ=None):
@@ -3667,6 +3800,10 @@ def main(argv=None, environ=None):
                         format="flood-memory: %(levelname)s: %(message)s")
     directory = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
     command, failed = args.command, "read"
+    if command in PRINTING and hasattr(sys.stdout, "reconfigure"):
+        # A redirect or pipe on Windows writes in the ANSI code page: a character it does not
+        # hold is written as an escape (\u65e5) rather than ending the command.
+        sys.stdout.reconfigure(errors="backslashreplace")
     try:
         if command != "import" and not os.path.exists(
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
@@ -3724,8 +3861,7 @@ def main(argv=None, environ=None):
             elif command == "tags":
                 counts = store.tag_counts()
                 if args.json:
-                    print(json.dumps([{"tag": t, "memories": n} for t, n in counts],
-                                     ensure_ascii=False, indent=1))
+                    print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
                 for tag, n in [] if args.json else counts:
                     print(_visible(f"{n:>8,}  {tag}"))
                 if not counts and not args.json:

@@ -49,6 +49,7 @@ subprocess, for the tests and the benchmark alike).
 
 import argparse
 import ast
+import atexit
 import codecs
 import collections
 import contextlib
@@ -56,6 +57,7 @@ import errno
 import fnmatch
 import functools
 import http.client
+import http.server
 import itertools
 import io
 import json
@@ -89,6 +91,7 @@ import store
 from store import InvalidInput, NotFound, Store, StoreError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SYSTEM_TEMP = tempfile.gettempdir()  # as it was before any test patched tempfile.tempdir
 TOKEN = "test-token-0123456789-abcdefghijklmnop"
 
 
@@ -258,9 +261,30 @@ def descriptor_limit():
     return 1024 if soft == resource.RLIM_INFINITY else soft
 
 
+@functools.cache
+def spaced_python():
+    """A Python whose path holds spaces, as one under C:\\Program Files or a user named
+    "First Last" has: a venv of this one (without pip), made once per process and removed
+    at its exit."""
+    home = tempfile.mkdtemp(prefix="flood-python-", dir=SYSTEM_TEMP)
+    atexit.register(shutil.rmtree, home, True)
+    venv = os.path.join(home, "Python Venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True,
+                   capture_output=True, timeout=120)
+    if os.name == "nt":
+        return os.path.join(venv, "Scripts", "python.exe")
+    return os.path.join(venv, "bin", "python")
+
+
 def store_command(*args):
-    """The command line of python3 store.py with `args`."""
-    return [sys.executable, os.path.join(HERE, "store.py"), *args]
+    """The command line of python3 store.py with `args`, run by a Python whose path holds
+    spaces (spaced_python)."""
+    return [spaced_python(), os.path.join(HERE, "store.py"), *args]
+
+
+def command_line(*words):
+    """`words` as one command line, quoted as this system's programs read one (EDITOR)."""
+    return subprocess.list2cmdline(words) if os.name == "nt" else shlex.join(words)
 
 
 def store_env(data_dir):
@@ -268,7 +292,13 @@ def store_env(data_dir):
 
 
 class TempDirTest(unittest.TestCase):
-    """A fresh data directory per test, and the helpers the tests share."""
+    """A fresh data directory per test, and the helpers the tests share.
+
+    The directory's path holds a space and is reached through a symbolic link, as a user
+    named "First Last" has it, and as a Mac's temporary folder is (/var is a link to
+    /private/var): every test shows that paths are given on as they were, with nothing
+    resolved that is compared with them. Where this process may not make links (Windows
+    outside Developer Mode), the path only holds the space."""
 
     def setUp(self):
         # Windows cannot delete a file that a process still has open, and a killed server
@@ -276,7 +306,12 @@ class TempDirTest(unittest.TestCase):
         tmp = tempfile.TemporaryDirectory(prefix="flood-test-",
                                           ignore_cleanup_errors=os.name == "nt")
         self.addCleanup(tmp.cleanup)
-        self.dir = tmp.name
+        self.dir = os.path.join(tmp.name, "First Last")
+        if can_symlink():
+            os.mkdir(os.path.join(tmp.name, "private"))
+            os.symlink(os.path.join(tmp.name, "private"), self.dir, target_is_directory=True)
+        else:
+            os.mkdir(self.dir)
         self.path = os.path.join(self.dir, store.DB_NAME)
 
     def open_store(self):
@@ -467,6 +502,27 @@ def free_port():
         return s.getsockname()[1]
 
 
+# Run before a server starts (simulated's prelude): a server given a wildcard address
+# (0.0.0.0, ::) takes it, but listens on loopback alone. Listening on a wildcard address
+# makes Windows ask whether to let Python through its firewall, and a Cancel there adds a
+# rule that later blocks the remote server without a word: tests about the wildcard
+# address use this.
+LOOPBACK_ONLY = """
+import socketserver
+_bind = socketserver.TCPServer.server_bind
+
+
+def _bind_loopback(server):
+    host, *rest = server.server_address
+    if host in ("", "0.0.0.0", "::", "0:0:0:0:0:0:0:0"):
+        server.server_address = ("::1" if ":" in host else "127.0.0.1", *rest)
+    _bind(server)
+
+
+socketserver.TCPServer.server_bind = _bind_loopback
+"""
+
+
 def wait_for_port(port, proc=None, timeout=15.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -504,6 +560,7 @@ def ask_to_stop(proc):
     proc.send_signal(signal.CTRL_BREAK_EVENT if os.name == "nt" else signal.SIGTERM)
 
 
+@functools.cache
 def can_symlink():
     """Whether this process may make symbolic links (Windows allows it only some)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -2193,6 +2250,52 @@ class SetupTest(TempDirTest):
         self.assertIn(json.dumps(os.path.join(home, "tilde-data")), done.stdout)
         self.assertTrue(os.path.exists(os.path.join(home, "tilde-data", store.DB_NAME)))
 
+    def test_setup_works_with_spaces_in_every_path_and_a_temp_folder_behind_a_link(self):
+        # A user named "First Last", Python in a folder with a space (C:\Program Files, a
+        # venv), a checkout in "My Projects", and a temporary folder reached through a
+        # symbolic link, as a Mac's is (/var -> /private/var): self.dir is one.
+        checkout = os.path.join(self.dir, "My Projects", "flood memory")
+        os.makedirs(checkout)
+        for name in ("server.py", "server_remote.py", "store.py", "setup.py", "test.py"):
+            shutil.copy(os.path.join(HERE, name), checkout)
+        home, temp = os.path.join(self.dir, "Home Folder"), os.path.join(self.dir, "Temp Folder")
+        data = os.path.join(home, "My Memories")
+        os.mkdir(home)
+        os.mkdir(temp)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+        env.update(HOME=home, USERPROFILE=home, TMPDIR=temp, TEMP=temp, TMP=temp,
+                   FLOOD_MEMORY_DIR=data)
+        python = spaced_python()
+        done = subprocess.run([python, os.path.join(checkout, "setup.py"), "--no-tests"],
+                              cwd=self.dir, env=env, capture_output=True, text=True, timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        after = done.stdout.split("claude_desktop_config.json", 1)[1]
+        config, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
+        server_py = os.path.join(checkout, "server.py")
+        # Every path as given: nothing resolved through the link.
+        self.assertEqual(config["mcpServers"]["flood-memory"],
+                         {"command": python, "args": [server_py],
+                          "env": {"FLOOD_MEMORY_DIR": data}})
+        self.assertIn(f"Data directory: {data} (memory.db is ready", done.stdout)
+        lines = done.stdout.splitlines()
+        if os.name == "nt":
+            line = lines[lines.index("   or in cmd.exe (the Command Prompt):") + 1]
+            words = store.split_command(line, "nt")
+        else:
+            [line] = [l for l in lines if l.startswith("claude mcp add --transport stdio")]
+            words = shlex.split(line)
+        self.assertEqual(words[-5:], ["--env", f"FLOOD_MEMORY_DIR={data}", "--", python,
+                                      server_py])
+        # The configuration starts the server in a desktop app's bare environment.
+        bare = dict(setup.bare_environment(platform.system(), env), FLOOD_MEMORY_DIR=data)
+        started = self.server_process(command=[python, server_py], env=bare,
+                                      cwd=os.path.abspath(os.sep), timeout=60)
+        started.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+        self.assertIsNone(started.call("remember", {"content": "from First Last"})[1])
+        self.assertEqual(started.close(), 0)
+        with Store(os.path.join(data, store.DB_NAME)) as s:
+            self.assertEqual(s.count(), 1)
+
     def test_setup_says_clearly_when_the_server_would_not_start(self):
         env = setup.bare_environment(platform.system(), os.environ)
         self.assertIsNone(setup.fit_to_serve(sys.executable, env))
@@ -2316,17 +2419,21 @@ class PlatformTest(TempDirTest):
         httpd = self.serve_http(s)
         self.assertEqual(httpd.socket.getsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR) != 0,
                          os.name != "nt")
+        # A server on :: clears IPV6_V6ONLY, so that IPv4 reaches it (Windows sets it by
+        # default). Checked on its socket before it binds, as listening on :: makes Windows
+        # ask about its firewall (see LOOPBACK_ONLY); that IPv4 then reaches a socket on ::
+        # is the system's part.
         try:
-            httpd = server_remote.RemoteServer(("::", 0), s, token=TOKEN)
+            with unittest.mock.patch.object(http.server.HTTPServer, "server_bind",
+                                            lambda server: None), \
+                    unittest.mock.patch.object(http.server.HTTPServer, "server_activate",
+                                               lambda server: None):
+                httpd = server_remote.RemoteServer(("::", 0), s, token=TOKEN)
         except OSError:
             return  # no IPv6 here
         self.addCleanup(httpd.server_close)
+        self.assertEqual(httpd.socket.getsockname()[1], 0)  # bound to no port
         self.assertEqual(httpd.socket.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY), 0)
-        threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True).start()
-        self.addCleanup(httpd.shutdown)
-        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=10)
-        self.addCleanup(conn.close)
-        self.assertEqual(http_post(conn, request("ping"))[0], 200)  # IPv4 reaches ::
 
     def test_a_pipe_closed_as_windows_says_it_ends_the_export_and_the_server_quietly(self):
         gone = OSError(errno.EINVAL, "Invalid argument")
@@ -2404,6 +2511,28 @@ class PlatformTest(TempDirTest):
             s.backup(os.path.join(self.dir, "b.db"))
         self.assertEqual(len(tries), 1)
         self.assertIn("cannot write the backup", str(cm.exception))
+
+    @unittest.skipUnless(can_symlink(), "Windows makes symbolic links only in Developer Mode "
+                                        "or for an administrator")
+    def test_a_target_is_written_where_given_and_only_a_final_link_is_followed(self):
+        # A Mac's temporary folder is reached through /var -> /private/var, and Windows
+        # expands a short name (FIRSTL~1) when it resolves a path: resolving the whole
+        # target made messages name a path nobody gave, and their tests fail there.
+        real = os.path.join(self.dir, "First Last")
+        os.mkdir(real)
+        short = os.path.join(self.dir, "FIRSTL~1")
+        os.symlink(real, short, target_is_directory=True)
+        given = os.path.join(short, "b.db")
+        self.assertEqual(store._target_file(given, "a backup"), given)
+        with open(os.path.join(real, "kept.db"), "w"):
+            pass
+        os.symlink(os.path.join(real, "kept.db"), os.path.join(short, "link.db"))
+        self.assertEqual(store._target_file(os.path.join(short, "link.db"), "a backup"),
+                         os.path.realpath(os.path.join(real, "kept.db")))
+        with self.assertRaises(InvalidInput) as cm:
+            store._target_file(os.path.join(short, "none", "b.db"), "a backup")
+        self.assertIn(f"the directory {os.path.join(short, 'none')} does not exist",
+                      str(cm.exception))
 
     def test_the_remote_server_says_how_to_make_a_token_with_py_on_windows(self):
         env = dict(os.environ, FLOOD_MEMORY_AUTH_TOKEN="1", FLOOD_MEMORY_DIR=self.dir)
@@ -2495,6 +2624,20 @@ class PlatformTest(TempDirTest):
                       printed)
         self.assertIn("[Environment]::SetEnvironmentVariable('FLOOD_MEMORY_AUTH_TOKEN', "
                       "'tok-EN_1', 'User')", lines)
+        # cmd.exe knows no single quotes: the PowerShell line failed there. Its own line
+        # follows, which its programs read back word for word.
+        at = lines.index("   or in cmd.exe (the Command Prompt):")
+        self.assertEqual(lines[at + 1],
+                         r'claude mcp add --transport stdio --scope user flood-memory --env '
+                         r'FLOOD_MEMORY_DIR=C:\Users\Bob\flood\memory -- "C:\Program Files'
+                         r'\Python313\python.exe" "C:\Users\Bob\Bob' "'s" r' code\server.py"')
+        self.assertIn("(PowerShell):", lines[at - 2])
+        for words in (store.split_command(lines[at + 1], "nt"),
+                      ["x", "C:\\Users\\First Last\\", "a,b;c&d", ""]):
+            with self.subTest(words=words):
+                self.assertEqual(store.split_command(setup.Cmd.run(words), "nt"), words)
+        posix = setup.instructions("Darwin", "/usr/bin/python3", "/Users/bob/flood", ["x"], "t")
+        self.assertNotIn("cmd.exe", posix)
         # The token written out: $FLOOD_MEMORY_AUTH_TOKEN would be an empty PowerShell
         # variable, and the server then answers 401 to "Bearer ".
         self.assertIn("claude mcp add --transport http --scope user flood-memory "
@@ -2538,9 +2681,9 @@ class PlatformTest(TempDirTest):
         which = {"python3": stub, "python": stub}.get
         self.assertEqual(setup.candidates("Windows", installed["3.11"], which, installed.get),
                          [installed["3.11"], installed["3.13"], stub])
-        self.assertIn("Microsoft Store app alias", setup.unfit_on_sight("Windows", stub))
-        self.assertIsNone(setup.unfit_on_sight("Windows", installed["3.13"]))
-        self.assertIsNone(setup.unfit_on_sight("Darwin", "/Users/bob/WindowsApps/python3"))
+        self.assertTrue(setup.store_alias("Windows", stub))
+        self.assertFalse(setup.store_alias("Windows", installed["3.13"]))
+        self.assertFalse(setup.store_alias("Darwin", "/Users/bob/WindowsApps/python3"))
         # The launcher is asked for each version; what it prints is the interpreter.
         answer = subprocess.CompletedProcess([], 0, stdout=installed["3.13"] + "\r\n")
         with unittest.mock.patch("shutil.which", return_value=r"C:\Windows\py.exe"), \
@@ -2550,17 +2693,29 @@ class PlatformTest(TempDirTest):
                                                  "import sys; print(sys.executable)"])
         with unittest.mock.patch("shutil.which", return_value=None):
             self.assertIsNone(setup.ask_launcher("3.13"))  # no launcher: not Windows, or none
-        # A stub is passed over without being run (running it opens the Store).
-        fake = os.path.join(self.dir, "WindowsApps", "python3.exe")
-        os.mkdir(os.path.dirname(fake))
+        # Python from the Microsoft Store runs from an app alias under WindowsApps, and is
+        # taken (setup.py running on it once said it found no Python); the alias Windows
+        # puts there without it only offers to install one, and is refused once tried.
+        # Here a venv in such a folder plays the first, an empty file the second.
+        apps = os.path.join(self.dir, "AppData", "Local", "Microsoft", "WindowsApps")
+        from_store = os.path.join(apps, "PythonSoftwareFoundation.Python.3.13_qbz5n2kfra8p0")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", from_store], check=True,
+                       capture_output=True, timeout=120)
+        from_store = os.path.join(from_store, *(("Scripts", "python.exe") if os.name == "nt"
+                                                else ("bin", "python")))
+        fake = os.path.join(apps, "python3.exe")
         with open(fake, "w"):
             pass
         env = setup.bare_environment(platform.system(), os.environ)
-        python, reasons = setup.interpreter("Windows", env, [fake, sys.executable])
-        self.assertEqual(python, os.path.abspath(sys.executable))
+        python, reasons = setup.interpreter("Windows", env, [fake, from_store])
+        self.assertEqual(python, from_store)
         self.assertEqual(len(reasons), 1)
-        self.assertIn(f"{fake}: it is a Microsoft Store app alias", reasons[0])
-        self.assertIn("from python.org", reasons[0])
+        self.assertTrue(reasons[0].startswith(f"{fake}: it does not start ("), reasons[0])
+        self.assertIn("it is a Microsoft Store app alias (WindowsApps), and where no Python "
+                      "is installed behind it, only offers to install one: install Python "
+                      "3.11+ from python.org or the Store", reasons[0])
+        self.assertEqual(setup.interpreter("Linux", env, [fake, from_store]),
+                         (from_store, [f"{fake}: {setup.fit_to_serve(fake, env)}"]))
         # On macOS and Linux, python3.14 to 3.11 by name and where installers put them.
         found = setup.candidates("Darwin", "/usr/bin/python3", {"python3.12": "/x/python3.12"}.get,
                                  None)
@@ -2590,6 +2745,41 @@ class PlatformTest(TempDirTest):
                                                 f"{home}/flood"), [])
         self.assertEqual(setup.privacy_warnings("Linux", "/home/bob", "/home/bob/Documents/f",
                                                 "/home/bob/Documents/m"), [])
+        # The interpreter the configuration names is kept from Claude too (a venv under
+        # ~/Documents), as is a path that leads into such a folder through a link; the
+        # path is named as given.
+        venv = f"{home}/Documents/project/.venv/bin/python"
+        [warning] = setup.privacy_warnings("Darwin", home, python=venv)
+        self.assertTrue(warning.startswith(f"The Python {venv} is in ~/Documents, "), warning)
+        self.assertIn("Run setup.py with a Python outside it", warning)
+        into = {f"{home}/bin/python3": f"{home}/Desktop/py/bin/python3.13",
+                f"{home}/code": f"{home}/Documents/code"}
+        warnings = setup.privacy_warnings("Darwin", home, f"{home}/code", f"{home}/flood",
+                                          f"{home}/bin/python3",
+                                          resolve=lambda p: into.get(p, p))
+        self.assertEqual([w.split(", which")[0] for w in warnings],
+                         [f"This checkout {home}/code is in ~/Documents",
+                          f"The Python {home}/bin/python3 is in ~/Desktop"])
+        self.assertEqual(setup.privacy_warnings("Darwin", home, python="/opt/homebrew/bin/"
+                                                                      "python3.13"), [])
+
+    def test_setup_on_a_mac_warns_of_a_python_in_a_kept_folder(self):
+        # Played in this process: macOS, and the Python chosen a venv under ~/Documents.
+        home = os.path.join(self.dir, "Home Folder")
+        python = posixpath.join(home, "Documents", "project", ".venv", "bin", "python")
+        out = io.StringIO()
+        environ = {"HOME": home, "USERPROFILE": home,
+                   "FLOOD_MEMORY_DIR": os.path.join(home, "flood")}
+        with unittest.mock.patch.dict(os.environ, environ), \
+                unittest.mock.patch("platform.system", return_value="Darwin"), \
+                unittest.mock.patch.object(setup, "interpreter", return_value=(python, [])), \
+                unittest.mock.patch.object(setup, "check_start", return_value=None), \
+                contextlib.redirect_stdout(out):
+            self.assertEqual(setup.main(["--no-tests"]), 0)
+        warnings = [l for l in out.getvalue().splitlines() if l.startswith("Warning: ")]
+        self.assertEqual(len(warnings), 1, out.getvalue())
+        self.assertTrue(warnings[0].startswith(f"Warning: The Python {python} is in "
+                                               f"~/Documents, "), warnings[0])
 
     def test_setup_says_what_keeps_the_database_private(self):
         self.assertEqual(setup.privacy_note("Darwin", "/Users/bob/flood", "/Users/bob"),
@@ -2613,6 +2803,41 @@ class PlatformTest(TempDirTest):
                 self.assertEqual(part_counts(text), (3, 0, 1))
                 self.assertEqual(part_counts(text.replace(", 1 skipped", "")), (3, 0, 0))
         self.assertIsNone(part_counts("Traceback (most recent call last):\r\n"))
+
+    def test_the_closing_line_counts_a_test_once_whatever_its_subtests(self):
+        # Two failing subtests of one test read "-1 passed, 2 failed" on a Mac.
+        class Sample(unittest.TestCase):
+            def test_two_failing_subtests(self):
+                for n in (1, 2):
+                    with self.subTest(n=n):
+                        self.fail("on purpose")
+
+            def test_passes(self):
+                pass
+
+            @unittest.skip("on purpose")
+            def test_skipped(self):
+                pass
+
+            def test_one_skipped_subtest(self):
+                with self.subTest(n=1):
+                    self.skipTest("on purpose")
+
+        class Broken(unittest.TestCase):
+            @classmethod
+            def setUpClass(cls):
+                raise RuntimeError("on purpose")
+
+            def test_never_run(self):
+                pass
+
+        suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromTestCase(case)
+                                    for case in (Sample, Broken)])
+        result = unittest.TextTestRunner(stream=io.StringIO(),
+                                         resultclass=CountingResult).run(suite)
+        line = closing_line(result, "part 1 of 2: ")
+        self.assertEqual(line, "part 1 of 2: 2 passed, 2 failed, 1 skipped")
+        self.assertEqual(part_counts(line), (2, 2, 1))
 
 
 # ----------------------------------------------------------------------------- replies
@@ -3291,8 +3516,13 @@ class RemoteTest(StoreTestCase):
         self.assertIn(b"listening on http://[::1]:", err)
 
     def test_an_open_server_on_a_public_address_says_so(self):
+        # Told 0.0.0.0, listening on 127.0.0.1 (LOOPBACK_ONLY): what it says is the test.
         port = free_port()
-        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port), "FLOOD_MEMORY_HOST": "0.0.0.0"})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
+        proc = simulated(LOOPBACK_ONLY, "server_remote.py", env=dict(
+            env, FLOOD_MEMORY_DIR=os.path.join(self.dir, "remote"), FLOOD_MEMORY_PORT=str(port),
+            FLOOD_MEMORY_HOST="0.0.0.0"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, **OWN_GROUP)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         self.assertTrue(wait_for_port(port, proc))
         ask_to_stop(proc)
@@ -4445,7 +4675,7 @@ class BackupTest(TempDirTest):
         running = self.server_process(self.dir, os.path.join(self.dir, "server.log"))
         for i in range(20):
             self.assertIsNone(running.call("remember", {"content": f"written later {i}"})[1])
-        done = self.run_store("restore", backup)
+        done = self.run_store("restore", backup, "--yes")
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn(b"restored 30 memories from", done.stderr)
         # The server that stayed open throughout sees the restored memories and writes on
@@ -4561,7 +4791,7 @@ class BackupTest(TempDirTest):
             store.open_directory(data).close()
         self.assertEqual(len(logs.output), 1)
         self.assertIn("can be read by other users", logs.output[0])
-        self.assertIn(f"chmod 600 {path}*", logs.output[0])
+        self.assertIn(f"chmod 600 {store._quoted(path)}*", logs.output[0])
 
     def test_what_killed_backups_restores_and_exports_left_is_removed_by_the_next(self):
         # A killed restore left a copy of the whole backup in the data directory, a killed
@@ -4595,7 +4825,7 @@ class BackupTest(TempDirTest):
         store.open_directory(self.dir).close()  # a start
         self.assertFalse([p for p in left[ended.pid] if os.path.exists(p)])
         self.assertTrue(all(os.path.exists(p) for p in left[running.pid]))
-        self.assertEqual(self.run_store("restore", backup).returncode, 0)
+        self.assertEqual(self.run_store("restore", backup, "--yes").returncode, 0)
         self.assertTrue(all(os.path.exists(p) for p in left[running.pid]))
 
     @unittest.skipUnless(os.name == "posix", "Windows has no mode bits: its files are kept "
@@ -5159,9 +5389,10 @@ class CommandLineTest(TempDirTest):
         def isatty(self):
             return True
 
-    def cli(self, *args, stdin="", environ=None):
-        """(exit status, standard output, standard error) of store.main, in this process."""
-        out, err = io.StringIO(), io.StringIO()
+    def cli(self, *args, stdin="", environ=None, stdout=None):
+        """(exit status, standard output, standard error) of store.main, in this process;
+        standard output is `stdout` if given (and then returned as "")."""
+        out, err = stdout or io.StringIO(), io.StringIO()
         environ = dict(environ or {}, FLOOD_MEMORY_DIR=self.dir)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
                 unittest.mock.patch.object(sys, "stdin", stdin if stdin is None or isinstance(
@@ -5170,7 +5401,7 @@ class CommandLineTest(TempDirTest):
                 status = store.main(list(args), environ)
             except SystemExit as exc:  # argparse: help, or a mistake
                 status = exc.code
-        return status, out.getvalue(), err.getvalue()
+        return status, "" if stdout else out.getvalue(), err.getvalue()
 
     def setUp(self):
         super().setUp()
@@ -5280,7 +5511,7 @@ class CommandLineTest(TempDirTest):
         with open(editor, "w") as f:
             f.write("import sys\npath = sys.argv[1]\ntext = open(path).read()\n"
                     "open(path, 'w').write(text.replace('tea', 'green tea') + '\\n')\n")
-        environ = {"EDITOR": f"{sys.executable} {editor}"}
+        environ = {"EDITOR": command_line(spaced_python(), editor)}
         status, _, err = self.cli("edit", self.tea["id"], environ=environ)
         self.assertEqual(status, 0, err)
         self.assertEqual(self.store.get(self.tea["id"])["content"],
@@ -5293,13 +5524,98 @@ class CommandLineTest(TempDirTest):
             self.assertIn(said, err)
         self.assertEqual(self.store.get(self.tea["id"])["content"],
                          "Maria prefers green tea to coffee, no sugar")
-        status, _, err = self.cli("edit", self.tea["id"], environ={})
+        status, _, err = self.cli("edit", self.tea["id"], environ={"PATH": self.no_editors()})
         self.assertEqual(status, 1)
-        self.assertIn("no editor is set: set VISUAL or EDITOR", err)
+        self.assertIn("no editor is set, and ", err)
+
+    def test_the_editor_is_read_and_found_as_its_system_would(self):
+        # Windows' C runtime reads a command line: quotes group and backslashes stay, where
+        # shlex.split(posix=False) kept the quotes ("C:\Program Files\...\notepad++.exe"
+        # could not start).
+        for words in ([r"C:\Program Files\Notepad++\notepad++.exe", "-multiInst"],
+                      ['say "hi"', "ends in\\", "\\\\nas\\share\\", "", "tab\tin", '"',
+                       "a\\\\\"b"]):
+            with self.subTest(words=words):
+                self.assertEqual(store.split_command(subprocess.list2cmdline(words), "nt"), words)
+        self.assertEqual(store.split_command('"a ""quoted"" word" x', "nt"),
+                         ['a "quoted" word', "x"])
+        self.assertEqual(store.split_command("'/Applications/Sublime Text.app/x' -w", "posix"),
+                         ["/Applications/Sublime Text.app/x", "-w"])
+        for system in ("nt", "posix"):
+            with self.subTest(system=system), self.assertRaises(ValueError):
+                store.split_command('vim "unclosed', system)
+        # The program is found on the PATH given, by the system's own rules: VS Code's
+        # `code` is code.cmd on Windows, which a start without a shell does not find.
+        code = r"C:\Users\Bob\AppData\Local\Programs\Microsoft VS Code\bin\code.cmd"
+        notepad_plus = r"C:\Program Files\Notepad++\notepad++.exe"
+        asked = []
+
+        def which(found):
+            def look(name, path):
+                asked.append(path)
+                return found.get(name)
+            return look
+
+        windows = {"code": code, notepad_plus: notepad_plus,
+                   "notepad": r"C:\WINDOWS\system32\notepad.exe"}
+        for environ, command in (
+                ({"EDITOR": "code --wait"}, [code, "--wait"]),
+                ({"EDITOR": f'"{notepad_plus}" -multiInst'}, [notepad_plus, "-multiInst"]),
+                ({"VISUAL": "code -w", "EDITOR": "notepad"}, [code, "-w"]),
+                ({"VISUAL": " ", "EDITOR": "notepad"}, [windows["notepad"]]),
+                ({}, [windows["notepad"]]),  # as git for Windows and jj do
+                ({"EDITOR": "not-installed -x"}, ["not-installed", "-x"])):
+            with self.subTest(system="nt", environ=environ):
+                asked.clear()
+                self.assertEqual(store.editor_command(dict(environ, PATH=r"C:\bin"), "nt",
+                                                      which(windows)), command)
+                self.assertEqual(set(asked), {r"C:\bin"})
+        for found, command in (({"vi": "/usr/bin/vi"}, ["/usr/bin/vi"]),
+                               ({"vi": "/usr/bin/vi", "nano": "/bin/nano"}, ["/bin/nano"]),
+                               ({"nano": "/bin/nano", "editor": "/usr/bin/editor"},
+                                ["/usr/bin/editor"])):
+            with self.subTest(system="posix", found=found):
+                self.assertEqual(store.editor_command({"PATH": "/bin"}, "posix", which(found)),
+                                 command)
+        # With no editor at all, the hint is in the system's own shell.
+        with self.assertRaises(InvalidInput) as cm:
+            store.editor_command({}, "nt", which({}))
+        self.assertIn("$env:EDITOR = 'notepad'", str(cm.exception))
+        self.assertNotIn("export", str(cm.exception))
+        with self.assertRaises(InvalidInput) as cm:
+            store.editor_command({}, "posix", which({}))
+        self.assertIn("none of editor, nano, vi is on PATH: set VISUAL or EDITOR (for example "
+                      "export EDITOR=nano)", str(cm.exception))
+
+    def test_edit_without_an_editor_set_opens_the_systems(self):
+        # No VISUAL or EDITOR: the system's editor, found on PATH (here one that changes the
+        # text). On Windows it is Notepad, played by a notepad.cmd: a script found by its
+        # PATHEXT extension, as VS Code's code.cmd is.
+        tools = os.path.join(self.dir, "system tools")
+        os.mkdir(tools)
+        editor = os.path.join(self.dir, "editor.py")
+        with open(editor, "w") as f:
+            f.write("import sys\nopen(sys.argv[1], 'w').write('Maria prefers mate')\n")
+        if os.name == "nt":
+            with open(os.path.join(tools, "notepad.cmd"), "w") as f:
+                f.write(f"@{command_line(spaced_python(), editor)} %*\n")
+        else:
+            with open(os.path.join(tools, "nano"), "w") as f:
+                f.write(f"#!/bin/sh\nexec {command_line(spaced_python(), editor)} \"$@\"\n")
+            os.chmod(os.path.join(tools, "nano"), 0o755)
+        status, _, err = self.cli("edit", self.tea["id"], environ={"PATH": tools})
+        self.assertEqual(status, 0, err)
+        self.assertEqual(self.store.get(self.tea["id"])["content"], "Maria prefers mate")
+
+    def no_editors(self):
+        """A PATH on which no editor is found."""
+        empty = os.path.join(self.dir, "no editors")
+        os.makedirs(empty, exist_ok=True)
+        return empty
 
     def test_edit_keeps_what_was_written_when_it_cannot_be_saved(self):
         editor = os.path.join(self.dir, "editor.py")
-        environ = {"EDITOR": f"{sys.executable} {editor}"}
+        environ = {"EDITOR": command_line(spaced_python(), editor)}
         temp = os.path.join(self.dir, "temp")
         os.mkdir(temp)
 
@@ -5318,7 +5634,7 @@ class CommandLineTest(TempDirTest):
         # Changed by another writer while the editor was open: not overwritten.
         meanwhile = store_command("edit", self.tea["id"], "--content", "changed meanwhile")
         status, _, err = edit(f"import subprocess\nsubprocess.run({meanwhile!r}, env="
-                              f"{store_env(self.dir)!r}, check=True)\n"
+                              f"{store_env(self.dir)!r}, check=True, stderr=subprocess.DEVNULL)\n"
                               f"open(path, 'w').write('mine')")
         self.assertEqual(status, 1)
         self.assertIn("changed meanwhile", err)
@@ -5339,9 +5655,10 @@ class CommandLineTest(TempDirTest):
         # An editor that cannot run, or cannot be read, is one line.
         for command, said in ((os.path.join(self.dir, "no-such-editor"),
                                "cannot run the editor"),
-                              ("vim 'unclosed", "cannot read the editor command"),
+                              ('vim "unclosed', "cannot read the editor command"),
                               ("  ", "no editor is set")):
-            status, _, err = edit("pass", environ={"EDITOR": command})
+            status, _, err = edit("pass", environ={"EDITOR": command,
+                                                   "PATH": self.no_editors()})
             self.assertEqual(status, 1)
             self.assertIn(said, err)
             self.assertEqual(len(err.splitlines()), 1)
@@ -5352,7 +5669,19 @@ class CommandLineTest(TempDirTest):
         self.assertEqual(status, 1)
         self.assertIn("nothing was forgotten", err)
         self.assertEqual(self.store.count(), 3)
-        status, _, err = self.cli("forget", self.tea["id"][:6])  # a script: no question
+        # Off a terminal (a script, Git Bash's mintty) nobody can answer: refused, naming
+        # --yes. Taken as a yes, a script's forget went ahead unasked.
+        for stdin in ("", None):
+            status, _, err = self.cli("forget", self.tea["id"][:6], stdin=stdin)
+            self.assertEqual(status, 1)
+            self.assertIn("flood-memory: forget: standard input is not a terminal, so nobody can "
+                          "be asked: nothing was forgotten; give --yes", err)
+            self.assertEqual(self.store.count(), 3)
+        done = self.run_store("forget", self.tea["id"][:6], stdin=b"")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn(b"give --yes", done.stderr)
+        self.assertEqual(self.store.count(), 3)
+        status, _, err = self.cli("forget", self.tea["id"][:6], "--yes")
         self.assertEqual(status, 0)
         self.assertIn(f"forgot {self.tea['id']} and its 1 link", err)
         self.assertEqual(self.store.get(self.june["id"])["links"], [])
@@ -5368,7 +5697,6 @@ class CommandLineTest(TempDirTest):
         self.assertIn("Forget 2 memories", err)
         self.assertIn(f"forgot {self.tea['id']} and its 2 links", err)
         self.assertIn(f"forgot {other['id']}\n", err)  # its one link went with tea
-        self.assertEqual(self.cli("forget", self.june["id"], stdin=None)[0], 0)  # closed
 
     def test_what_a_terminal_would_obey_is_shown_not_sent(self):
         self.store.add("\u202etitle \x1b]0;pwned\x07 red \x1b[31mtext", source="\x1b[2K")
@@ -5384,6 +5712,44 @@ class CommandLineTest(TempDirTest):
         shown = self.cli("show", self.store.newest(limit=2)[1]["id"])[1]
         self.assertNotIn("\x1b", shown)
         self.assertIn("source:        \\x1b[2K", shown)
+
+    def test_output_in_any_encoding_writes_escapes_for_what_it_cannot_hold(self):
+        # On Windows a redirect or a pipe (store.py list > list.txt, | Select-String,
+        # --json | ConvertFrom-Json) writes in the ANSI code page: the first character
+        # outside it ended the command in a UnicodeEncodeError traceback.
+        greek = "\u0395\u03bb\u03bb\u03ac\u03b4\u03b1"
+        world = self.store.add(f"\u65e5\u672c\u8a9e caf\xe9 \U0001f600 {greek}",
+                               ["caf\xe9", "\u65e5\u672c"])
+        for encoding in ("cp1252", "ascii"):
+            for args in (("list",), ("search", "caf\xe9"), ("show", world["id"]), ("tags",)):
+                for as_json in (False, True):
+                    with self.subTest(encoding=encoding, args=args, json=as_json):
+                        raw = io.BytesIO()
+                        # Strict, as Python makes standard output for a file or a pipe.
+                        out = io.TextIOWrapper(raw, encoding=encoding)
+                        status, _, err = self.cli(*args, *["--json"][:as_json], stdout=out)
+                        out.flush()
+                        self.assertEqual((status, err), (0, ""))
+                        text = raw.getvalue().decode(encoding)
+                        if as_json:
+                            self.assertIn("\\u65e5\\u672c", text)
+                            value = json.loads(text)
+                            self.assertIn(world["id"] if args[0] != "tags" else "\u65e5\u672c",
+                                          json.dumps(value, ensure_ascii=False))
+                            continue
+                        self.assertIn("\\u65e5\\u672c", text)
+                        if args[0] == "show":
+                            self.assertIn("\\U0001f600 \\u0395", text)
+                        self.assertIn("caf\xe9" if encoding == "cp1252" else "caf\\xe9", text)
+        # The same, through a real standard output that Python made from PYTHONIOENCODING.
+        done = subprocess.run(store_command("list", "--json"), capture_output=True, timeout=60,
+                              env=dict(store_env(self.dir), PYTHONIOENCODING="ascii"))
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+        self.assertEqual(json.loads(done.stdout)[0]["content"], world["content"])
+        done = subprocess.run(store_command("show", world["id"]), capture_output=True,
+                              timeout=60, env=dict(store_env(self.dir), PYTHONIOENCODING="cp1252"))
+        self.assertEqual((done.returncode, done.stderr), (0, b""))
+        self.assertIn(b"\\u65e5\\u672c\\u8a9e caf\xe9 \\U0001f600", done.stdout)
 
     def test_tags_and_stats(self):
         status, out, _ = self.cli("tags")
@@ -5403,7 +5769,7 @@ class CommandLineTest(TempDirTest):
         self.assertEqual(status, 1)
         self.assertIn(f"problem: memories linking to memories that are not there: 1 "
                       f"({self.june['id']})", out)
-        self.assertIn("Run: python3 store.py check --repair", out)
+        self.assertIn(f"Run: {store.store_py_command()} check --repair", out)
         status, out, err = self.cli("check", "--repair")
         self.assertEqual((status, out), (0, "ok\n"), err)
         self.assertEqual(self.store.get(self.june["id"])["links"], [])
@@ -5418,9 +5784,76 @@ class CommandLineTest(TempDirTest):
             status, out, _ = self.cli(*args)
             self.assertEqual(status, 1)
             self.assertIn(f"problem: memories repeating an older one exactly: forget them "
-                          f"(store.py forget ID): 1 ({twin})", out)
+                          f"({store.store_py_command()} forget ID): 1 ({twin})", out)
         self.assertEqual(self.cli("forget", twin, "--yes")[0], 0)
         self.assertEqual(self.cli("check"), (0, "ok\n", ""))
+
+    def test_a_command_to_type_is_given_with_py_on_windows(self):
+        # On Windows python3 is often the Microsoft Store's alias: messages said
+        # "python3 store.py" there.
+        self.assertEqual(store.store_py_command("nt"), "py store.py")
+        self.assertEqual(store.store_py_command("posix"), "python3 store.py")
+        self.raw_write("DELETE FROM nodes WHERE id = ?", self.tea["id"])
+        for system, command in (("nt", b"py store.py"), ("posix", b"python3 store.py")):
+            with self.subTest(system=system):
+                proc = simulated(f"import os\nos.name = {system!r}", "store.py", "check",
+                                 env=store_env(self.dir), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                out, err = proc.communicate(timeout=60)
+                self.assertEqual(proc.returncode, 1, err)
+                self.assertIn(b"Run: " + command + b" check --repair", out)
+
+    def test_a_memory_forgotten_meanwhile_is_said_not_a_traceback(self):
+        # Another process forgets a memory between the lookup of its id and its reading:
+        # show and forget ended in a KeyError traceback.
+        resolve, peek = Store.resolve, Store.peek
+
+        def forgetting(victim, after):
+            def meddled(s, *args):
+                found = after(s, *args)
+                if s is not self.store and victim in self.store.peek([victim]):
+                    self.store.delete(victim)
+                return found
+            return meddled
+
+        with unittest.mock.patch.object(Store, "resolve", forgetting(self.churn["id"], resolve)):
+            status, out, err = self.cli("show", self.churn["id"][:6])
+        self.assertEqual((status, out), (1, ""))
+        self.assertEqual(err, f"flood-memory: show: {self.churn['id']} was forgotten meanwhile "
+                              f"(by a server or another command)\n")
+        other = self.store.add("another memory")
+        with unittest.mock.patch.object(Store, "resolve", forgetting(other["id"], resolve)):
+            status, _, err = self.cli("forget", other["id"], self.tea["id"], "--yes")
+        self.assertEqual(status, 0, err)
+        self.assertIn(f"flood-memory: forget: {other['id']} was forgotten meanwhile", err)
+        self.assertIn(f"forgot {self.tea['id']} and its 1 link", err)
+        # Forgotten after it was read, while the person was asked.
+        with unittest.mock.patch.object(Store, "peek", forgetting(self.june["id"], peek)):
+            status, _, err = self.cli("forget", self.june["id"], stdin=self.Terminal("y\n"))
+        self.assertEqual(status, 0, err)
+        self.assertIn(f"flood-memory: forget: {self.june['id']} was forgotten meanwhile", err)
+        self.assertEqual(self.store.count(), 0)
+
+    def test_an_edit_of_a_memory_forgotten_meanwhile_says_where_the_text_is(self):
+        editor = os.path.join(self.dir, "editor.py")
+        forget = store_command("forget", self.tea["id"], "--yes")
+        with open(editor, "w") as f:
+            f.write(f"import subprocess, sys\nsubprocess.run({forget!r}, env="
+                    f"{store_env(self.dir)!r}, check=True, stdin=subprocess.DEVNULL, "
+                    f"stderr=subprocess.DEVNULL)\n"
+                    f"open(sys.argv[1], 'w').write('mine')\n")
+        temp = os.path.join(self.dir, "temp")
+        os.mkdir(temp)
+        with unittest.mock.patch.object(tempfile, "tempdir", temp):
+            status, _, err = self.cli("edit", self.tea["id"],
+                                      environ={"EDITOR": command_line(spaced_python(), editor)})
+        self.assertEqual(status, 1)
+        [kept] = os.listdir(temp)
+        self.assertEqual(err, f"flood-memory: edit: the memory was forgotten meanwhile (by a "
+                              f"server or another command); nothing was saved, and your text "
+                              f"is in {os.path.join(temp, kept)}\n")
+        with open(os.path.join(temp, kept)) as f:
+            self.assertEqual(f.read(), "mine")
 
     def test_a_running_server_sees_an_edit_at_once(self):
         server = self.server_process(self.dir)
@@ -5444,12 +5877,20 @@ class CommandLineTest(TempDirTest):
             status, _, err = self.cli("restore", bad, stdin=self.Terminal("y\n"))
             self.assertEqual(status, 1)
             self.assertNotIn("Replace", err)  # refused before asking, and before a copy
+        # Off a terminal, refused without --yes, changing nothing and keeping no copy.
+        status, _, err = self.cli("restore", backup)
+        self.assertEqual((status, self.store.count()), (1, 4))
+        self.assertIn("flood-memory: restore: standard input is not a terminal, so nobody can "
+                      "be asked: nothing was restored; give --yes", err)
         self.assertFalse([f for f in os.listdir(self.dir) if f.startswith("before-restore-")])
         copies = []
         for n in range(4):
-            status, _, err = self.cli("restore", backup)
+            # --yes is never asked, at a terminal too (it was).
+            status, _, err = self.cli("restore", backup, "--yes",
+                                      stdin=self.Terminal("" if n else "no\n"))
+            self.assertNotIn("Replace", err)
             self.assertEqual(status, 0, err)
-            copies.append(err.rsplit(" ", 1)[1].strip())
+            copies.append(err.split("what it replaced is in ", 1)[1].rstrip("\n"))
             if not n:
                 with Store(copies[0]) as replaced:
                     self.assertEqual(replaced.count(), 4)  # what it replaced
@@ -6875,6 +7316,30 @@ def each_test(suite):
             yield test
 
 
+class CountingResult(unittest.TextTestResult):
+    """A TextTestResult that knows which tests ran, so that a test is counted once however
+    many of its subtests fail (each failing subtest is an entry of `failures`)."""
+
+    def startTest(self, test):
+        super().startTest(test)
+        self.started = getattr(self, "started", set()) | {test.id()}
+
+
+def closing_line(result, part=""):
+    """The plain closing line that CI reads in any language, from a CountingResult: tests
+    that ran without failing, tests with a failure or error (in any of their subtests, or
+    in the set-up of their class or module), tests skipped whole (a test with a skipped
+    subtest ran)."""
+    failed = {getattr(test, "test_case", test).id()
+              for test, _ in result.failures + result.errors}
+    failed |= {test.id() for test in result.unexpectedSuccesses}
+    skipped = {test.id() for test, _ in result.skipped if not hasattr(test, "test_case")}
+    skipped -= failed
+    passed = getattr(result, "started", set()) - failed - skipped
+    return f"{part}{len(passed)} passed, {len(failed)} failed" + (
+        f", {len(skipped)} skipped" if skipped else "")
+
+
 def part_counts(text):
     """(passed, failed, skipped) from the last closing line in a part's output, or None."""
     found = SUMMARY.findall(text)
@@ -6885,7 +7350,7 @@ def run_part(k, n):
     """Run every test whose index is k modulo n."""
     tests = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     chosen = unittest.TestSuite(t for i, t in enumerate(each_test(tests)) if i % n == k)
-    return unittest.TextTestRunner(verbosity=1).run(chosen)
+    return unittest.TextTestRunner(verbosity=1, resultclass=CountingResult).run(chosen)
 
 
 def run_parts(jobs):
@@ -7165,12 +7630,9 @@ def main(argv=None):
         result = run_part(k, n)
         part = f"part {k + 1} of {n}: "
     else:
-        result = unittest.main(argv=argv, verbosity=1, exit=False).result
-    failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
-    passed = result.testsRun - failed - len(result.skipped)
-    # The plain closing line that CI reads in any language.
-    print(f"{part}{passed} passed, {failed} failed" +
-          (f", {len(result.skipped)} skipped" if result.skipped else ""), flush=True)
+        runner = unittest.TextTestRunner(verbosity=1, resultclass=CountingResult)
+        result = unittest.main(argv=argv, testRunner=runner, exit=False).result
+    print(closing_line(result, part), flush=True)
     return 0 if result.wasSuccessful() and result.testsRun else 1
 
 
