@@ -76,6 +76,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import types
 import unittest
 import unittest.mock
@@ -2173,6 +2174,72 @@ class StdioTest(StoreTestCase):
         self.assertEqual(proc.unread, b"")
 
 
+# The quotes PowerShell takes for ' (setup.PowerShell doubles each inside a quoted word).
+POWERSHELL_QUOTES = "'\u2018\u2019\u201a\u201b"
+
+
+def powershell_words(line):
+    """The words PowerShell reads in a command line as setup.PowerShell writes it: bare words
+    and single-quoted ones (a doubled quote in them is one), after the call operator &."""
+    words, i = [], 2 if line.startswith("& ") else 0
+    while i < len(line):
+        if line[i] == " ":
+            i += 1
+        elif line[i] in POWERSHELL_QUOTES:
+            word, i = [], i + 1
+            while line[i] not in POWERSHELL_QUOTES or line[i + 1:i + 2] == line[i]:
+                word.append(line[i])
+                i += 2 if line[i] in POWERSHELL_QUOTES else 1
+            words.append("".join(word))
+            i += 1
+        else:
+            end = line.find(" ", i) % (len(line) + 1)
+            words.append(line[i:end])
+            i = end
+    return words
+
+
+def mcp_add(words):
+    """What the words after a client's `mcp add` register: (options, name, command). An
+    option given more than once (--env) keeps every value; -- ends the options."""
+    options, positionals, rest = {}, [], iter(words)
+    for word in rest:
+        if word == "--":
+            positionals += rest
+        elif word.startswith("-"):
+            options.setdefault(word, []).append(next(rest))
+        else:
+            positionals.append(word)
+    return options, positionals[0], positionals[1:]
+
+
+def client_forms(client, printed, system):
+    """Each form in which `printed`, what setup.py prints for `client`, registers the server,
+    read back as the shell and the client would read it: {form: (command, env, entry)}, with
+    entry the JSON or TOML entry itself, or the options of the command line."""
+    forms = {}
+    cli = {"claude-code": "claude"}.get(client, client)
+    lines = [l for l in printed.splitlines() if l.startswith(f"{cli} mcp add ")]
+    if lines:
+        words = powershell_words(lines[0]) if system == "Windows" else shlex.split(lines[0])
+        options, name, command = mcp_add(words[3:])
+        env = dict(value.split("=", 1) for value in options.pop("--env"))
+        forms["command line"] = (command, env, dict(options, name=name))
+    if "merge into" in printed:
+        after = printed.split("merge into", 1)[1]
+        document, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
+        (key, servers), = document.items()
+        entry = servers["flood-memory"]
+        forms[key] = ([entry["command"], *entry["args"]], entry["env"], entry)
+    if "[mcp_servers." in printed:
+        _, table = printed.split("\n\n[mcp_servers.flood-memory]\n")
+        table, _ = table.split("\n\n", 1)  # a blank line before the table and one after it
+        entry = tomllib.loads(f"[mcp_servers.flood-memory]\n{table}")["mcp_servers"]
+        entry = entry["flood-memory"]
+        forms["config.toml"] = ([entry["command"], *entry["args"]], entry["env"], entry)
+    return forms
+
+
 class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
 
@@ -2210,6 +2277,10 @@ class SetupTest(TempDirTest):
         headers = remote["mcpServers"]["flood-memory"]["headers"]
         self.assertEqual(headers, {"Authorization": "Bearer ${FLOOD_MEMORY_AUTH_TOKEN}"})
         self.assertIn("does not expand ${...}", done.stdout)
+        self.assertEqual(done.stdout.rstrip().splitlines()[-1],
+                         f"Other clients: {'py' if os.name == 'nt' else 'python3'} setup.py "
+                         f"--client NAME, with NAME one of codex, copilot, vscode, cursor, "
+                         f"windsurf, gemini.")
         # ~ comes out expanded.
         home = os.path.join(self.dir, "home")
         os.mkdir(home)
@@ -2243,6 +2314,69 @@ class SetupTest(TempDirTest):
         self.assertIn("did not answer initialize and tools/list (exit 1: flood-memory: the "
                       "data directory", problem)
         self.assertIsNone(setup.check_start(sys.executable, self.dir, env))
+
+    def test_each_client_gets_a_form_that_starts_the_server_as_that_client_would(self):
+        # A data directory with a space and a quote in it, in a home with a space.
+        home = os.path.join(self.dir, "Bob Smith")
+        data_dir = os.path.join(home, "Bob's memory")
+        os.makedirs(os.path.join(home, ".codex"))
+        system, server_py = platform.system(), os.path.join(HERE, "server.py")
+        environ = {"HOME": home, "USERPROFILE": home}
+        started = {}
+        for client in setup.CLIENTS:
+            with self.subTest(client=client):
+                printed = setup.client_instructions(client, system, sys.executable, data_dir,
+                                                    environ, ["claude_desktop_config.json"])
+                forms = client_forms(client, printed, system)
+                self.assertEqual(len(forms), {"claude-code": 2, "codex": 2,
+                                              "copilot": 2}.get(client, 1), printed)
+                for form, (command, env, _) in forms.items():
+                    self.assertEqual((command, env), ([sys.executable, server_py],
+                                                      {"FLOOD_MEMORY_DIR": data_dir}), form)
+                    # Codex gives a server little of its environment, and starts it in its
+                    # home; the others, started from a desktop app, are given less still.
+                    if client == "codex":
+                        kept = {k: v for k, v in os.environ.items()
+                                if k in ("HOME", "LANG", "PATH", "SHELL", "TERM", "SYSTEMROOT")}
+                        started[tuple(command), "codex"] = (dict(kept, **env),
+                                                            os.path.join(home, ".codex"))
+                    else:
+                        bare = setup.bare_environment(system, environ)
+                        started[tuple(command), "bare"] = (dict(bare, **env),
+                                                           os.path.abspath(os.sep))
+        self.assertEqual(len(started), 2)  # the same command everywhere, in two environments
+        for (command, _), (env, cwd) in started.items():
+            proc = self.server_process(command=list(command), env=env, cwd=cwd, timeout=60)
+            replies = [proc.send(request("initialize", {"protocolVersion": "2025-06-18"})),
+                       proc.send(request("tools/list"))]
+            self.assertEqual(replies[0]["result"]["serverInfo"]["name"], "flood-memory")
+            self.assertEqual(len(replies[1]["result"]["tools"]), 5)
+        self.assertTrue(os.path.exists(os.path.join(data_dir, store.DB_NAME)))
+
+    def test_setup_prints_one_client_alone_and_names_the_clients_it_knows(self):
+        home = os.path.join(self.dir, "Bob Smith")
+        os.mkdir(home)
+        data_dir = os.path.join(home, "flood memory")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
+                               "codex", "--no-tests"], cwd=self.dir, capture_output=True,
+                              env=dict(os.environ, HOME=home, USERPROFILE=home,
+                                       FLOOD_MEMORY_DIR=data_dir), text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("Checked: ", done.stdout)
+        self.assertNotIn("Claude Desktop", done.stdout)
+        self.assertIn(f"merge this table into {os.path.join(home, '.codex', 'config.toml')}",
+                      done.stdout)
+        for form, (command, env, _) in client_forms("codex", done.stdout,
+                                                    platform.system()).items():
+            self.assertEqual(env, {"FLOOD_MEMORY_DIR": data_dir}, form)
+            self.assertEqual(command[1:], [os.path.join(HERE, "server.py")], form)
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
+                               "claude"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 2)
+        self.assertEqual(done.stdout, "")
+        self.assertIn("argument --client: invalid choice: 'claude' (choose from "
+                      "'claude-desktop', 'claude-code', 'codex', 'copilot', 'vscode', "
+                      "'cursor', 'windsurf', 'gemini')", done.stderr)
 
 
 class PlatformTest(TempDirTest):
@@ -2559,6 +2693,80 @@ class PlatformTest(TempDirTest):
                          r"& 'C:\Python 3\python.exe' -V")
         self.assertEqual(setup.PowerShell.run(["py", "-V"], {"A": "x"}), "$env:A = 'x'; py -V")
         self.assertEqual(setup.Posix.run(["python3", "-V"], {"A": "x y"}), "A='x y' python3 -V")
+
+    def test_each_client_gets_its_forms_and_files_on_windows_and_macos(self):
+        windows_home = r"C:\Users\Bob Smith"
+        macos_home = "/Users/bob smith"
+        for system, python, here, data_dir, environ, files in (
+                ("Windows", r"C:\Program Files\Python313\python.exe",
+                 windows_home + r"\Bob's code", windows_home + r"\flood\memory",
+                 {"USERPROFILE": windows_home, "APPDATA": windows_home + r"\AppData\Roaming"},
+                 {"claude-code": windows_home + r"\.claude.json",
+                  "codex": windows_home + r"\.codex\config.toml",
+                  "gemini": windows_home + r"\.gemini\settings.json",
+                  "copilot": windows_home + r"\.copilot\mcp-config.json",
+                  "vscode": windows_home + r"\AppData\Roaming\Code\User\mcp.json",
+                  "cursor": windows_home + r"\.cursor\mcp.json",
+                  "windsurf": windows_home + r"\.codeium\windsurf\mcp_config.json"}),
+                ("Darwin", "/opt/homebrew/bin/python3.13", macos_home + "/Bob's code",
+                 macos_home + "/flood memory", {"HOME": macos_home},
+                 {"claude-code": macos_home + "/.claude.json",
+                  "codex": macos_home + "/.codex/config.toml",
+                  "gemini": macos_home + "/.gemini/settings.json",
+                  "copilot": macos_home + "/.copilot/mcp-config.json",
+                  "vscode": macos_home + "/Library/Application Support/Code/User/mcp.json",
+                  "cursor": macos_home + "/.cursor/mcp.json",
+                  "windsurf": macos_home + "/.codeium/windsurf/mcp_config.json"})):
+            server_py = (ntpath if system == "Windows" else posixpath).join(here, "server.py")
+            for client in setup.CLIENTS:
+                with self.subTest(system=system, client=client):
+                    printed = setup.client_instructions(client, system, python, data_dir,
+                                                        environ, ["claude_desktop_config.json"],
+                                                        here=here)
+                    forms = client_forms(client, printed, system)
+                    for form, (command, env, entry) in forms.items():
+                        self.assertEqual((command, env), ([python, server_py],
+                                                          {"FLOOD_MEMORY_DIR": data_dir}), form)
+                    if client != "claude-desktop":
+                        self.assertRegex(printed, rf"(merge into|merge this table into|writes "
+                                                  rf"it into) {re.escape(files[client])}\b")
+                    if "command line" in forms:
+                        options = forms["command line"][2]
+                        self.assertEqual(options.pop("name"), "flood-memory")
+                        self.assertEqual(options.pop("--scope", ["user"]), ["user"])
+                        self.assertEqual(options.pop("--transport", ["stdio"]), ["stdio"])
+                        self.assertEqual(options, {})
+                        line = next(l for l in printed.splitlines() if " mcp add " in l)
+                        # What the shell would expand or misread is quoted.
+                        self.assertNotIn("$", line)
+                        self.assertNotIn("~", line)
+                        shell = "PowerShell" if system == "Windows" else "zsh or bash"
+                        self.assertIn(f", in one line ({shell}):\n{line}\n", printed)
+                        if system == "Windows":
+                            self.assertNotIn(" -- ", line)  # npm's .ps1 scripts drop a bare --
+                    shape = {"vscode": ("servers", {"type": "stdio"}),
+                             "copilot": ("mcpServers", {"type": "local", "tools": ["*"]})}
+                    key, extra = shape.get(client, ("mcpServers", {}))
+                    if client in ("claude-code", "claude-desktop", "cursor", "windsurf",
+                                  *shape):
+                        self.assertEqual({k: v for k, v in forms[key][2].items()
+                                          if k not in ("command", "args", "env")}, extra)
+                    if client == "codex":
+                        self.assertEqual(forms["config.toml"][2]["startup_timeout_sec"],
+                                         setup.CODEX_STARTUP_TIMEOUT)
+        # Codex and Copilot CLI read their homes from the environment when it names them.
+        self.assertEqual(setup.client_file("codex", "Linux", {"HOME": "/h",
+                                                              "CODEX_HOME": "/c x"}),
+                         "/c x/config.toml")
+        self.assertEqual(setup.client_file("copilot", "Windows", {"COPILOT_HOME": r"D:\c"}),
+                         r"D:\c\mcp-config.json")
+
+    def test_a_toml_string_reads_back_as_the_text_written(self):
+        for text in (r"C:\Program Files\Python313\python.exe", "Bob's \"code\"", "tab\there",
+                     "line\nbreak", "del\x7f", "\u00e9t\u00e9", "brain \U0001f9e0", "",
+                     "[mcp_servers.x]", "a = 'b'"):
+            with self.subTest(text=text):
+                self.assertEqual(tomllib.loads(f"v = {setup.toml_string(text)}")["v"], text)
 
     def test_setup_finds_python_through_the_py_launcher_on_windows(self):
         stub = r"C:\Users\Bob\AppData\Local\Microsoft\WindowsApps\python3.exe"
