@@ -6,6 +6,7 @@ crashes and concurrent writers; then the benchmarks of speed and of relevance.
     python3 test.py bench        # every tool timed through server.py (see the benchmark)
     python3 test.py relevance locomo10.json   # LoCoMo recall against plain FTS5 (see relevance)
     python3 test.py replication  # rounds of a lost machine under Litestream (see replication)
+    python3 test.py clients      # setup.py's lines in the real claude, codex, gemini on PATH
 
 Where the test for a behaviour lives:
 
@@ -23,7 +24,9 @@ Where the test for a behaviour lives:
       access counting, threads, the background checkpoint and upkeep
     JSON-RPC over stdio: handshake, revisions, tools and their         StdioTest
       schemas, errors, batches; the server.py process itself
-    setup.py: the data directory, the configuration it prints          SetupTest
+    setup.py: the data directory, the configuration it prints, each    SetupTest
+      client's forms started as that client would; test.py clients
+      with stand-ins for the clients
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
       messages, the test runner's closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
@@ -41,6 +44,8 @@ Where the test for a behaviour lives:
     acknowledged writes surviving SIGKILL                              KillTest
     timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
     recall@5 and @10 on LoCoMo (python3 test.py relevance FILE)        relevance()
+    the real Claude Code, Codex and Gemini CLI report the server       clients()
+      connected (python3 test.py clients)
 
 Helpers shared by the tests come first: checks on a database file, the JSON-RPC builders,
 `unwrap` (what a tool call answered), `TempDirTest`, and `ServerProcess` (server.py in a
@@ -49,6 +54,7 @@ subprocess, for the tests and the benchmark alike).
 
 import argparse
 import ast
+import base64
 import codecs
 import collections
 import contextlib
@@ -2240,6 +2246,128 @@ def client_forms(client, printed, system):
     return forms
 
 
+# A stand-in for the CLI of Claude Code, Codex or Gemini CLI (the first argument): as much of
+# its --version, mcp add, mcp list and app-server as python3 test.py clients uses, starting
+# the registered server as that client does. A client named in FAKE_CLIENT_FAILS reports
+# failure whatever the server answers; one named in FAKE_CLIENT_DROPS_ENV leaves out its env.
+FAKE_CLIENT = """
+import json, os, subprocess, sys, tomllib
+
+sys.stdout.reconfigure(encoding="utf-8")
+sys.stderr.reconfigure(encoding="utf-8")
+name, args = sys.argv[1], sys.argv[2:]
+home = os.path.expanduser("~")
+codex_config = os.path.join(home, ".codex", "config.toml")
+settings = os.path.join(home, ".claude.json" if name == "claude" else ".gemini/settings.json")
+
+
+def tools(entry, env, cwd):
+    command = [entry["command"], *entry["args"]]
+    if name not in os.environ.get("FAKE_CLIENT_DROPS_ENV", "").split(","):
+        env = dict(env, **entry["env"])
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": name, "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    try:
+        done = subprocess.run(command, input="".join(json.dumps(m) + "\\n" for m in messages),
+                              capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+        reply = json.loads(done.stdout.splitlines()[1])
+        if name in os.environ.get("FAKE_CLIENT_FAILS", "").split(","):
+            return None
+        return sorted(tool["name"] for tool in reply["result"]["tools"])
+    except (OSError, subprocess.SubprocessError, ValueError, LookupError):
+        return None
+
+
+if args == ["--version"]:
+    print(f"0.0.0 (fake {name})")
+elif args[:2] == ["mcp", "add"]:
+    options, words, rest = {}, [], iter(args[2:])
+    for word in rest:
+        if word == "--":
+            words += rest
+        elif word.startswith("-"):
+            options.setdefault(word, []).append(next(rest))
+        else:
+            words.append(word)
+    env = dict(value.split("=", 1) for value in options.get("--env", []))
+    if name == "codex":
+        os.makedirs(os.path.dirname(codex_config), exist_ok=True)
+        with open(codex_config, "a", encoding="utf-8") as f:
+            f.write(f"[mcp_servers.{words[0]}]\\ncommand = {json.dumps(words[1])}\\n"
+                    f"args = {json.dumps(words[2:])}\\nenv = {{ "
+                    + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\\n")
+    else:
+        os.makedirs(os.path.dirname(settings), exist_ok=True)
+        with open(settings, "w") as f:
+            json.dump({"mcpServers": {words[0]: {"command": words[1], "args": words[2:],
+                                                 "env": env}}}, f)
+elif args == ["mcp", "list"]:
+    with open(settings) as f:
+        servers = json.load(f)["mcpServers"]
+    trusted = {}
+    if os.path.exists(os.path.join(home, ".gemini", "trustedFolders.json")):
+        with open(os.path.join(home, ".gemini", "trustedFolders.json")) as f:
+            trusted = {os.path.realpath(k): v for k, v in json.load(f).items()}
+    for server, entry in servers.items():
+        shown = " ".join([entry["command"], *entry["args"]])
+        if name == "claude":
+            found = tools(entry, os.environ, os.getcwd())
+            print(f"{server}: {shown} - " + ("\\u2714 Connected" if found else
+                                             "\\u2718 Failed to connect"))
+        elif trusted.get(os.path.realpath(os.getcwd())) != "TRUST_FOLDER":
+            print(f"\\u25cb {server}: {shown} (stdio) - Disabled", file=sys.stderr)
+        elif tools(entry, os.environ, os.getcwd()):
+            print(f"\\u2713 {server}: {shown} (stdio) - Connected", file=sys.stderr)
+        else:
+            print(f"\\u2717 {server}: {shown} (stdio) - Disconnected", file=sys.stderr)
+elif args == ["app-server"]:
+    with open(codex_config, "rb") as f:
+        servers = tomllib.load(f)["mcp_servers"]
+    # Codex gives its servers only these of its environment, and starts them in its home.
+    kept = {k: v for k, v in os.environ.items()
+            if k.upper() in ("HOME", "LANG", "PATH", "SHELL", "TERM", "SYSTEMROOT")}
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("method") == "initialize":
+            result = {"userAgent": "fake"}
+        elif message.get("method") == "mcpServerStatus/list":
+            result = {"data": [], "nextCursor": None}
+            for server, entry in servers.items():
+                found = tools(dict(entry, env=entry.get("env", {})), kept,
+                              os.path.dirname(codex_config))
+                result["data"].append({"name": server,
+                                       "tools": {t: {"name": t} for t in found or []},
+                                       "toolsError": None if found else "MCP startup failed"})
+        else:
+            continue
+        print(json.dumps({"id": message["id"], "result": result}), flush=True)
+else:
+    sys.exit(f"fake {name}: unexpected arguments {args}")
+"""
+
+
+def fake_clients(folder, names):
+    """Stand-ins (FAKE_CLIENT) for the CLIs `names`, in `folder`, as PATH finds them."""
+    os.makedirs(folder)
+    script = os.path.join(folder, "fake_client.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(FAKE_CLIENT)
+    for name in names:
+        if os.name == "nt":
+            with open(os.path.join(folder, f"{name}.cmd"), "w") as f:
+                f.write(f'@"{sys.executable}" "{script}" {name} %*\r\n')
+        else:
+            path = os.path.join(folder, name)
+            with open(path, "w") as f:
+                f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(script)} "
+                        f'{name} "$@"\n')
+            os.chmod(path, 0o755)
+    return folder
+
+
 class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
 
@@ -2378,6 +2506,53 @@ class SetupTest(TempDirTest):
                       "'claude-desktop', 'claude-code', 'codex', 'copilot', 'vscode', "
                       "'cursor', 'windsurf', 'gemini')", done.stderr)
 
+    def test_the_clients_check_registers_with_the_printed_line_and_reads_each_answer(self):
+        # Stand-ins for claude, codex and gemini, found on PATH alone: what the check does
+        # with each, and how it reads their answers, is tested here; with the real clients,
+        # by python3 test.py clients itself.
+        def check(*names, **env):
+            folder = fake_clients(os.path.join(self.dir, "-".join(names) or "none"), names)
+            path = [folder] + ([os.path.join(os.environ.get("SYSTEMROOT", r"C:\Windows"),
+                                             "System32")] if os.name == "nt" else [])
+            return subprocess.run([sys.executable, os.path.join(HERE, "test.py"), "clients"],
+                                  env=dict(os.environ, PATH=os.pathsep.join(path), **env),
+                                  capture_output=True, text=True, encoding="utf-8",
+                                  timeout=300)
+
+        done = check("claude", "codex", "gemini")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        lines = done.stdout.splitlines()
+        for name, command in (("claude", "claude mcp add --transport stdio --scope user"),
+                              ("codex", "codex mcp add flood-memory --env"),
+                              ("gemini", "gemini mcp add --scope user flood-memory")):
+            at = lines.index(next(l for l in lines if l.startswith(f"{name} (0.0.0 (fake")))
+            self.assertTrue(lines[at + 1].startswith(f"  registered with: {command}"),
+                            lines[at + 1])
+        self.assertIn("flood-memory: ", done.stdout)
+        self.assertIn(" - \u2714 Connected", done.stdout)
+        self.assertIn("(stdio) - Connected", done.stdout)  # once the folder is trusted
+        self.assertIn("  app-server, mcpServerStatus/list: tools connections, forget, recall, "
+                      "remember, update", lines)
+        self.assertIn("  with the config.toml table instead: tools connections, forget, "
+                      "recall, remember, update", lines)
+        self.assertEqual(lines.count("  connected"), 3)
+        self.assertEqual(lines[-1], "3 of 3 clients found report flood-memory connected")
+        # A client that says the server failed; one that starts it without the data directory
+        # given, where it answers all the same; one not installed.
+        done = check("claude", "gemini", FAKE_CLIENT_FAILS="claude",
+                     FAKE_CLIENT_DROPS_ENV="gemini")
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        lines = done.stdout.splitlines()
+        self.assertIn(" - \u2718 Failed to connect", done.stdout)
+        self.assertIn("(stdio) - Connected", done.stdout)
+        self.assertIn("  but the server did not use the data directory", done.stdout)
+        self.assertEqual(lines.count("  NOT CONNECTED"), 2)
+        self.assertIn("codex: not on PATH, skipped (npm package @openai/codex)", lines)
+        self.assertEqual(lines[-1], "0 of 2 clients found report flood-memory connected")
+        done = check()
+        self.assertEqual(done.returncode, 2, done.stdout + done.stderr)
+        self.assertIn("npm install --prefix ~/mcp-clients @anthropic-ai/claude-code "
+                      "@openai/codex @google/gemini-cli", done.stdout)
 
 class PlatformTest(TempDirTest):
     """What macOS and Windows do differently, simulated here: the platform, its paths and its
@@ -7441,6 +7616,183 @@ def replication(argv):
     return 1 if bad else 0
 
 
+
+# ----------------------------------------------------------------------------- real clients
+
+
+CLIENTS_HOW = """\
+  Get the clients with npm, outside this checkout (no account is needed for this check):
+    npm install --prefix ~/mcp-clients @anthropic-ai/claude-code @openai/codex @google/gemini-cli
+  and put ~/mcp-clients/node_modules/.bin on PATH."""
+
+# The clients `python3 test.py clients` checks: each one's --client name for setup.py, and
+# its npm package.
+REAL_CLIENTS = {"claude": ("claude-code", "@anthropic-ai/claude-code"),
+                "codex": ("codex", "@openai/codex"),
+                "gemini": ("gemini", "@google/gemini-cli")}
+
+# Where a client would read its settings instead of the temporary home's.
+CLIENT_HOMES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "COPILOT_HOME",
+                "XDG_CONFIG_HOME", "GEMINI_CLI_TRUST_WORKSPACE", "FLOOD_MEMORY_DIR")
+
+# `mcp list` of Claude Code ("flood-memory: CMD - ✔ Connected") and of Gemini CLI
+# ("✓ flood-memory: CMD (stdio) - Connected"); not "Failed to connect", "Disconnected" or
+# "Disabled".
+CONNECTED = re.compile(r"^(?:\W+ )?flood-memory: .* - (?:\W+ )?Connected$", re.M)
+
+
+def run_in_shell(line, **popen):
+    """`line` as the user would paste it into this system's shell (PowerShell on Windows)."""
+    if os.name == "nt":
+        # Windows PowerShell, found where Windows keeps it whatever PATH says; its command
+        # given in UTF-16, as -EncodedCommand takes it, so that no quote is read twice.
+        powershell = os.path.join(os.environ.get("SYSTEMROOT", r"C:\Windows"), "System32",
+                                  "WindowsPowerShell", "v1.0", "powershell.exe")
+        command = [powershell, "-NoProfile", "-NonInteractive", "-EncodedCommand",
+                   base64.b64encode(line.encode("utf-16-le")).decode()]
+    else:
+        command = ["/bin/sh", "-c", line]
+    return subprocess.run(command, capture_output=True, text=True, encoding="utf-8",
+                          errors="replace", timeout=120, **popen)
+
+
+def ask_codex(exe, env, cwd):
+    """What Codex's app-server answers mcpServerStatus/list about flood-memory, after its
+    initialize handshake: (tools it listed, its error)."""
+    messages = [{"id": 1, "method": "initialize",
+                 "params": {"clientInfo": {"name": "flood-memory-test", "version": "1"}}},
+                {"method": "initialized"},
+                {"id": 2, "method": "mcpServerStatus/list", "params": {}}]
+    proc = subprocess.Popen([exe, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True,
+                            encoding="utf-8", errors="replace")
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    try:
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+        for line in proc.stdout:
+            try:
+                reply = json.loads(line)
+            except ValueError:  # not a message
+                continue
+            if isinstance(reply, dict) and reply.get("id") == 2:
+                for status in reply.get("result", {}).get("data", []):
+                    if status["name"] == "flood-memory":
+                        return sorted(status.get("tools") or {}), status.get("toolsError")
+                return [], f"not among the servers it lists: {one_line(line)}"
+        return [], "app-server ended without answering"
+    finally:
+        timer.cancel()
+        proc.stdin.close()
+        proc.kill()
+        proc.wait()
+
+
+def used(data_dir, said):
+    """Whether the server the client started made its database in `data_dir`; if not, say so."""
+    if os.path.exists(os.path.join(data_dir, store.DB_NAME)):
+        return True
+    said.append(f"but the server did not use the data directory {data_dir}")
+    return False
+
+
+def check_client(name, exe, home):
+    """Register the server in the client `name` (at `exe`) with the line setup.py prints, in
+    the temporary home `home`, and ask the client whether it is connected: (connected, what
+    it said, line by line)."""
+    project, data_dir = os.path.join(home, "project"), os.path.join(home, "memory dir")
+    os.makedirs(project)
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_HOMES}
+    env.update(HOME=home, USERPROFILE=home)
+    said = []
+    printed = subprocess.run(
+        [sys.executable, os.path.join(HERE, "setup.py"), "--client", REAL_CLIENTS[name][0],
+         "--no-tests"], env=dict(env, FLOOD_MEMORY_DIR=data_dir), capture_output=True,
+        text=True, encoding="utf-8", errors="replace", timeout=120)
+    line = next((l for l in printed.stdout.splitlines() if l.startswith(f"{name} mcp add ")),
+                None)
+    if line is None:
+        return False, [f"setup.py printed no `{name} mcp add` line (exit {printed.returncode}: "
+                       f"{one_line(printed.stderr or printed.stdout)})"]
+    said.append(f"registered with: {line}")
+    # Made again by the server only if the client gives it the data directory setup.py printed
+    # (without it the server would make ~/flood/memory and answer all the same).
+    shutil.rmtree(data_dir, ignore_errors=True)
+    added = run_in_shell(line, env=env, cwd=project)
+    if added.returncode != 0:
+        return False, said + [f"which failed (exit {added.returncode}): "
+                              f"{one_line(added.stderr or added.stdout)}"]
+    if name == "codex":
+        tools, error = ask_codex(exe, env, project)
+        said.append(f"app-server, mcpServerStatus/list: tools {', '.join(tools) or 'none'}"
+                    + (f"; error: {error}" if error else ""))
+        connected = tools == sorted(server.TOOLS) and used(data_dir, said)
+        # The table setup.py prints for config.toml, in a home of its own.
+        table = printed.stdout.split("\n\n[mcp_servers.flood-memory]\n", 1)[1].split("\n\n")[0]
+        other = os.path.join(home, "table home")
+        os.makedirs(os.path.join(other, ".codex"))
+        with open(os.path.join(other, ".codex", "config.toml"), "w", encoding="utf-8") as f:
+            f.write(f"[mcp_servers.flood-memory]\n{table}\n")
+        shutil.rmtree(data_dir, ignore_errors=True)
+        tools, error = ask_codex(exe, dict(env, HOME=other, USERPROFILE=other), project)
+        said.append(f"with the config.toml table instead: tools {', '.join(tools) or 'none'}"
+                    + (f"; error: {error}" if error else ""))
+        return connected and tools == sorted(server.TOOLS) and used(data_dir, said), said
+    if name == "gemini":
+        # What answering Gemini CLI's question "Do you trust this folder?" with yes writes.
+        os.makedirs(os.path.join(home, ".gemini"), exist_ok=True)
+        with open(os.path.join(home, ".gemini", "trustedFolders.json"), "w") as f:
+            json.dump({project: "TRUST_FOLDER"}, f)
+    listed = subprocess.run([exe, "mcp", "list"], env=env, cwd=project, capture_output=True,
+                            text=True, encoding="utf-8", errors="replace", timeout=120)
+    # Gemini CLI writes the list to standard error.
+    output = listed.stdout + listed.stderr
+    shown = [l.strip() for l in output.splitlines() if "flood-memory" in l]
+    said.append(f"{name} mcp list: " + (" | ".join(shown) or one_line(output)))
+    return bool(CONNECTED.search(output)) and used(data_dir, said), said
+
+
+def clients(argv):
+    """python3 test.py clients: the line setup.py prints registers a server that Claude Code,
+    Codex and Gemini CLI, where they are on PATH, report connected. Exit status 0 when every
+    client found did, 1 when one did not, 2 when none was found."""
+    argparse.ArgumentParser(prog="python3 test.py clients", description=(
+        "Register the server in each of claude, codex and gemini found on PATH, with the "
+        "line `setup.py --client` prints, in a temporary home, and check that the client "
+        "reports it connected. Installs nothing.")).parse_args(argv)
+    # A client's check marks (✔) reach a Windows console that may not hold them.
+    sys.stdout.reconfigure(errors="backslashreplace")
+    found = failed = 0
+    for name in REAL_CLIENTS:
+        exe = shutil.which(name)
+        if exe is None:
+            print(f"{name}: not on PATH, skipped (npm package {REAL_CLIENTS[name][1]})",
+                  flush=True)
+            continue
+        found += 1
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                 encoding="utf-8", errors="replace", timeout=120)
+        version = (version.stdout.strip().splitlines() or ["version unknown"])[-1]
+        print(f"{name} ({version}, {exe}):", flush=True)
+        # A space in the home, the data directory and the project, as many users have.
+        home = tempfile.mkdtemp(prefix="flood clients ")
+        try:
+            connected, said = check_client(name, exe, home)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+        for line in said:
+            print(f"  {line}")
+        print(f"  {'connected' if connected else 'NOT CONNECTED'}", flush=True)
+        failed += not connected
+    if not found:
+        print(CLIENTS_HOW)
+        return 2
+    print(f"{found - failed} of {found} clients found report flood-memory connected")
+    return 1 if failed else 0
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["bench"]:
@@ -7449,6 +7801,8 @@ def main(argv=None):
         return relevance(argv[2:])
     if argv[1:2] == ["replication"]:
         return replication(argv[2:])
+    if argv[1:2] == ["clients"]:
+        return clients(argv[2:])
     if argv[1:2] == ["plain-server"]:
         return plain_server(argv[2])
     if len(argv) == 1:
