@@ -2,6 +2,7 @@
 
     python3 setup.py             # all three (on Windows: py setup.py)
     python3 setup.py --no-tests  # skip the test run
+    python3 setup.py --client codex  # only what registers it in one client (see --help)
 
 It changes nothing outside the data directory: the client configuration is printed, for
 you to paste where it says, with commands in the shell of this system (PowerShell on
@@ -377,13 +378,13 @@ def instructions(system, python, data_dir, config_files, token, here=HERE):
     also = "".join(f"\n   ({other} exists too; Claude reads the first.)"
                    for other in config_files[1:])
     url = "http://HOST:8080/mcp"
-    claude_add = ["claude", "mcp", "add", "--transport", "stdio", "--scope", "user", NAME,
-                  "--env", f"FLOOD_MEMORY_DIR={data_dir}", "--", python, server]
+    claude_add = add_command("claude-code", python, server, data_dir)
     make_token = shell.run([python, "-c", "import secrets; print(secrets.token_urlsafe(32))"])
     where = ("for the programs you start from now on: open a new terminal for Claude Code"
              if system == "Windows" else "for example in ~/.zshrc or ~/.bashrc")
     in_cmd = f"\n   or in {Cmd.name} (the Command Prompt):\n{Cmd.run(claude_add)}" \
         if system == "Windows" else ""
+    others = ", ".join(OTHER_CLIENTS)
     remote_add = shell.run(["claude", "mcp", "add", "--transport", "http", "--scope", "user",
                             NAME, url, "--header"]) + " " + shell.bearer_header(token)
     return f"""
@@ -419,6 +420,193 @@ def instructions(system, python, data_dir, config_files, token, here=HERE):
    to anyone who can reach it, so it then listens on 127.0.0.1 only. Put it behind HTTPS
    (a reverse proxy) before it crosses a network you do not trust: a bearer token over
    plain HTTP can be read on the way.
+
+Other clients: {setup_command(system)} --client NAME, with NAME one of {others}.
+"""
+
+
+# ----------------------------------------------------------------------------- one client
+
+
+# What --client takes, and the client each name stands for.
+CLIENTS = {
+    "claude-desktop": "Claude Desktop",
+    "claude-code": "Claude Code",
+    "codex": "Codex CLI",
+    "copilot": "GitHub Copilot CLI",
+    "vscode": "VS Code",
+    "cursor": "Cursor",
+    "windsurf": "Windsurf",
+    "gemini": "Gemini CLI",
+}
+# Those a bare `setup.py` leaves to --client.
+OTHER_CLIENTS = [name for name in CLIENTS if not name.startswith("claude-")]
+
+
+def setup_command(system):
+    return ("py" if system == "Windows" else "python3") + " setup.py"
+
+
+def add_command(client, python, server, data_dir):
+    """The words of the command line with which `client`'s own CLI registers the local server
+    for the user, in the form its `mcp add` takes."""
+    env = f"FLOOD_MEMORY_DIR={data_dir}"
+    return {
+        "claude-code": ["claude", "mcp", "add", "--transport", "stdio", "--scope", "user", NAME,
+                        "--env", env, "--", python, server],
+        "codex": ["codex", "mcp", "add", NAME, "--env", env, "--", python, server],
+        # Gemini CLI takes the server's command without --, so its options follow it.
+        "gemini": ["gemini", "mcp", "add", "--scope", "user", NAME, python, server,
+                   "--env", env],
+        "copilot": ["copilot", "mcp", "add", NAME, "--env", env, "--", python, server],
+    }[client]
+
+
+def toml_string(text):
+    """`text` as a TOML basic string. JSON's escapes are TOML's too; TOML also wants DEL
+    escaped, and no surrogate escapes, so characters past ASCII are written as they are."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+# Seconds Codex waits for the server's first answer (its default is 10): a first start that
+# upgrades a large memory.db takes longer.
+CODEX_STARTUP_TIMEOUT = 60
+
+
+def codex_table(python, server, data_dir):
+    """The table of ~/.codex/config.toml that registers the local server."""
+    return "\n".join([
+        f"[mcp_servers.{NAME}]",
+        f"command = {toml_string(python)}",
+        f"args = [{toml_string(server)}]",
+        f"env = {{ FLOOD_MEMORY_DIR = {toml_string(data_dir)} }}",
+        f"startup_timeout_sec = {CODEX_STARTUP_TIMEOUT}",
+    ])
+
+
+def client_file(client, system, environ):
+    """Where `client` reads the servers it starts for the user, on `system`."""
+    if system == "Windows":
+        paths, home = ntpath, environ.get("USERPROFILE") or r"C:\Users\you"
+        roaming = environ.get("APPDATA") or ntpath.join(home, "AppData", "Roaming")
+        code_user = ntpath.join(roaming, "Code", "User")
+    else:
+        paths, home = posixpath, environ.get("HOME") or "~"
+        code_user = (posixpath.join(home, "Library", "Application Support", "Code", "User")
+                     if system == "Darwin" else posixpath.join(home, ".config", "Code", "User"))
+    return {
+        "claude-code": paths.join(home, ".claude.json"),
+        "codex": paths.join(environ.get("CODEX_HOME") or paths.join(home, ".codex"),
+                            "config.toml"),
+        "gemini": paths.join(home, ".gemini", "settings.json"),
+        "copilot": paths.join(environ.get("COPILOT_HOME") or paths.join(home, ".copilot"),
+                              "mcp-config.json"),
+        "vscode": paths.join(code_user, "mcp.json"),
+        "cursor": paths.join(home, ".cursor", "mcp.json"),
+        "windsurf": paths.join(home, ".codeium", "windsurf", "mcp_config.json"),
+    }[client]
+
+
+def client_config(client, python, server, data_dir):
+    """The JSON document that registers the local server in `client`'s file."""
+    entry = {"command": python, "args": [server], "env": {"FLOOD_MEMORY_DIR": data_dir}}
+    if client == "vscode":
+        return {"servers": {NAME: {"type": "stdio", **entry}}}
+    if client == "copilot":
+        return {"mcpServers": {NAME: {"type": "local", **entry, "tools": ["*"]}}}
+    return {"mcpServers": {NAME: entry}}
+
+
+# What to do after merging into an editor's file.
+_EDITOR_NOTES = {
+    "vscode": """\
+   That is the mcp.json of your VS Code profile, which the command MCP: Open User
+   Configuration opens; for one workspace, merge it into .vscode/mcp.json there.
+   VS Code asks whether you trust the server the first time it starts it.""",
+    "cursor": """\
+   For one project, merge it into .cursor/mcp.json there instead. Restart Cursor; its
+   settings then list flood-memory under MCP, to switch on if it is off.""",
+    "windsurf": """\
+   Restart Windsurf, or press Refresh in Cascade's MCP settings; flood-memory is then
+   listed there with its five tools.""",
+}
+
+
+def client_instructions(client, system, python, data_dir, environ, config_files, here=HERE):
+    """What setup prints for `client` (one of CLIENTS) alone: its own command line where it has
+    one, the file to merge into and what to merge, and what the user must know besides."""
+    shell = shell_for(system)
+    server = (ntpath if system == "Windows" else posixpath).join(here, "server.py")
+    title = CLIENTS[client]
+    config = json.dumps(client_config(client, python, server, data_dir), indent=2)
+    if client == "claude-desktop":
+        also = "".join(f"\n   ({other} exists too; Claude reads the first.)"
+                       for other in config_files[1:])
+        return f"""
+== {title}: merge into {config_files[0]}{also}
+   (Claude's Settings -> Developer -> Edit Config opens the file it reads.)
+{config}
+
+   Then quit Claude Desktop (from its menu: closing the window leaves it running) and open
+   it again; it reads the file when it starts.
+"""
+    where = client_file(client, system, environ)
+    if client in ("vscode", "cursor", "windsurf"):
+        return f"""
+== {title}: merge into {where}
+{config}
+
+{_EDITOR_NOTES[client]}
+"""
+    line = shell.run(add_command(client, python, server, data_dir))
+    if client == "claude-code":
+        return f"""
+== {title}, for every project, in one line ({shell.name}):
+{line}
+
+   That writes it into {where};
+   `claude mcp list` then shows flood-memory Connected.
+   For one project instead, merge into .mcp.json at the project's root:
+{config}
+
+   Claude Code starts a project's servers only once you approve them in an interactive
+   `claude` there; until then `claude mcp list` shows flood-memory "Pending approval".
+"""
+    if client == "codex":
+        seconds = CODEX_STARTUP_TIMEOUT
+        kept = "little" if system == "Windows" else "only HOME, LANG, PATH, SHELL and TERM"
+        return f"""
+== {title}, in one line ({shell.name}):
+{line}
+
+   or merge this table into {where}:
+
+{codex_table(python, server, data_dir)}
+
+   Codex starts the server in the folder of config.toml, with {kept}
+   from your environment plus the env given here: the absolute paths need no more.
+   The table also lets the server take {seconds} seconds to start (startup_timeout_sec;
+   Codex waits 10 otherwise), for a first start that upgrades a large memory.db.
+   `codex mcp list` shows it, and /mcp in a Codex session its tools.
+"""
+    if client == "gemini":
+        return f"""
+== {title}, in one line ({shell.name}):
+{line}
+
+   That writes it into {where}.
+   Gemini CLI starts servers, yours included, only in a folder you trust, and asks the
+   first time you run `gemini` in one: `gemini mcp list` shows flood-memory Connected in a
+   trusted folder, Disabled in any other.
+"""
+    return f"""
+== {title}, in one line ({shell.name}):
+{line}
+
+   or merge into {where}:
+{config}
+
+   `copilot mcp list` shows it, and /mcp in a Copilot session whether it started.
 """
 
 
@@ -434,6 +622,9 @@ def run_tests(system):
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Set up Flood Memory on this machine.")
     parser.add_argument("--no-tests", action="store_true", help="skip the test run")
+    parser.add_argument("--client", choices=CLIENTS, metavar="NAME",
+                        help="print what registers the server in this client only: "
+                             + ", ".join(CLIENTS))
     args = parser.parse_args(argv)
     if sys.version_info < MIN_PYTHON:
         print(f"setup.py: Flood Memory needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; "
@@ -489,9 +680,11 @@ def main(argv=None):
         return 1
     print(f"Checked: {python} starts the server with a desktop app's bare environment "
           f"({describe_environment(env)}), and it answers initialize and tools/list.")
-    print(instructions(system, python, data_dir,
-                       desktop_config_files(system, environ, glob.glob),
-                       secrets.token_urlsafe(32)))
+    config_files = desktop_config_files(system, environ, glob.glob)
+    if args.client:
+        print(client_instructions(args.client, system, python, data_dir, environ, config_files))
+    else:
+        print(instructions(system, python, data_dir, config_files, secrets.token_urlsafe(32)))
     return 0
 
 

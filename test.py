@@ -6,6 +6,7 @@ crashes and concurrent writers; then the benchmarks of speed and of relevance.
     python3 test.py bench        # every tool timed through server.py (see the benchmark)
     python3 test.py relevance locomo10.json   # LoCoMo recall against plain FTS5 (see relevance)
     python3 test.py replication  # rounds of a lost machine under Litestream (see replication)
+    python3 test.py clients      # setup.py's lines in the real claude, codex, gemini on PATH
 
 Where the test for a behaviour lives:
 
@@ -23,7 +24,9 @@ Where the test for a behaviour lives:
       access counting, threads, the background checkpoint
     JSON-RPC over stdio: handshake, revisions, tools and their         StdioTest
       schemas, errors, batches; the server.py process itself
-    setup.py: the data directory, the configuration it prints          SetupTest
+    setup.py: the data directory, the configuration it prints, each    SetupTest
+      client's forms started as that client would; test.py clients
+      with stand-ins for the clients
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
       messages, the test runner's closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
@@ -41,6 +44,8 @@ Where the test for a behaviour lives:
     acknowledged writes surviving SIGKILL                              KillTest
     timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
     recall@5 and @10 on LoCoMo (python3 test.py relevance FILE)        relevance()
+    the real Claude Code, Codex and Gemini CLI report the server       clients()
+      connected (python3 test.py clients)
 
 Helpers shared by the tests come first: checks on a database file, the JSON-RPC builders,
 `unwrap` (what a tool call answered), `TempDirTest`, and `ServerProcess` (server.py in a
@@ -50,6 +55,7 @@ subprocess, for the tests and the benchmark alike).
 import argparse
 import ast
 import atexit
+import base64
 import codecs
 import collections
 import contextlib
@@ -78,6 +84,7 @@ import sys
 import tempfile
 import threading
 import time
+import tomllib
 import types
 import unittest
 import unittest.mock
@@ -2201,6 +2208,194 @@ class StdioTest(StoreTestCase):
         self.assertEqual(proc.unread, b"")
 
 
+# The quotes PowerShell takes for ' (setup.PowerShell doubles each inside a quoted word).
+POWERSHELL_QUOTES = "'\u2018\u2019\u201a\u201b"
+
+
+def powershell_words(line):
+    """The words PowerShell reads in a command line as setup.PowerShell writes it: bare words
+    and single-quoted ones (a doubled quote in them is one), after the call operator &."""
+    words, i = [], 2 if line.startswith("& ") else 0
+    while i < len(line):
+        if line[i] == " ":
+            i += 1
+        elif line[i] in POWERSHELL_QUOTES:
+            word, i = [], i + 1
+            while line[i] not in POWERSHELL_QUOTES or line[i + 1:i + 2] == line[i]:
+                word.append(line[i])
+                i += 2 if line[i] in POWERSHELL_QUOTES else 1
+            words.append("".join(word))
+            i += 1
+        else:
+            end = line.find(" ", i) % (len(line) + 1)
+            words.append(line[i:end])
+            i = end
+    return words
+
+
+def mcp_add(words):
+    """What the words after a client's `mcp add` register: (options, name, command). An
+    option given more than once (--env) keeps every value; -- ends the options."""
+    options, positionals, rest = {}, [], iter(words)
+    for word in rest:
+        if word == "--":
+            positionals += rest
+        elif word.startswith("-"):
+            options.setdefault(word, []).append(next(rest))
+        else:
+            positionals.append(word)
+    return options, positionals[0], positionals[1:]
+
+
+def client_forms(client, printed, system):
+    """Each form in which `printed`, what setup.py prints for `client`, registers the server,
+    read back as the shell and the client would read it: {form: (command, env, entry)}, with
+    entry the JSON or TOML entry itself, or the options of the command line."""
+    forms = {}
+    cli = {"claude-code": "claude"}.get(client, client)
+    lines = [l for l in printed.splitlines() if l.startswith(f"{cli} mcp add ")]
+    if lines:
+        words = powershell_words(lines[0]) if system == "Windows" else shlex.split(lines[0])
+        options, name, command = mcp_add(words[3:])
+        env = dict(value.split("=", 1) for value in options.pop("--env"))
+        forms["command line"] = (command, env, dict(options, name=name))
+    if "merge into" in printed:
+        after = printed.split("merge into", 1)[1]
+        document, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
+        (key, servers), = document.items()
+        entry = servers["flood-memory"]
+        forms[key] = ([entry["command"], *entry["args"]], entry["env"], entry)
+    if "[mcp_servers." in printed:
+        _, table = printed.split("\n\n[mcp_servers.flood-memory]\n")
+        table, _ = table.split("\n\n", 1)  # a blank line before the table and one after it
+        entry = tomllib.loads(f"[mcp_servers.flood-memory]\n{table}")["mcp_servers"]
+        entry = entry["flood-memory"]
+        forms["config.toml"] = ([entry["command"], *entry["args"]], entry["env"], entry)
+    return forms
+
+
+# A stand-in for the CLI of Claude Code, Codex or Gemini CLI (the first argument): as much of
+# its --version, mcp add, mcp list and app-server as python3 test.py clients uses, starting
+# the registered server as that client does. A client named in FAKE_CLIENT_FAILS reports
+# failure whatever the server answers; one named in FAKE_CLIENT_DROPS_ENV leaves out its env.
+FAKE_CLIENT = """
+import json, os, subprocess, sys, tomllib
+
+sys.stdout.reconfigure(encoding="utf-8")
+sys.stderr.reconfigure(encoding="utf-8")
+name, args = sys.argv[1], sys.argv[2:]
+home = os.path.expanduser("~")
+codex_config = os.path.join(home, ".codex", "config.toml")
+settings = os.path.join(home, ".claude.json" if name == "claude" else ".gemini/settings.json")
+
+
+def tools(entry, env, cwd):
+    command = [entry["command"], *entry["args"]]
+    if name not in os.environ.get("FAKE_CLIENT_DROPS_ENV", "").split(","):
+        env = dict(env, **entry["env"])
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                 "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": name, "version": "0"}}},
+                {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    try:
+        done = subprocess.run(command, input="".join(json.dumps(m) + "\\n" for m in messages),
+                              capture_output=True, text=True, env=env, cwd=cwd, timeout=60)
+        reply = json.loads(done.stdout.splitlines()[1])
+        if name in os.environ.get("FAKE_CLIENT_FAILS", "").split(","):
+            return None
+        return sorted(tool["name"] for tool in reply["result"]["tools"])
+    except (OSError, subprocess.SubprocessError, ValueError, LookupError):
+        return None
+
+
+if args == ["--version"]:
+    print(f"0.0.0 (fake {name})")
+elif args[:2] == ["mcp", "add"]:
+    options, words, rest = {}, [], iter(args[2:])
+    for word in rest:
+        if word == "--":
+            words += rest
+        elif word.startswith("-"):
+            options.setdefault(word, []).append(next(rest))
+        else:
+            words.append(word)
+    env = dict(value.split("=", 1) for value in options.get("--env", []))
+    if name == "codex":
+        os.makedirs(os.path.dirname(codex_config), exist_ok=True)
+        with open(codex_config, "a", encoding="utf-8") as f:
+            f.write(f"[mcp_servers.{words[0]}]\\ncommand = {json.dumps(words[1])}\\n"
+                    f"args = {json.dumps(words[2:])}\\nenv = {{ "
+                    + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\\n")
+    else:
+        os.makedirs(os.path.dirname(settings), exist_ok=True)
+        with open(settings, "w") as f:
+            json.dump({"mcpServers": {words[0]: {"command": words[1], "args": words[2:],
+                                                 "env": env}}}, f)
+elif args == ["mcp", "list"]:
+    with open(settings) as f:
+        servers = json.load(f)["mcpServers"]
+    trusted = {}
+    if os.path.exists(os.path.join(home, ".gemini", "trustedFolders.json")):
+        with open(os.path.join(home, ".gemini", "trustedFolders.json")) as f:
+            trusted = {os.path.realpath(k): v for k, v in json.load(f).items()}
+    for server, entry in servers.items():
+        shown = " ".join([entry["command"], *entry["args"]])
+        if name == "claude":
+            found = tools(entry, os.environ, os.getcwd())
+            print(f"{server}: {shown} - " + ("\\u2714 Connected" if found else
+                                             "\\u2718 Failed to connect"))
+        elif trusted.get(os.path.realpath(os.getcwd())) != "TRUST_FOLDER":
+            print(f"\\u25cb {server}: {shown} (stdio) - Disabled", file=sys.stderr)
+        elif tools(entry, os.environ, os.getcwd()):
+            print(f"\\u2713 {server}: {shown} (stdio) - Connected", file=sys.stderr)
+        else:
+            print(f"\\u2717 {server}: {shown} (stdio) - Disconnected", file=sys.stderr)
+elif args == ["app-server"]:
+    with open(codex_config, "rb") as f:
+        servers = tomllib.load(f)["mcp_servers"]
+    # Codex gives its servers only these of its environment, and starts them in its home.
+    kept = {k: v for k, v in os.environ.items()
+            if k.upper() in ("HOME", "LANG", "PATH", "SHELL", "TERM", "SYSTEMROOT")}
+    for line in sys.stdin:
+        message = json.loads(line)
+        if message.get("method") == "initialize":
+            result = {"userAgent": "fake"}
+        elif message.get("method") == "mcpServerStatus/list":
+            result = {"data": [], "nextCursor": None}
+            for server, entry in servers.items():
+                found = tools(dict(entry, env=entry.get("env", {})), kept,
+                              os.path.dirname(codex_config))
+                result["data"].append({"name": server,
+                                       "tools": {t: {"name": t} for t in found or []},
+                                       "toolsError": None if found else "MCP startup failed"})
+        else:
+            continue
+        print(json.dumps({"id": message["id"], "result": result}), flush=True)
+else:
+    sys.exit(f"fake {name}: unexpected arguments {args}")
+"""
+
+
+def fake_clients(folder, names):
+    """Stand-ins (FAKE_CLIENT) for the CLIs `names`, in `folder`, as PATH finds them."""
+    os.makedirs(folder)
+    script = os.path.join(folder, "fake_client.py")
+    with open(script, "w", encoding="utf-8") as f:
+        f.write(FAKE_CLIENT)
+    for name in names:
+        if os.name == "nt":
+            with open(os.path.join(folder, f"{name}.cmd"), "w") as f:
+                f.write(f'@"{sys.executable}" "{script}" {name} %*\r\n')
+        else:
+            path = os.path.join(folder, name)
+            with open(path, "w") as f:
+                f.write(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(script)} "
+                        f'{name} "$@"\n')
+            os.chmod(path, 0o755)
+    return folder
+
+
 class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
 
@@ -2238,6 +2433,10 @@ class SetupTest(TempDirTest):
         headers = remote["mcpServers"]["flood-memory"]["headers"]
         self.assertEqual(headers, {"Authorization": "Bearer ${FLOOD_MEMORY_AUTH_TOKEN}"})
         self.assertIn("does not expand ${...}", done.stdout)
+        self.assertEqual(done.stdout.rstrip().splitlines()[-1],
+                         f"Other clients: {'py' if os.name == 'nt' else 'python3'} setup.py "
+                         f"--client NAME, with NAME one of codex, copilot, vscode, cursor, "
+                         f"windsurf, gemini.")
         # ~ comes out expanded.
         home = os.path.join(self.dir, "home")
         os.mkdir(home)
@@ -2318,6 +2517,116 @@ class SetupTest(TempDirTest):
                       "data directory", problem)
         self.assertIsNone(setup.check_start(sys.executable, self.dir, env))
 
+    def test_each_client_gets_a_form_that_starts_the_server_as_that_client_would(self):
+        # A data directory with a space and a quote in it, in a home with a space.
+        home = os.path.join(self.dir, "Bob Smith")
+        data_dir = os.path.join(home, "Bob's memory")
+        os.makedirs(os.path.join(home, ".codex"))
+        system, server_py = platform.system(), os.path.join(HERE, "server.py")
+        environ = {"HOME": home, "USERPROFILE": home}
+        started = {}
+        for client in setup.CLIENTS:
+            with self.subTest(client=client):
+                printed = setup.client_instructions(client, system, sys.executable, data_dir,
+                                                    environ, ["claude_desktop_config.json"])
+                forms = client_forms(client, printed, system)
+                self.assertEqual(len(forms), {"claude-code": 2, "codex": 2,
+                                              "copilot": 2}.get(client, 1), printed)
+                for form, (command, env, _) in forms.items():
+                    self.assertEqual((command, env), ([sys.executable, server_py],
+                                                      {"FLOOD_MEMORY_DIR": data_dir}), form)
+                    # Codex gives a server little of its environment, and starts it in its
+                    # home; the others, started from a desktop app, are given less still.
+                    if client == "codex":
+                        kept = {k: v for k, v in os.environ.items()
+                                if k in ("HOME", "LANG", "PATH", "SHELL", "TERM", "SYSTEMROOT")}
+                        started[tuple(command), "codex"] = (dict(kept, **env),
+                                                            os.path.join(home, ".codex"))
+                    else:
+                        bare = setup.bare_environment(system, environ)
+                        started[tuple(command), "bare"] = (dict(bare, **env),
+                                                           os.path.abspath(os.sep))
+        self.assertEqual(len(started), 2)  # the same command everywhere, in two environments
+        for (command, _), (env, cwd) in started.items():
+            proc = self.server_process(command=list(command), env=env, cwd=cwd, timeout=60)
+            replies = [proc.send(request("initialize", {"protocolVersion": "2025-06-18"})),
+                       proc.send(request("tools/list"))]
+            self.assertEqual(replies[0]["result"]["serverInfo"]["name"], "flood-memory")
+            self.assertEqual(len(replies[1]["result"]["tools"]), 5)
+        self.assertTrue(os.path.exists(os.path.join(data_dir, store.DB_NAME)))
+
+    def test_setup_prints_one_client_alone_and_names_the_clients_it_knows(self):
+        home = os.path.join(self.dir, "Bob Smith")
+        os.mkdir(home)
+        data_dir = os.path.join(home, "flood memory")
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
+                               "codex", "--no-tests"], cwd=self.dir, capture_output=True,
+                              env=dict(os.environ, HOME=home, USERPROFILE=home,
+                                       FLOOD_MEMORY_DIR=data_dir), text=True, timeout=60)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertIn("Checked: ", done.stdout)
+        self.assertNotIn("Claude Desktop", done.stdout)
+        self.assertIn(f"merge this table into {os.path.join(home, '.codex', 'config.toml')}",
+                      done.stdout)
+        for form, (command, env, _) in client_forms("codex", done.stdout,
+                                                    platform.system()).items():
+            self.assertEqual(env, {"FLOOD_MEMORY_DIR": data_dir}, form)
+            self.assertEqual(command[1:], [os.path.join(HERE, "server.py")], form)
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
+                               "claude"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(done.returncode, 2)
+        self.assertEqual(done.stdout, "")
+        self.assertIn("argument --client: invalid choice: 'claude' (choose from "
+                      "'claude-desktop', 'claude-code', 'codex', 'copilot', 'vscode', "
+                      "'cursor', 'windsurf', 'gemini')", done.stderr)
+
+    def test_the_clients_check_registers_with_the_printed_line_and_reads_each_answer(self):
+        # Stand-ins for claude, codex and gemini, found on PATH alone: what the check does
+        # with each, and how it reads their answers, is tested here; with the real clients,
+        # by python3 test.py clients itself.
+        def check(*names, **env):
+            folder = fake_clients(os.path.join(self.dir, "-".join(names) or "none"), names)
+            path = [folder] + ([os.path.join(os.environ.get("SYSTEMROOT", r"C:\Windows"),
+                                             "System32")] if os.name == "nt" else [])
+            return subprocess.run([sys.executable, os.path.join(HERE, "test.py"), "clients"],
+                                  env=dict(os.environ, PATH=os.pathsep.join(path), **env),
+                                  capture_output=True, text=True, encoding="utf-8",
+                                  timeout=300)
+
+        done = check("claude", "codex", "gemini")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        lines = done.stdout.splitlines()
+        for name, command in (("claude", "claude mcp add --transport stdio --scope user"),
+                              ("codex", "codex mcp add flood-memory --env"),
+                              ("gemini", "gemini mcp add --scope user flood-memory")):
+            at = lines.index(next(l for l in lines if l.startswith(f"{name} (0.0.0 (fake")))
+            self.assertTrue(lines[at + 1].startswith(f"  registered with: {command}"),
+                            lines[at + 1])
+        self.assertIn("flood-memory: ", done.stdout)
+        self.assertIn(" - \u2714 Connected", done.stdout)
+        self.assertIn("(stdio) - Connected", done.stdout)  # once the folder is trusted
+        self.assertIn("  app-server, mcpServerStatus/list: tools connections, forget, recall, "
+                      "remember, update", lines)
+        self.assertIn("  with the config.toml table instead: tools connections, forget, "
+                      "recall, remember, update", lines)
+        self.assertEqual(lines.count("  connected"), 3)
+        self.assertEqual(lines[-1], "3 of 3 clients found report flood-memory connected")
+        # A client that says the server failed; one that starts it without the data directory
+        # given, where it answers all the same; one not installed.
+        done = check("claude", "gemini", FAKE_CLIENT_FAILS="claude",
+                     FAKE_CLIENT_DROPS_ENV="gemini")
+        self.assertEqual(done.returncode, 1, done.stdout + done.stderr)
+        lines = done.stdout.splitlines()
+        self.assertIn(" - \u2718 Failed to connect", done.stdout)
+        self.assertIn("(stdio) - Connected", done.stdout)
+        self.assertIn("  but the server did not use the data directory", done.stdout)
+        self.assertEqual(lines.count("  NOT CONNECTED"), 2)
+        self.assertIn("codex: not on PATH, skipped (npm package @openai/codex)", lines)
+        self.assertEqual(lines[-1], "0 of 2 clients found report flood-memory connected")
+        done = check()
+        self.assertEqual(done.returncode, 2, done.stdout + done.stderr)
+        self.assertIn("npm install --prefix ~/mcp-clients @anthropic-ai/claude-code "
+                      "@openai/codex @google/gemini-cli", done.stdout)
 
 class PlatformTest(TempDirTest):
     """What macOS and Windows do differently, simulated here: the platform, its paths and its
@@ -2673,6 +2982,80 @@ class PlatformTest(TempDirTest):
                          r"& 'C:\Python 3\python.exe' -V")
         self.assertEqual(setup.PowerShell.run(["py", "-V"], {"A": "x"}), "$env:A = 'x'; py -V")
         self.assertEqual(setup.Posix.run(["python3", "-V"], {"A": "x y"}), "A='x y' python3 -V")
+
+    def test_each_client_gets_its_forms_and_files_on_windows_and_macos(self):
+        windows_home = r"C:\Users\Bob Smith"
+        macos_home = "/Users/bob smith"
+        for system, python, here, data_dir, environ, files in (
+                ("Windows", r"C:\Program Files\Python313\python.exe",
+                 windows_home + r"\Bob's code", windows_home + r"\flood\memory",
+                 {"USERPROFILE": windows_home, "APPDATA": windows_home + r"\AppData\Roaming"},
+                 {"claude-code": windows_home + r"\.claude.json",
+                  "codex": windows_home + r"\.codex\config.toml",
+                  "gemini": windows_home + r"\.gemini\settings.json",
+                  "copilot": windows_home + r"\.copilot\mcp-config.json",
+                  "vscode": windows_home + r"\AppData\Roaming\Code\User\mcp.json",
+                  "cursor": windows_home + r"\.cursor\mcp.json",
+                  "windsurf": windows_home + r"\.codeium\windsurf\mcp_config.json"}),
+                ("Darwin", "/opt/homebrew/bin/python3.13", macos_home + "/Bob's code",
+                 macos_home + "/flood memory", {"HOME": macos_home},
+                 {"claude-code": macos_home + "/.claude.json",
+                  "codex": macos_home + "/.codex/config.toml",
+                  "gemini": macos_home + "/.gemini/settings.json",
+                  "copilot": macos_home + "/.copilot/mcp-config.json",
+                  "vscode": macos_home + "/Library/Application Support/Code/User/mcp.json",
+                  "cursor": macos_home + "/.cursor/mcp.json",
+                  "windsurf": macos_home + "/.codeium/windsurf/mcp_config.json"})):
+            server_py = (ntpath if system == "Windows" else posixpath).join(here, "server.py")
+            for client in setup.CLIENTS:
+                with self.subTest(system=system, client=client):
+                    printed = setup.client_instructions(client, system, python, data_dir,
+                                                        environ, ["claude_desktop_config.json"],
+                                                        here=here)
+                    forms = client_forms(client, printed, system)
+                    for form, (command, env, entry) in forms.items():
+                        self.assertEqual((command, env), ([python, server_py],
+                                                          {"FLOOD_MEMORY_DIR": data_dir}), form)
+                    if client != "claude-desktop":
+                        self.assertRegex(printed, rf"(merge into|merge this table into|writes "
+                                                  rf"it into) {re.escape(files[client])}\b")
+                    if "command line" in forms:
+                        options = forms["command line"][2]
+                        self.assertEqual(options.pop("name"), "flood-memory")
+                        self.assertEqual(options.pop("--scope", ["user"]), ["user"])
+                        self.assertEqual(options.pop("--transport", ["stdio"]), ["stdio"])
+                        self.assertEqual(options, {})
+                        line = next(l for l in printed.splitlines() if " mcp add " in l)
+                        # What the shell would expand or misread is quoted.
+                        self.assertNotIn("$", line)
+                        self.assertNotIn("~", line)
+                        shell = "PowerShell" if system == "Windows" else "zsh or bash"
+                        self.assertIn(f", in one line ({shell}):\n{line}\n", printed)
+                        if system == "Windows":
+                            self.assertNotIn(" -- ", line)  # npm's .ps1 scripts drop a bare --
+                    shape = {"vscode": ("servers", {"type": "stdio"}),
+                             "copilot": ("mcpServers", {"type": "local", "tools": ["*"]})}
+                    key, extra = shape.get(client, ("mcpServers", {}))
+                    if client in ("claude-code", "claude-desktop", "cursor", "windsurf",
+                                  *shape):
+                        self.assertEqual({k: v for k, v in forms[key][2].items()
+                                          if k not in ("command", "args", "env")}, extra)
+                    if client == "codex":
+                        self.assertEqual(forms["config.toml"][2]["startup_timeout_sec"],
+                                         setup.CODEX_STARTUP_TIMEOUT)
+        # Codex and Copilot CLI read their homes from the environment when it names them.
+        self.assertEqual(setup.client_file("codex", "Linux", {"HOME": "/h",
+                                                              "CODEX_HOME": "/c x"}),
+                         "/c x/config.toml")
+        self.assertEqual(setup.client_file("copilot", "Windows", {"COPILOT_HOME": r"D:\c"}),
+                         r"D:\c\mcp-config.json")
+
+    def test_a_toml_string_reads_back_as_the_text_written(self):
+        for text in (r"C:\Program Files\Python313\python.exe", "Bob's \"code\"", "tab\there",
+                     "line\nbreak", "del\x7f", "\u00e9t\u00e9", "brain \U0001f9e0", "",
+                     "[mcp_servers.x]", "a = 'b'"):
+            with self.subTest(text=text):
+                self.assertEqual(tomllib.loads(f"v = {setup.toml_string(text)}")["v"], text)
 
     def test_setup_finds_python_through_the_py_launcher_on_windows(self):
         stub = r"C:\Users\Bob\AppData\Local\Microsoft\WindowsApps\python3.exe"
@@ -7609,6 +7992,183 @@ def replication(argv):
     return 1 if bad else 0
 
 
+
+# ----------------------------------------------------------------------------- real clients
+
+
+CLIENTS_HOW = """\
+  Get the clients with npm, outside this checkout (no account is needed for this check):
+    npm install --prefix ~/mcp-clients @anthropic-ai/claude-code @openai/codex @google/gemini-cli
+  and put ~/mcp-clients/node_modules/.bin on PATH."""
+
+# The clients `python3 test.py clients` checks: each one's --client name for setup.py, and
+# its npm package.
+REAL_CLIENTS = {"claude": ("claude-code", "@anthropic-ai/claude-code"),
+                "codex": ("codex", "@openai/codex"),
+                "gemini": ("gemini", "@google/gemini-cli")}
+
+# Where a client would read its settings instead of the temporary home's.
+CLIENT_HOMES = ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "GEMINI_CLI_HOME", "COPILOT_HOME",
+                "XDG_CONFIG_HOME", "GEMINI_CLI_TRUST_WORKSPACE", "FLOOD_MEMORY_DIR")
+
+# `mcp list` of Claude Code ("flood-memory: CMD - ✔ Connected") and of Gemini CLI
+# ("✓ flood-memory: CMD (stdio) - Connected"); not "Failed to connect", "Disconnected" or
+# "Disabled".
+CONNECTED = re.compile(r"^(?:\W+ )?flood-memory: .* - (?:\W+ )?Connected$", re.M)
+
+
+def run_in_shell(line, **popen):
+    """`line` as the user would paste it into this system's shell (PowerShell on Windows)."""
+    if os.name == "nt":
+        # Windows PowerShell, found where Windows keeps it whatever PATH says; its command
+        # given in UTF-16, as -EncodedCommand takes it, so that no quote is read twice.
+        powershell = os.path.join(os.environ.get("SYSTEMROOT", r"C:\Windows"), "System32",
+                                  "WindowsPowerShell", "v1.0", "powershell.exe")
+        command = [powershell, "-NoProfile", "-NonInteractive", "-EncodedCommand",
+                   base64.b64encode(line.encode("utf-16-le")).decode()]
+    else:
+        command = ["/bin/sh", "-c", line]
+    return subprocess.run(command, capture_output=True, text=True, encoding="utf-8",
+                          errors="replace", timeout=120, **popen)
+
+
+def ask_codex(exe, env, cwd):
+    """What Codex's app-server answers mcpServerStatus/list about flood-memory, after its
+    initialize handshake: (tools it listed, its error)."""
+    messages = [{"id": 1, "method": "initialize",
+                 "params": {"clientInfo": {"name": "flood-memory-test", "version": "1"}}},
+                {"method": "initialized"},
+                {"id": 2, "method": "mcpServerStatus/list", "params": {}}]
+    proc = subprocess.Popen([exe, "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, env=env, cwd=cwd, text=True,
+                            encoding="utf-8", errors="replace")
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    try:
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+        for line in proc.stdout:
+            try:
+                reply = json.loads(line)
+            except ValueError:  # not a message
+                continue
+            if isinstance(reply, dict) and reply.get("id") == 2:
+                for status in reply.get("result", {}).get("data", []):
+                    if status["name"] == "flood-memory":
+                        return sorted(status.get("tools") or {}), status.get("toolsError")
+                return [], f"not among the servers it lists: {one_line(line)}"
+        return [], "app-server ended without answering"
+    finally:
+        timer.cancel()
+        proc.stdin.close()
+        proc.kill()
+        proc.wait()
+
+
+def used(data_dir, said):
+    """Whether the server the client started made its database in `data_dir`; if not, say so."""
+    if os.path.exists(os.path.join(data_dir, store.DB_NAME)):
+        return True
+    said.append(f"but the server did not use the data directory {data_dir}")
+    return False
+
+
+def check_client(name, exe, home):
+    """Register the server in the client `name` (at `exe`) with the line setup.py prints, in
+    the temporary home `home`, and ask the client whether it is connected: (connected, what
+    it said, line by line)."""
+    project, data_dir = os.path.join(home, "project"), os.path.join(home, "memory dir")
+    os.makedirs(project)
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_HOMES}
+    env.update(HOME=home, USERPROFILE=home)
+    said = []
+    printed = subprocess.run(
+        [sys.executable, os.path.join(HERE, "setup.py"), "--client", REAL_CLIENTS[name][0],
+         "--no-tests"], env=dict(env, FLOOD_MEMORY_DIR=data_dir), capture_output=True,
+        text=True, encoding="utf-8", errors="replace", timeout=120)
+    line = next((l for l in printed.stdout.splitlines() if l.startswith(f"{name} mcp add ")),
+                None)
+    if line is None:
+        return False, [f"setup.py printed no `{name} mcp add` line (exit {printed.returncode}: "
+                       f"{one_line(printed.stderr or printed.stdout)})"]
+    said.append(f"registered with: {line}")
+    # Made again by the server only if the client gives it the data directory setup.py printed
+    # (without it the server would make ~/flood/memory and answer all the same).
+    shutil.rmtree(data_dir, ignore_errors=True)
+    added = run_in_shell(line, env=env, cwd=project)
+    if added.returncode != 0:
+        return False, said + [f"which failed (exit {added.returncode}): "
+                              f"{one_line(added.stderr or added.stdout)}"]
+    if name == "codex":
+        tools, error = ask_codex(exe, env, project)
+        said.append(f"app-server, mcpServerStatus/list: tools {', '.join(tools) or 'none'}"
+                    + (f"; error: {error}" if error else ""))
+        connected = tools == sorted(server.TOOLS) and used(data_dir, said)
+        # The table setup.py prints for config.toml, in a home of its own.
+        table = printed.stdout.split("\n\n[mcp_servers.flood-memory]\n", 1)[1].split("\n\n")[0]
+        other = os.path.join(home, "table home")
+        os.makedirs(os.path.join(other, ".codex"))
+        with open(os.path.join(other, ".codex", "config.toml"), "w", encoding="utf-8") as f:
+            f.write(f"[mcp_servers.flood-memory]\n{table}\n")
+        shutil.rmtree(data_dir, ignore_errors=True)
+        tools, error = ask_codex(exe, dict(env, HOME=other, USERPROFILE=other), project)
+        said.append(f"with the config.toml table instead: tools {', '.join(tools) or 'none'}"
+                    + (f"; error: {error}" if error else ""))
+        return connected and tools == sorted(server.TOOLS) and used(data_dir, said), said
+    if name == "gemini":
+        # What answering Gemini CLI's question "Do you trust this folder?" with yes writes.
+        os.makedirs(os.path.join(home, ".gemini"), exist_ok=True)
+        with open(os.path.join(home, ".gemini", "trustedFolders.json"), "w") as f:
+            json.dump({project: "TRUST_FOLDER"}, f)
+    listed = subprocess.run([exe, "mcp", "list"], env=env, cwd=project, capture_output=True,
+                            text=True, encoding="utf-8", errors="replace", timeout=120)
+    # Gemini CLI writes the list to standard error.
+    output = listed.stdout + listed.stderr
+    shown = [l.strip() for l in output.splitlines() if "flood-memory" in l]
+    said.append(f"{name} mcp list: " + (" | ".join(shown) or one_line(output)))
+    return bool(CONNECTED.search(output)) and used(data_dir, said), said
+
+
+def clients(argv):
+    """python3 test.py clients: the line setup.py prints registers a server that Claude Code,
+    Codex and Gemini CLI, where they are on PATH, report connected. Exit status 0 when every
+    client found did, 1 when one did not, 2 when none was found."""
+    argparse.ArgumentParser(prog="python3 test.py clients", description=(
+        "Register the server in each of claude, codex and gemini found on PATH, with the "
+        "line `setup.py --client` prints, in a temporary home, and check that the client "
+        "reports it connected. Installs nothing.")).parse_args(argv)
+    # A client's check marks (✔) reach a Windows console that may not hold them.
+    sys.stdout.reconfigure(errors="backslashreplace")
+    found = failed = 0
+    for name in REAL_CLIENTS:
+        exe = shutil.which(name)
+        if exe is None:
+            print(f"{name}: not on PATH, skipped (npm package {REAL_CLIENTS[name][1]})",
+                  flush=True)
+            continue
+        found += 1
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                 encoding="utf-8", errors="replace", timeout=120)
+        version = (version.stdout.strip().splitlines() or ["version unknown"])[-1]
+        print(f"{name} ({version}, {exe}):", flush=True)
+        # A space in the home, the data directory and the project, as many users have.
+        home = tempfile.mkdtemp(prefix="flood clients ")
+        try:
+            connected, said = check_client(name, exe, home)
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
+        for line in said:
+            print(f"  {line}")
+        print(f"  {'connected' if connected else 'NOT CONNECTED'}", flush=True)
+        failed += not connected
+    if not found:
+        print(CLIENTS_HOW)
+        return 2
+    print(f"{found - failed} of {found} clients found report flood-memory connected")
+    return 1 if failed else 0
+
+
 def main(argv=None):
     argv = sys.argv if argv is None else argv
     if argv[1:2] == ["bench"]:
@@ -7617,6 +8177,8 @@ def main(argv=None):
         return relevance(argv[2:])
     if argv[1:2] == ["replication"]:
         return replication(argv[2:])
+    if argv[1:2] == ["clients"]:
+        return clients(argv[2:])
     if argv[1:2] == ["plain-server"]:
         return plain_server(argv[2])
     if len(argv) == 1:
