@@ -58,26 +58,29 @@ log = logging.getLogger("flood-memory.store")
 
 # ----------------------------------------------------------------------------- schema
 
-# The characters Python's str.split() takes for whitespace, as SQL's char() arguments: an exact
-# duplicate may differ from the memory it repeats in these (see _exact_duplicate).
-_SPACES = "char(" + ", ".join(map(str, (9, 10, 11, 12, 13, 28, 29, 30, 31, 32, 133, 160, 5760,
-                                        *range(8192, 8203), 8232, 8233, 8239, 8287,
-                                        12288))) + ")"
+# The spaces an exact duplicate may differ in (see _exact_duplicate): ASCII's space, tab,
+# line breaks, vertical tab and form feed, as SQL's char() arguments and as a pattern.
+_SPACES = "char(9, 10, 11, 12, 13, 32)"
+_SPACE_RUN = re.compile(r"[\t\n\x0b\x0c\r ]+")
 
 # What a memory shares with every exact duplicate of it, computed by SQLite from its content:
-# how many characters it has that are not whitespace, its first and its last of those.
-# (length() of one replace() per kind of space, summed: nesting 29 calls overflows SQLite's
-# parser.) nodes_text indexes them; a memory's are looked up with ? in place of content.
-_TEXT_KEY = (" + ".join(f"length(replace(content, char({c}), ''))"
-                        for c in _SPACES[5:-1].split(", ")) + " - 28 * length(content)",
+# how many characters it has that are not spaces, its first and its last of those. nodes_text
+# indexes them; a memory's are looked up with ?1 in place of content.
+_TEXT_KEY = ("length(" + functools.reduce(lambda sql, c: f"replace({sql}, char({c}), '')",
+                                          (9, 10, 11, 12, 13, 32), "content") + ")",
              f"substr(ltrim(content, {_SPACES}), 1, 1)",
              f"substr(rtrim(content, {_SPACES}), -1)")
 
 
-def _json_strings(value):
-    """SQL: whether the column value `value` is NULL or a JSON array of strings."""
-    return (f"({value} IS NULL OR (json_valid({value}) AND json_type({value}) = 'array' AND "
-            f"NOT EXISTS (SELECT 1 FROM json_each({value}) WHERE type <> 'text')))")
+def _collapsed(content):
+    """`content` with its runs of spaces (_SPACES) made one space, and none at either end:
+    what two exact duplicates have in common."""
+    return _SPACE_RUN.sub(" ", content).strip(" ")
+
+
+# SQL: the links of a row as json_insert can extend them: none, unless they are JSON (another
+# program may have written other text there).
+_LINKS = "iif(json_valid(links), links, '[]')"
 
 
 def _tags_of(value):
@@ -104,17 +107,6 @@ CREATE TABLE nodes (
 CREATE INDEX nodes_created ON nodes (created_at);
 -- Exact duplicates share these (see _TEXT_KEY): remember finds a memory's among a few.
 CREATE INDEX nodes_text ON nodes ({", ".join(_TEXT_KEY)});
-
--- Tags and links that are not JSON arrays of strings are refused, whoever writes them: every
--- reader of the table would have to guess at them.
-CREATE TRIGGER nodes_bi BEFORE INSERT ON nodes BEGIN
-    SELECT RAISE(ABORT, 'tags and links must be JSON arrays of strings')
-        WHERE NOT ({_json_strings("new.tags")} AND {_json_strings("new.links")});
-END;
-CREATE TRIGGER nodes_bu BEFORE UPDATE OF tags, links ON nodes BEGIN
-    SELECT RAISE(ABORT, 'tags and links must be JSON arrays of strings')
-        WHERE NOT ({_json_strings("new.tags")} AND {_json_strings("new.links")});
-END;
 
 -- External-content index over nodes.content: the text lives once, in nodes.
 CREATE VIRTUAL TABLE nodes_fts USING fts5(
@@ -143,21 +135,25 @@ CREATE TABLE node_tags (
 ) WITHOUT ROWID;
 -- A tag's memories newest first, and within a window, straight from an index range.
 CREATE INDEX node_tags_created ON node_tags (tag, created_at);
+-- Tags that are not a JSON array are refused, whoever writes them (json_each refuses text
+-- that is not JSON): every reader would have to guess at them.
 CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
+    SELECT RAISE(ABORT, 'tags must be a JSON array of strings')
+        WHERE json_type(new.tags) <> 'array';
     INSERT OR IGNORE INTO node_tags (tag, node, created_at)
-        SELECT value, new.rowid, new.created_at FROM json_each({_tags_of("new.tags")})
-        WHERE type = 'text';
+        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
 END;
 CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
     DELETE FROM node_tags WHERE node = old.rowid
         AND tag IN (SELECT value FROM json_each({_tags_of("old.tags")}));
 END;
 CREATE TRIGGER node_tags_au AFTER UPDATE OF tags, created_at ON nodes BEGIN
+    SELECT RAISE(ABORT, 'tags must be a JSON array of strings')
+        WHERE json_type(new.tags) <> 'array';
     DELETE FROM node_tags WHERE node = old.rowid
         AND tag IN (SELECT value FROM json_each({_tags_of("old.tags")}));
     INSERT OR IGNORE INTO node_tags (tag, node, created_at)
-        SELECT value, new.rowid, new.created_at FROM json_each({_tags_of("new.tags")})
-        WHERE type = 'text';
+        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
 END;
 
 -- Every tag in use, with how many memories carry it: a tag filter looks up the tag's
@@ -189,8 +185,8 @@ END;
 #    (node_tags_created); fingerprints of exact duplicates; terms.nodes.
 # 6: owed, the work an interrupted load left to do; tags, every tag with its folded form.
 # 7: one table, one index: terms, hot_terms, hot_postings, pending, owed and fingerprints
-#    gone (FTS5 ranks; exact duplicates are found through nodes_text); tags and links that
-#    are not JSON arrays of strings refused (nodes_bi, nodes_bu); tags folded at query time.
+#    gone (FTS5 ranks; exact duplicates are found through nodes_text); tags that are not a
+#    JSON array refused (node_tags_ai, node_tags_au); tags folded at query time.
 SCHEMA_VERSION = 7
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
@@ -1126,7 +1122,7 @@ def _rule_breakers(db):
         first = {}
         for node_id, content, tags in db.execute(
                 f"SELECT id, content, tags FROM nodes WHERE rowid IN ({rowids}) ORDER BY rowid"):
-            key = (" ".join(content.split()), _folded_tags(tags))
+            key = (_collapsed(content), _folded_tags(tags))
             if key in first:
                 found[f"memories repeating an older one exactly: forget them "
                       f"({store_py_command()} forget ID)"].append(node_id)
@@ -1253,13 +1249,13 @@ class Database:
                 db = sqlite3.connect(self.path, timeout=BUSY_POLL, isolation_level=None,
                                      check_same_thread=False)
                 db.execute("PRAGMA foreign_keys=ON")
+                # In WAL mode NORMAL keeps every committed transaction across a killed process.
+                db.execute("PRAGMA synchronous=NORMAL")
                 # FTS5's vocabulary, for the df of a search's terms (see _doc_counts); made
                 # before anything can make the connection read-only, as a temporary table is
                 # written.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
-                # In WAL mode NORMAL keeps every committed transaction across a killed process.
-                db.execute("PRAGMA synchronous=NORMAL")
                 self._set_log(db, replicated(self.path))
             except sqlite3.Error as exc:
                 raise _translated(exc, "open the memory database", self.timeout,
@@ -1532,7 +1528,7 @@ WHEN = 0.3                      # stage two: asked "when", one that says when we
 LENDERS = 10                    # stage-two matches that lend
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 RARE = 16                       # a term held by this many memories or fewer is rare...
-NEAR_PROBES = 8                 # ...and remember's hint asks FTS5 about this many words at most
+NEAR_PROBES = 6                 # ...and remember's hint asks FTS5 about this many words at most
 NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
 NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
@@ -1579,6 +1575,42 @@ def _doc_counts(db, terms):
         out.update(db.execute(f"SELECT term, doc FROM temp.nodes_vocab WHERE term IN "
                               f"({_marks(chunk)})", chunk))
     return out
+
+
+def _similar(near, n, mine):
+    """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
+    characters whose distinctive terms are `mine`, closest first: [{"id", "content"}], the
+    content cut to NEAR_SHOWN.
+
+    Very close: the Jaccard similarity of their distinctive terms (those of their words that
+    are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common, and neither
+    is four times as long as the other. On 1,210 LoCoMo facts labelled by hand, the hint
+    fired on 5.3% of stores (2.1% with no restatement listed) and caught 28% of the
+    restatements, asking about every word (see Store._near). Compared after the new memory
+    is written, outside its transaction: comparing may read long texts.
+    """
+    # Only a word that starts like one of ours can stem to one of our terms: stemming the
+    # others (slow for words not seen before) can wait until their number matters.
+    prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
+    close = []
+    for node_id, text in near:
+        if not n // 4 - 40 <= len(text) <= 4 * n + 40:
+            continue
+        words = tokenize(text)
+        words = {w for w in words if w not in STOPWORDS} or set(words)
+        common = len(mine & {stem(w) for w in words if w.startswith(prefixes)})
+        if common < NEAR_SHARED:
+            continue
+        # Their distinct words bound their distinct terms from above: stem them all only
+        # when the bound cannot tell.
+        most = common * (1 + NEAR_JACCARD) / NEAR_JACCARD - len(mine)
+        size = len(words) if len(words) <= most else len(set(map(stem, words)))
+        similarity = common / (len(mine) + size - common)
+        if similarity >= NEAR_JACCARD:
+            close.append((similarity, node_id, text))
+    close.sort(reverse=True)
+    return [{"id": node_id, "content": text[:NEAR_SHOWN]}
+            for _, node_id, text in close[:NEAR_LISTED]]
 
 
 class Search:
@@ -2011,10 +2043,10 @@ class Store:
         """Store a new memory, linked both ways to the existing ids in `links`; the memory,
         with the links left out listed under "skipped_links" ({"id", "reason"}).
 
-        An exact duplicate (the same content once whitespace is collapsed, the same tags in
-        any order and case) is not stored again: the stored one comes back, marked
-        "already_remembered" and given the links. Stored memories very close to a new one are
-        listed under "similar" (see _similar), never merged.
+        An exact duplicate (the same content once runs of spaces, tabs and line breaks are
+        collapsed, the same tags in any order and case) is not stored again: the stored one
+        comes back, marked "already_remembered" and given the links. Stored memories very
+        close to a new one are listed under "similar" (see _similar), never merged.
         """
         content = _content(content)
         tags = _tags(tags)
@@ -2022,27 +2054,28 @@ class Store:
         links = _link_ids(links, skipped=skipped)
         source = _source(source)
         node_id, now = str(uuid.uuid4()), _now()
+        words = tokenize(content)  # for the hint, before other writers wait
+        mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
                 node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
+            near = self._near(db, words, mine)  # before the new memory is in
             # A new id is in nobody's links yet: each back-link is one append, and a target
             # that no memory has is the one the append finds nothing to change in.
             linked = [target for target in links if db.execute(
-                "UPDATE nodes SET links = json_insert(coalesce(links, '[]'), '$[#]', ?) "
-                "WHERE id = ? AND json_valid(coalesce(links, '[]'))",
+                f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?) WHERE id = ?",
                 (node_id, target)).rowcount]
             skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
             links = linked
-            rowid = db.execute(
-                "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
-                "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
-                (node_id, content, _json(tags), _json(links), source, now, now)).lastrowid
+            db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
+                       "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+                       (node_id, content, _json(tags), _json(links), source, now, now))
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
-        similar = self._similar(rowid, content)
+        similar = _similar(near, len(content), mine)
         if similar:
             node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
@@ -2051,11 +2084,11 @@ class Store:
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly
         (tags whatever their case): nodes_text gives the few memories that may, and they are
         compared here."""
-        text, tagged = " ".join(content.split()), _folded(tags)
+        text, tagged = _collapsed(content), _folded(tags)
         asked = " AND ".join(f"{key} = {key.replace('content', '?1')}" for key in _TEXT_KEY)
         for node_id, stored, stored_tags in db.execute(
                 f"SELECT id, content, tags FROM nodes WHERE {asked} ORDER BY rowid", (content,)):
-            if " ".join(stored.split()) == text and _folded_tags(stored_tags) == tagged:
+            if _collapsed(stored) == text and _folded_tags(stored_tags) == tagged:
                 return node_id
         return None
 
@@ -2073,70 +2106,29 @@ class Store:
         return node
 
 
-    def _similar(self, rowid, content):
-        """The stored memories very close to the new one at `rowid`, whose text is `content`,
-        closest first: [{"id", "content"}], the content cut to NEAR_SHOWN.
-
-        Very close: the Jaccard similarity of their distinctive terms (those of their words
-        that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common.
-        Only the NEAR_CANDIDATES memories sharing the most rare terms with it (NEAR_RARE at
-        least) are compared. FTS5 is asked which memories hold each of its NEAR_PROBES
-        longest words (long words are the rarer, as words go: asking about every word cost
-        more than the whole remember), RARE + 2 at most: a term held by more is not rare.
-        On 1,210 LoCoMo facts labelled by hand, the hint fired on 5.3% of stores (2.1% with
-        no restatement listed) and caught 28% of the restatements, asking about every word.
-        Called after the new memory is written, outside its transaction: other writers need
-        not wait for it. A hint that cannot be read is left out.
-        """
-        words = tokenize(content)
-        distinct = {w for w in words if w not in STOPWORDS} or set(words)
-        mine = {stem(w) for w in distinct}
+    def _near(self, db, words, mine):
+        """[(id, content)] of the stored memories that a new one, of `words` and distinctive
+        terms `mine`, may be very close to (see _similar): the NEAR_CANDIDATES sharing the most
+        rare terms with it (held by RARE memories or fewer), NEAR_RARE at least. FTS5 is asked
+        which memories hold each of its NEAR_PROBES longest distinctive words (the long words
+        are the rare ones, as words go: asking about every word cost more than the rest of a
+        remember), RARE + 1 at most: a term held by more is not rare."""
         if len(mine) < NEAR_SHARED:
             return []
-        probes = sorted({stem(w): w for w in distinct}.values(),
+        probes = sorted({stem(w): w for w in words if stem(w) in mine}.values(),
                         key=lambda w: (-len(w), w))[:NEAR_PROBES]
         asked = " UNION ALL ".join(f"SELECT {i}, rowid FROM (SELECT rowid FROM nodes_fts "
-                                   f"WHERE nodes_fts MATCH ? LIMIT {RARE + 2})"
+                                   f"WHERE nodes_fts MATCH ? LIMIT {RARE + 1})"
                                    for i in range(len(probes)))
-        n = len(content)
-        try:
-            with self.db.read() as db:
-                holders = collections.defaultdict(list)
-                for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
-                    holders[probe].append(holder)
-                shared = collections.Counter(r for found in holders.values()
-                                             if len(found) <= RARE + 1 for r in found
-                                             if r != rowid)
-                near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items()
-                                                        if k >= NEAR_RARE],
-                                      key=lambda r: (shared[r], r))
-                rows = db.execute(
-                    f"SELECT rowid, id, content FROM nodes WHERE rowid IN ({_marks(near)}) "
-                    f"AND length(content) BETWEEN ? AND ?", (*near, n // 4 - 40, 4 * n + 40)
-                ).fetchall() if near else []
-        except (sqlite3.Error, StoreError) as exc:
-            log.debug("the near-duplicate hint was skipped: %s", exc)
-            return []
-        # Only a word that starts like one of ours can stem to one of our terms: stemming
-        # the others (slow for words not seen before) can wait until their number matters.
-        prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
-        close = []
-        for rowid, node_id, text in rows:
-            words = tokenize(text)
-            words = {w for w in words if w not in STOPWORDS} or set(words)
-            common = len(mine & {stem(w) for w in words if w.startswith(prefixes)})
-            if common < NEAR_SHARED:
-                continue
-            # Their distinct words bound their distinct terms from above: stem them all only
-            # when the bound cannot tell.
-            most = common * (1 + NEAR_JACCARD) / NEAR_JACCARD - len(mine)
-            size = len(words) if len(words) <= most else len(set(map(stem, words)))
-            similarity = common / (len(mine) + size - common)
-            if similarity >= NEAR_JACCARD:
-                close.append((similarity, rowid, node_id, text))
-        close.sort(reverse=True)
-        return [{"id": node_id, "content": text[:NEAR_SHOWN]}
-                for _, _, node_id, text in close[:NEAR_LISTED]]
+        holders = collections.defaultdict(list)
+        for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
+            holders[probe].append(holder)
+        shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
+                                     for r in found)
+        near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
+                              key=lambda r: (shared[r], r))
+        return db.execute(f"SELECT id, content FROM nodes WHERE rowid IN ({_marks(near)})",
+                          near).fetchall() if near else []
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
@@ -2216,9 +2208,8 @@ class Store:
         """Add `node_id` to the links of each memory in `targets` that lacks it. In SQL, not
         read into Python: a memory thousands link to holds a long list."""
         for chunk in _chunks(list(targets)):
-            db.execute(f"UPDATE nodes SET links = json_insert(coalesce(links, '[]'), '$[#]', ?1) "
-                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND json_valid(coalesce(links, '[]')) "
-                       f"AND id IN ({_marks(chunk)})",
+            db.execute(f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?1) "
+                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND id IN ({_marks(chunk)})",
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):

@@ -6877,17 +6877,17 @@ class KillTest(TempDirTest):
 # every tool timed end to end through server.py over stdio (a ServerProcess), as a client
 # sees it. Beside remember and recall, the same memories and the same queries go to server.py's
 # stdio loop over a PlainStore: SPEC.md's schema and nothing more, plain FTS5 ORDER BY bm25 for
-# a query, so that what a write costs over a plain insert, and what a recall saves over plain
-# FTS5, stay in view at every size, timed the same way.
+# a query, called in turn with this store's, so that what a write costs over a plain insert and
+# a recall over plain FTS5 (BARS) stay in view at every size, timed the same way.
 
 # (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
 TARGETS = {
-    10_000: {"cold start": (None, 100), "remember": (1, 3), "recall query": (2, 5),
-             "recall tags only": (None, 5), "connections depth 2": (None, 5), "rss": 40},
-    100_000: {"cold start": (None, 100), "remember": (1, 3), "recall query": (5, 20),
-              "recall tags only": (None, 10), "connections depth 2": (None, 5), "rss": 60},
-    1_000_000: {"cold start": (None, 150), "remember": (1.5, 5), "recall query": (20, 100),
-                "recall tags only": (None, 50), "connections depth 2": (None, 10), "rss": 150},
+    10_000: {"cold start": (None, 100), "remember": (1, 3), "recall tags only": (None, 5),
+             "connections depth 2": (None, 5), "rss": 40},
+    100_000: {"cold start": (None, 100), "remember": (1, 3), "recall tags only": (None, 10),
+              "connections depth 2": (None, 5), "rss": 60},
+    1_000_000: {"cold start": (None, 150), "remember": (1.5, 5), "recall tags only": (None, 50),
+                "connections depth 2": (None, 10), "rss": 150},
 }
 QUESTIONS = ["what's my {0}?", "When did I {0} the {1}?", "where is the {0}-{1}??",
              "Do I like {0} or {1}?", 'who said "{0} {1}"?', "{0}, {1} & {2}: what happened?",
@@ -7151,25 +7151,16 @@ def plain_client(path):
     return client
 
 
-def agreement(path, queries):
-    """How often stage one's top 10 is the exact bm25 top 10 that recall promises, how often it
-    is FTS5's literal top 10 too, and which paths answered."""
-    paths = collections.Counter()
-    s = Store(path, trace=lambda path: paths.update([path]))
-    db = sqlite3.connect(path)
-    same = literal_same = skims = 0
-    try:
-        for query in queries:
-            words = store.query_words(query)
-            fast = s.top(words, [], 10)
-            literal, exact, skimmed = exact_top(db, words, [], 10)
-            same += agree(fast, exact)
-            literal_same += agree(fast, literal)
-            skims += skimmed
-        return same, literal_same, skims, dict(paths)
-    finally:
-        db.close()
-        s.close()
+def alternated(client, plain, name, arguments):
+    """Round trips in ms of the tool `name` with each of `arguments`, through this server
+    (`client`) and the plain reference, called in turn (which goes first alternating), so
+    that the machine's noise falls on both alike: (ours, plain's)."""
+    ours, reference = [], []
+    for n, argument in enumerate(arguments):
+        pair = [(client, ours), (plain, reference)]
+        for server_, times in pair if n % 2 == 0 else pair[::-1]:
+            times.append(timed(server_, name, argument))
+    return ours, reference
 
 
 def bench_size(corpus, size, calls, args):
@@ -7207,14 +7198,10 @@ def bench_size(corpus, size, calls, args):
 
         memories = [{"content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
                      "links": rnd.sample(ids, 2)} for _ in range(calls)]
-        fresh = iter(memories)
-        run("remember", "remember", lambda: next(fresh))
-        rows[PLAIN] = [timed(plain_server, "remember", m) for m in memories]
-        queries = [corpus.query(rnd) for _ in range(calls)]
-        it = iter(queries)
-        run("recall query", "recall", lambda: {"query": next(it), "limit": 10})
-        rows[PLAIN_RECALL] = [timed(plain_server, "recall", {"query": q, "limit": 10})
-                              for q in queries]
+        rows["remember"], rows[PLAIN] = alternated(client, plain_server, "remember", memories)
+        queries = [{"query": corpus.query(rnd), "limit": 10} for _ in range(calls)]
+        rows["recall query"], rows[PLAIN_RECALL] = alternated(client, plain_server, "recall",
+                                                              queries)
         plain_server.close(60)
         run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
         run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
@@ -7234,18 +7221,21 @@ def bench_size(corpus, size, calls, args):
         client.close(60)
         rows.update(http_round_trips(args.project, data_dir, corpus, rnd, calls))
         size_mb = sum(os.path.getsize(os.path.join(data_dir, f)) for f in os.listdir(data_dir)) / 2**20
-        checked = queries[:args.agreement]
-        same, literal, skims, paths = (agreement(path, checked) if args.project == HERE
-                                       else (0, 0, 0, {}))
         return {"size": size, "rows": rows, "rss": rss, "peak": peak, "db_mb": size_mb,
-                "load_s": load_s, "agreement": (same, literal, skims, len(checked) if paths else 0), "paths": paths}
+                "load_s": load_s}
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def plain_ratio(rows):
-    """(remember p50, plain insert p50, their ratio)."""
-    mine, plain = percentile(rows["remember"], 0.5), percentile(rows[PLAIN], 0.5)
+# What this store may cost beside SPEC.md's schema alone (issue "One table, one index"):
+# remember at p50 against a plain insert, recall at p95 against plain FTS5's bm25.
+BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3)}
+
+
+def plain_ratio(rows, label="remember"):
+    """(this store's figure, the plain reference's, their ratio) for `label` in BARS."""
+    reference, q, _ = BARS[label]
+    mine, plain = percentile(rows[label], q), percentile(rows[reference], q)
     return mine, plain, mine / plain
 
 
@@ -7267,22 +7257,19 @@ def report(result):
             if not ok:
                 missed.append(f"{label} {p50:.1f}/{p95:.1f} ms")
         print(f"  {label:29} {p50:8.2f} {p95:8.2f}{verdict}")
-    mine, plain, ratio = plain_ratio(rows)
-    print(f"  remember takes {ratio:.1f}x a plain insert in SPEC.md's schema at p50 "
-          f"({mine:.2f} against {plain:.2f} ms)")
+    for label, (reference, q, bar) in BARS.items():
+        mine, plain, ratio = plain_ratio(rows, label)
+        ok = ratio <= bar
+        print(f"  {label} takes {ratio:.2f}x {reference} at p{q * 100:.0f} ({mine:.2f} "
+              f"against {plain:.2f} ms; at most {bar}x)  {'within' if ok else 'over'}")
+        if not ok:
+            missed.append(f"{label} {ratio:.2f}x")
     if "rss" in targets:
         ok = result["peak"] < targets["rss"]
         print(f"  {'server peak RSS':29} {result['peak']:8.1f} MB          < {targets['rss']} MB  "
               f"{'within' if ok else 'over'}")
         if not ok:
             missed.append(f"RSS {result['peak']:.0f} MB")
-    same, literal, skims, n = result["agreement"]
-    if n:
-        print(f"  stage one vs exact bm25 top 10: {same}/{n} same set ({literal}/{n} also with "
-              f"FTS5's literal top 10, faint-only matches included; {skims} queries of common "
-              f"words only, skimmed); paths {result['paths']}")
-        if same < 0.95 * n:
-            missed.append(f"agreement {same / n:.0%}")
     return missed
 
 
@@ -7449,8 +7436,6 @@ def bench(argv):
                         help="corpus sizes, comma-separated (default: %(default)s)")
     parser.add_argument("--quick", action="store_true", help="10,000 memories, 100 calls each")
     parser.add_argument("--calls", type=int, default=300, help="calls per operation")
-    parser.add_argument("--agreement", type=int, default=200,
-                        help="queries checked against the exact bm25 ranking")
     parser.add_argument("--project", default=HERE,
                         help="another checkout whose server.py to measure (before/after); "
                              "its corpus is loaded with its own Store.load")
@@ -7469,8 +7454,6 @@ def bench(argv):
     args.project = os.path.abspath(args.project)
     sizes = [10_000] if args.quick else [int(s.replace("_", "")) for s in args.sizes.split(",")]
     calls = 100 if args.quick else args.calls
-    if args.quick:
-        args.agreement = min(args.agreement, 100)
     corpus = Corpus()
     if args.load:
         print(f"flood-memory bench --load: server {args.project}/server_remote.py, Python "
@@ -7484,13 +7467,14 @@ def bench(argv):
         result = bench_size(corpus, size, calls, args)
         missed = report(result)
         rows = result["rows"]
-        mine, plain, ratio = plain_ratio(rows)
+        ratio = plain_ratio(rows)[2]
         summary.append(f"{size:,}: recall {percentile(rows['recall query'], .5):.1f}/"
                        f"{percentile(rows['recall query'], .95):.1f} ms (plain FTS5 "
                        f"{percentile(rows[PLAIN_RECALL], .5):.1f}/"
-                       f"{percentile(rows[PLAIN_RECALL], .95):.1f}), remember "
-                       f"{percentile(rows['remember'], .5):.1f}/{percentile(rows['remember'], .95):.1f}"
-                       f" ms ({ratio:.1f}x a plain insert), " +
+                       f"{percentile(rows[PLAIN_RECALL], .95):.1f}, "
+                       f"{plain_ratio(rows, 'recall query')[2]:.2f}x at p95), remember "
+                       f"{percentile(rows['remember'], .5):.2f}/{percentile(rows['remember'], .95):.2f}"
+                       f" ms ({ratio:.2f}x a plain insert at p50), " +
                        (f"over the reference: {'; '.join(missed)}" if missed
                         else "within every reference figure"))
     print("\nbench: " + " | ".join(summary))
@@ -7640,9 +7624,7 @@ def locomo_recall(samples, facts):
     within its conversation: ([(sample_id, category, recall@5, recall@10, plain FTS5's
     recall@5, recall@10)], memories added, questions without evidence)."""
     work = tempfile.mkdtemp(prefix="flood-relevance-")
-    # The index's settings read now, not when Store was defined, so that --set reaches them.
-    s = Store(os.path.join(work, store.DB_NAME), hot_min_df=store.HOT_MIN_DF,
-              hot_list=store.HOT_LIST)
+    s = Store(os.path.join(work, store.DB_NAME))
     db = sqlite3.connect(s.path)
     try:
         turn_of, known, added = {}, {}, 0
@@ -7657,7 +7639,6 @@ def locomo_recall(samples, facts):
                     continue  # an empty turn: locomo_recall.py's remember fails too
                 turn_of[node["id"]] = dia  # a duplicate stands for its last turn, as there
                 added += 1
-        s.fold()
         rows, dropped = [], 0
         for sample in samples:
             sample_id = sample["sample_id"]
