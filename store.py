@@ -1249,8 +1249,12 @@ class Database:
                 db = sqlite3.connect(self.path, timeout=BUSY_POLL, isolation_level=None,
                                      check_same_thread=False)
                 db.execute("PRAGMA foreign_keys=ON")
-                # In WAL mode NORMAL keeps every committed transaction across a killed process.
-                db.execute("PRAGMA synchronous=NORMAL")
+                self._local.durable = None
+                self._set_durable(db, True)
+                if sys.platform == "darwin":
+                    # macOS's fsync leaves what was written in the drive's own cache, which a
+                    # power cut loses; F_FULLFSYNC flushes it (see README, Your data).
+                    db.execute("PRAGMA fullfsync=ON")
                 # FTS5's vocabulary, for the df of a search's terms (see _doc_counts); made
                 # before anything can make the connection read-only, as a temporary table is
                 # written.
@@ -1265,6 +1269,15 @@ class Database:
                 self._open.add(db)
             _count_connections(self.path, 1)
         return db
+
+    def _set_durable(self, db, durable):
+        """Whether `db`'s commits reach the disk before they return. FULL syncs the log at
+        every commit, so that what a reply says is stored survives a power cut or an OS
+        crash; NORMAL syncs it only at checkpoints, which a killed process survives but a
+        power cut does not (test_what_is_acknowledged_is_synced_before_the_reply)."""
+        if getattr(self._local, "durable", None) != durable:
+            db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
+            self._local.durable = durable
 
     def _set_log(self, db, replicated):
         """How `db` checkpoints. Checkpoints run in the background, not in a commit, unless
@@ -1321,22 +1334,24 @@ class Database:
                 db.execute("COMMIT")
 
     @contextlib.contextmanager
-    def write(self, doing="write to the memory database", wait=True):
+    def write(self, doing="write to the memory database", durable=True):
         """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
-        rolled back if a statement in it fails.
+        rolled back if a statement in it fails; on the disk once it is committed.
 
         The threads of this process take turns first (see WriteQueue), so that SQLite's wait
         of `timeout` seconds only ever waits for another process; a thread that cannot get
         its turn in twice that long gives up, saying the cause was this server's own load.
-        Without `wait`, the write does not wait for Litestream to shorten the log (see
-        _make_room): a recall's access counts are small, and a recall must not wait.
+        Not `durable` (a recall's access counts): the commit waits neither for the disk nor
+        for Litestream to shorten the log (see _make_room). A count lost in a power cut harms
+        no one, and a recall must not wait.
         """
         if not self.queue.take(2 * self.timeout):
             raise Busy(f"could not {doing}: this server had more writes queued than it could "
                        f"do in {2 * self.timeout:g} s")
         try:
             db = self.connection()
-            if wait:
+            self._set_durable(db, durable)
+            if durable:
                 self._make_room(db)
             self._begin(db)
             try:
@@ -2439,7 +2454,7 @@ class Store:
         ids = [node["id"] for node in nodes]
         try:
             with self.db.errors("count the access"), \
-                    self.db.write("count the access", wait=False) as db:
+                    self.db.write("count the access", durable=False) as db:
                 for chunk in _chunks(ids):
                     # Past MAX_INT, SQLite's integers overflow into floats: the count stops.
                     db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "

@@ -6814,6 +6814,45 @@ class KillTest(TempDirTest):
     """A server killed (SIGKILL; TerminateProcess on Windows) at random moments keeps every
     write it acknowledged."""
 
+    def test_what_is_acknowledged_is_synced_before_the_reply(self):
+        # A killed process loses nothing SQLite committed; a power cut or an OS crash loses
+        # what is not on the disk yet. Every write whose reply says it is done commits with
+        # synchronous=FULL (the log synced at each commit), and on macOS with F_FULLFSYNC
+        # (fullfsync); a recall's access counts alone commit with NORMAL (see README, Your
+        # data; the power cuts themselves: ../shared/lazyfs). Checked here as SQLite's
+        # settings at each BEGIN, which is what the mechanism is.
+        s = self.open_store()
+        seen = []  # (what was written, synchronous, fullfsync) at each write transaction
+        begin = store.Database._begin
+
+        def looked(db_, conn):
+            seen.append((doing[0], conn.execute("PRAGMA synchronous").fetchone()[0],
+                         conn.execute("PRAGMA fullfsync").fetchone()[0]))
+            return begin(db_, conn)
+
+        doing = [""]
+        kept = s.add("the boiler is serviced in March")["id"]
+        loaded = str(uuid.uuid4())
+        with unittest.mock.patch.object(store.Database, "_begin", looked):
+            for doing[0], act in (
+                    ("remember", lambda: s.add("the plumber is called Ana", links=[kept])),
+                    ("recall", lambda: s.search("boiler")),
+                    ("connections", lambda: s.neighbors(kept)),
+                    ("update", lambda: s.update(kept, tags=["house"])),
+                    ("load", lambda: s.load([{"id": loaded, "content": "loaded"}])),
+                    ("forget", lambda: s.delete(loaded))):
+                act()
+        full, normal = 2, 1
+        self.assertEqual(seen, [("remember", full, 0), ("recall", normal, 0),
+                                ("connections", normal, 0), ("update", full, 0),
+                                ("load", full, 0), ("forget", full, 0)])
+        s.close()
+        with unittest.mock.patch.object(sys, "platform", "darwin"):
+            mac = Store(self.path)
+        self.addCleanup(mac.close)
+        self.assertEqual(mac.db.connection().execute("PRAGMA fullfsync").fetchone()[0], 1)
+        self.assertEqual(mac.db.connection().execute("PRAGMA synchronous").fetchone()[0], full)
+
     def test_acknowledged_writes_survive_sigkill(self):
         rnd = random.Random(7)
         acknowledged = {}  # id -> the contents it may hold
