@@ -7022,7 +7022,7 @@ class PlainStore:
     """SPEC.md's schema and nothing more, behind the two methods remember and recall call: the
     reference they are measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
     transaction per memory that inserts its row (the triggers index it) and appends the
-    back-link to the links of each memory it links to. No checks, no ranking statistics: a
+    back-link to the links of each memory it links to. No checks, no derived tables: a
     query is FTS5's bm25 over its words."""
 
     def __init__(self, path):
@@ -7053,6 +7053,8 @@ class PlainStore:
             raise NotImplementedError("PlainStore searches by query only")
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         words = store.query_words(query)
+        if report is not None:  # what a recall that finds nothing says it searched for
+            report.update(words=words, cut=False)
         rows = self.db.execute(
             f"SELECT {NODE_COLUMNS} FROM (SELECT rowid, bm25(nodes_fts) AS score FROM nodes_fts "
             f"WHERE nodes_fts MATCH ? ORDER BY score LIMIT ? OFFSET ?) f "
@@ -7065,6 +7067,10 @@ class PlainStore:
             self.db.executemany("UPDATE nodes SET last_accessed = ?, access_count = access_count "
                                 "+ 1 WHERE id = ?", [(now, node["id"]) for node in nodes])
         return nodes
+
+    def nothing_found(self, tags=(), since=None, until=None):
+        """What server.py's recall asks of a store when it found nothing: here, nothing more."""
+        return {"tags": []}
 
     @contextlib.contextmanager
     def transaction(self):
@@ -7798,9 +7804,8 @@ def run_parts(jobs):
 # once, and `litestream restore` rebuilds the database in a new directory. Then: the
 # acknowledged remembers missing from it, and of those the "late" ones, acknowledged more
 # than the sync interval plus a second before the loss (a bad round); SQLite's integrity
-# check and FTS5's; the store's own check (`store.py check`: links, ranking statistics; an
-# import the loss cut is finished by running it again, as the README says, then checked
-# again); the -wal's peak, sampled every 50 ms (a bad round at 64 MB); replica bytes per
+# check and FTS5's; the store's own check (`store.py check`: the indexes, links; an import
+# the loss cut is finished by running it again, as the README says, then checked again); the -wal's peak, sampled every 50 ms (a bad round at 64 MB); replica bytes per
 # memory the restored database holds. Clean rounds' files are deleted, bad ones kept.
 
 LITESTREAM_HOW = """\
@@ -7941,11 +7946,11 @@ def replication_round(n, args, version, work):
         row["fts"] = "ok" if fts_agrees(restored_db) else "disagrees"
         check = run(store_command("check"), env=store_env(restored))
         row["check"] = "ok" if check.returncode == 0 else one_line(check.stdout)
-        if "an import was interrupted" in check.stdout:  # the README's answer: import again
+        if not loader_done:  # the README's answer to a cut import: run it again
             run(store_command("import", records), env=store_env(restored))
             again = run(store_command("check"), env=store_env(restored))
-            row["check"] = ("ok once imported again" if again.returncode == 0
-                            else one_line(again.stdout))
+            row["check"] += ", and once imported again" if again.returncode == 0 else \
+                f"; once imported again: {one_line(again.stdout)}"
     row["bytes"] = f"{tree_bytes(replica) / row['memories']:,.0f}" if row.get("memories") else "-"
     with open(os.path.join(base, "litestream.log"), errors="replace") as f:
         row["locked"] = f.read().count("database is locked")
