@@ -2586,6 +2586,10 @@ class Store:
 
 
 
+# The triggers that index a memory as it is inserted; a load indexes its batch at once.
+_INDEXING = ("nodes_ai", "node_tags_ai")
+
+
 class _Load:
     """One Store.load, apart from the Store that other threads share: its records taken in
     batches, each one write transaction, and what it found. A record's link to a memory not
@@ -2658,17 +2662,36 @@ class _Load:
                     if source in stored:  # not forgotten since by another writer
                         gained[source][record.id] = None
                         gained[record.id][source] = None
-            db.executemany(
-                "INSERT INTO nodes (id, content, tags, links, source, created_at, last_accessed, "
-                "access_count) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(r.id, r.content, _json(r.tags), _id_list(list(gained.pop(r.id, ()))), r.source,
-                  r.created_at, r.last_accessed, r.access_count) for r in fresh])
+            if fresh:
+                self.insert(db, [(r.id, r.content, _json(r.tags), _id_list(list(gained.pop(
+                    r.id, ()))), r.source, r.created_at, r.last_accessed, r.access_count)
+                    for r in fresh])
             self.add_links(db, gained)
         self.loaded += len(fresh)
         self.skipped += len(batch) - len(fresh)
         if fresh:
             pace = max(time.monotonic() - started, 1e-3) / len(fresh)
             self.size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
+
+    @staticmethod
+    def insert(db, rows):
+        """Insert the memories `rows` (of _COLUMNS) and index them, in the caller's write
+        transaction: the full-text and tag indexes in one statement each, not by their
+        triggers a row at a time (an official file of 80,000 memories: 1.9 s instead of 5),
+        which are set aside meanwhile. A DROP rolls back with the transaction, and no other
+        connection writes while this one holds the write lock."""
+        first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM nodes").fetchone()[0]
+        for trigger in _INDEXING:
+            db.execute(f"DROP TRIGGER {trigger}")
+        db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
+                   "WHERE rowid >= ?", (first,))
+        db.execute("INSERT OR IGNORE INTO node_tags (tag, node, created_at) SELECT j.value, "
+                   "n.rowid, n.created_at FROM nodes n, json_each(n.tags) j WHERE n.rowid >= ? "
+                   "AND j.type = 'text'", (first,))
+        for name, statement in _statements(SCHEMA):
+            if name in _INDEXING:
+                db.execute(statement)
 
     def find_differ(self, db, records):
         """Note those of `records` (stored already) whose content or tags differ."""
