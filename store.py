@@ -297,10 +297,8 @@ LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two 
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): random keys
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
-CHECKPOINT_EVERY = 128  # write transactions between two background checkpoints...
-CHECKPOINT_PAUSE = 1.0  # ...or seconds of quiet after a write
-WAL_PAGES = 4096        # a commit checkpoints itself only once the log is this long...
-WAL_BYTES = 16 << 20    # ...and a log restarted after that is cut back to this size
+WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
+WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
 WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
 WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
 WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
@@ -1222,21 +1220,15 @@ def _log_bytes(path):
 
 class Database:
     """The SQLite file as this process uses it: the connections (one per thread, each set up
-    the same way), the read and write transactions, SQLite's errors in words, and a
-    background thread that checkpoints the log after CHECKPOINT_EVERY writes or a quiet
-    CHECKPOINT_PAUSE, so that a commit seldom pays for one. Compare coverage.py's SqliteDb
-    and datasette's Database."""
+    the same way), the read and write transactions, and SQLite's errors in words. Compare
+    coverage.py's SqliteDb and datasette's Database."""
 
     def __init__(self, path, timeout=BUSY_TIMEOUT):
         self.path = path
         self.timeout = timeout
         self._local = threading.local()
-        self._lock = threading.Lock()   # guards the fields below
+        self._lock = threading.Lock()   # guards _open
         self._open = set()
-        self._writes = 0                # write transactions since the last checkpoint
-        self._worker = None             # the background thread, while it runs
-        self._wake = threading.Event()
-        self._closing = False
         self.queue = WriteQueue()       # one writer at a time within this process
         self._unheard = 0.0             # until when Litestream is taken not to be running
 
@@ -1280,10 +1272,10 @@ class Database:
             self._local.durable = durable
 
     def _set_log(self, db, replicated):
-        """How `db` checkpoints. Checkpoints run in the background, not in a commit, unless
-        writes come so fast that the log outgrows WAL_PAGES: a background checkpoint racing a
-        stream of writes never finishes, and only a finished one lets the log start over
-        (test_the_log_stays_bounded_under_back_to_back_writes). Under Litestream, checkpoints
+        """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into
+        the file, so that the log starts over (a checkpoint from another thread, racing a
+        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes;
+        and one there bought nothing a remember showed). Under Litestream, checkpoints
         are Litestream's, and the log is never cut short: a cut takes frames that Litestream
         0.3.x has not copied yet (its replicas came back corrupt) or makes it start a new
         generation. A commit still checkpoints past WAL_BOUND, in case the sign of Litestream
@@ -1363,7 +1355,6 @@ class Database:
                 raise
         finally:
             self.queue.give()
-        self._wrote()
 
     def _begin(self, db):
         """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
@@ -1424,53 +1415,11 @@ class Database:
     def close(self):
         """Close every connection this process opened here. Using it again reopens it."""
         with self._lock:
-            self._closing = True
-            worker = self._worker
-        if worker is not None:
-            self._wake.set()
-            worker.join()
-        with self._lock:
             connections, self._open = self._open, set()
-            self._closing = False
         for db in connections:
             db.close()  # the last connection to the file checkpoints it and removes the log
             _count_connections(self.path, -1)
         self._local = threading.local()
-
-    def _wrote(self):
-        """Count a committed write; start the background thread if it is not running, and
-        wake it every CHECKPOINT_EVERY writes."""
-        with self._lock:
-            self._writes += 1
-            if self._worker is None and not self._closing:
-                self._worker = threading.Thread(target=self._background, daemon=True,
-                                                name="flood-memory checkpoints")
-                self._worker.start()
-            due = self._writes >= CHECKPOINT_EVERY
-        if due:
-            self._wake.set()
-
-    def _background(self):
-        """A PASSIVE checkpoint (it never blocks readers or writers, and copies what they
-        allow) whenever woken or after a quiet CHECKPOINT_PAUSE; under Litestream, none:
-        checkpoints are Litestream's. The thread ends after a quiet spell with nothing to do;
-        the next write starts another."""
-        try:
-            while True:
-                self._wake.wait(CHECKPOINT_PAUSE)
-                self._wake.clear()
-                with self._lock:
-                    pending, self._writes = self._writes, 0
-                    if self._closing or not pending:
-                        self._worker = None
-                        return
-                if not replicated(self.path):
-                    try:
-                        self.connection().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-                    except sqlite3.Error as exc:  # the next write wakes it again
-                        log.debug("background checkpoint skipped: %s", exc)
-        finally:
-            self.close_thread()
 
 
 # ----------------------------------------------------------------------------- search

@@ -21,7 +21,7 @@ Where the test for a behaviour lives:
       damaged and truncated files untouched
     remember and get, checks on every argument, links both ways,       StoreTest
       recall's matching and filters, connections, forget, update,
-      access counting, threads, the background checkpoint
+      access counting, threads, checkpoints
     JSON-RPC over stdio: handshake, revisions, tools and their         StdioTest
       schemas, errors, batches; the server.py process itself
     setup.py: the data directory, the configuration it prints, each    SetupTest
@@ -1647,7 +1647,7 @@ class StoreTest(StoreTestCase):
             self.assertIn(message, str(cm.exception))
         self.assertEqual(self.store.get(node["id"]), node)
 
-    # -- threads, and the checkpoint thread
+    # -- threads and checkpoints
 
     def test_threads_writing_at_once_lose_nothing(self):
         hub = self.store.add("hub")
@@ -1673,26 +1673,15 @@ class StoreTest(StoreTestCase):
         self.assertTrue(links_are_mutual(self.path))
         self.assertTrue(fts_agrees(self.path))
 
-    def test_checkpoints_run_in_the_background_not_in_a_commit(self):
-        # A commit that checkpoints waits for the copy into the database file and its fsync:
-        # that is the slow write every few hundred. Here no commit does it, a thread does.
-        self.assertEqual(self.store.db.connection().execute("PRAGMA wal_autocheckpoint").fetchone()[0],
-                         store.WAL_PAGES)
-        empty = os.path.getsize(self.path)
-        written = store.CHECKPOINT_EVERY + 10
-        for i in range(written):
+    def test_closing_checkpoints_the_log_and_removes_it(self):
+        for i in range(300):
             self.store.add(f"memory number {i} about gardens and tides")
-        deadline = time.monotonic() + 10
-        while os.path.getsize(self.path) <= empty and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.assertGreater(os.path.getsize(self.path), empty, "nothing was checkpointed")
         self.store.close()
         self.assertFalse(os.path.exists(self.path + "-wal"), "closing left the log behind")
-        self.assertEqual(self.open_store().count(), written)
+        self.assertEqual(self.open_store().count(), 300)
 
     def test_the_log_stays_bounded_under_back_to_back_writes(self):
-        # A background checkpoint racing a stream of writes never finishes, so the log could
-        # never start over; past WAL_PAGES a commit checkpoints itself and the log is cut back.
+        # Past WAL_PAGES a commit checkpoints the log, which starts over, cut back to WAL_BYTES.
         with unittest.mock.patch.multiple(store, WAL_PAGES=64, WAL_BYTES=512 * 1024):
             s = Store(os.path.join(self.dir, "stream.db"))
         self.addCleanup(s.close)
@@ -1703,21 +1692,6 @@ class StoreTest(StoreTestCase):
                 sizes.append(os.path.getsize(s.path + "-wal"))
         self.assertLess(max(sizes), 2 * 1024 * 1024, sizes)
         self.assertEqual(s.count(), 1500)
-
-    def test_an_unclosed_store_lets_its_checkpoint_thread_go(self):
-        s = Store(self.path)
-        with unittest.mock.patch.object(store, "CHECKPOINT_PAUSE", 0.2):  # a quiet spell, sooner
-            s.add("a write starts the thread")
-            self.assertTrue(any(t.name == "flood-memory checkpoints" for t in threading.enumerate()))
-            deadline = time.monotonic() + 10
-            while any(t.name == "flood-memory checkpoints" for t in threading.enumerate()) and \
-                    time.monotonic() < deadline:
-                time.sleep(0.05)
-        self.assertFalse(any(t.name == "flood-memory checkpoints" for t in threading.enumerate()))
-        s.close()
-        s.add("usable again after close")
-        self.assertEqual(s.count(), 2)
-        s.close()
 
 
 class LitestreamTest(TempDirTest):
@@ -1764,10 +1738,8 @@ class LitestreamTest(TempDirTest):
         os.mkdir(self.sign)
         s = self.open_store()
         empty = os.path.getsize(self.path)
-        with unittest.mock.patch.object(store, "CHECKPOINT_PAUSE", 0.1):
-            for i in range(300):
-                s.add(f"memory {i} " + "with a few words " * 8)
-            time.sleep(0.5)  # the background thread's round, which used to checkpoint
+        for i in range(300):  # more than WAL_PAGES
+            s.add(f"memory {i} " + "with a few words " * 8)
         self.assertEqual(os.path.getsize(self.path), empty, "the store checkpointed")
         self.assertEqual(store._log_bytes(self.path), os.path.getsize(self.path + "-wal"))
 
@@ -7618,6 +7590,9 @@ def relevance(argv):
                                         "number N for the first N")
     parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
                         help="a ranking constant of store.py for this run (repeatable)")
+    parser.add_argument("--hint", action="store_true",
+                        help="instead: how often remember's near-duplicate hint fires asking "
+                             "FTS5 about NEAR_PROBES words, against every word")
     args = parser.parse_args(argv)
     settings = ranking_settings(args.set)
     try:
@@ -7635,6 +7610,8 @@ def relevance(argv):
     with contextlib.ExitStack() as stack:
         for name, value in settings.items():
             stack.enter_context(unittest.mock.patch.object(store, name, value))
+        if args.hint:
+            return hint_agreement(samples, args.facts)
         rows, added, dropped = locomo_recall(samples, args.facts)
     kind = "observations" if args.facts else "turns"
     print(f"relevance: {args.file}, {len(samples)} conversations, {added:,} {kind} "
@@ -7661,6 +7638,40 @@ def relevance(argv):
     given = "".join(f" {name}={value!r}".replace(", ", ",") for name, value in settings.items())
     print("relevance recall@5={:.3f} recall@10={:.3f} (plain FTS5 {:.3f}/{:.3f}) n={} {}{}".format(
         *overall, len(rows), kind, given))
+    return 0
+
+
+def hint_agreement(samples, facts):
+    """Store the samples' memories one by one, and before each is stored ask the near-duplicate
+    hint about it (Store._near, then store._similar) with NEAR_PROBES words and with every
+    word: how often each lists similar memories, and how often the two lists are the same."""
+    work = tempfile.mkdtemp(prefix="flood-hint-")
+    s = Store(os.path.join(work, store.DB_NAME))
+    fired, same, stored = collections.Counter(), 0, 0
+    try:
+        for sample in samples:
+            for content, session, _ in locomo_memories(sample, facts):
+                if not content.strip():
+                    continue
+                words = store.tokenize(content)
+                mine = {store.stem(w) for w in
+                        ({w for w in words if w not in store.STOPWORDS} or words)}
+                found = []
+                for probes in (store.NEAR_PROBES, len(words)):
+                    with unittest.mock.patch.object(store, "NEAR_PROBES", probes), \
+                            s.db.read() as db:
+                        found.append(store._similar(s._near(db, words, mine), len(content), mine))
+                fired.update(i for i, similar in enumerate(found) if similar)
+                same += found[0] == found[1]
+                stored += not s.add(content, [sample["sample_id"], f"session-{session}"]).get(
+                    "already_remembered")
+    finally:
+        s.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"hint: {stored:,} {'observations' if facts else 'turns'} stored; the hint fired on "
+          f"{fired[0] / stored:.2%} of them asking about {store.NEAR_PROBES} words, "
+          f"{fired[1] / stored:.2%} asking about every word; the same memories listed on "
+          f"{same / stored:.2%}")
     return 0
 
 
