@@ -634,11 +634,6 @@ class _Stems(dict):
 stem = _Stems().__getitem__
 
 
-def term_counts(text):
-    """How often each term occurs in `text`: a Counter keyed by term."""
-    return collections.Counter(map(stem, tokenize(text)))
-
-
 def first_words(text, n=None):
     """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds
     more. Only the start of a long text is tokenized: a query may be megabytes."""
