@@ -14,11 +14,12 @@ Where the test for a behaviour lives:
     -----------------------------------------------------------------  ----------------
     splitting and folding words as FTS5 does, stemming, the words of   WordsTest
       a query and their quoting for MATCH (no database)
-    the order of results: stage one equals FTS5's bm25 (hot terms,     RankingTest
-      edits, tag filters), rare and faint words, memory length, the
-      weight a question lends the memories after it, word forms
-    the schema, upgrades from older files, refusing newer, foreign,    SchemaTest
-      damaged and truncated files untouched
+    the order of results: stage one equals FTS5's bm25 (edits, two     RankingTest
+      stores, tag filters), stage two's statistics from FTS5, rare and
+      faint words, memory length, the weight a question lends the
+      memories after it, word forms
+    the schema, upgrades from older files (version 6 mid-import),      SchemaTest
+      refusing newer, foreign, damaged and truncated files untouched
     remember and get, checks on every argument, links both ways,       StoreTest
       recall's matching and filters, connections, forget, update,
       access counting, threads, checkpoints
@@ -40,8 +41,9 @@ Where the test for a behaviour lives:
     random messages and arguments (a seeded fuzzer)                    FuzzTest
     export, import, backup, restore, private files                     BackupTest
     import from the official MCP memory server's memory.jsonl          OfficialImportTest
+    loads in whole batches, interrupted at any moment, killed          LoadTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
-    acknowledged writes surviving SIGKILL                              KillTest
+    acknowledged writes surviving SIGKILL, and synced before replies   KillTest
     timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
     recall@5 and @10 on LoCoMo (python3 test.py relevance FILE)        relevance()
     the real Claude Code, Codex and Gemini CLI report the server       clients()
