@@ -6212,6 +6212,58 @@ class CommandLineTest(TempDirTest):
         with open(os.path.join(temp, kept)) as f:
             self.assertEqual(f.read(), "mine")
 
+    def test_what_another_program_writes_into_nodes_a_running_server_sees_at_once(self):
+        # Written through SQLite alone, in the specification's schema (as the sqlite3 shell,
+        # DB Browser or a script would): found, or no longer found, by the very next call.
+        server = self.server_process(self.dir)
+        server.send(INITIALIZE)
+
+        def ids(arguments):
+            found, error = server.call("recall", arguments)
+            self.assertIsNone(error)
+            return [n["id"] for n in (found["results"] if isinstance(found, dict) else found)]
+
+        outside, now = str(uuid.uuid4()), store._now()  # the newest memory
+        self.raw_write("INSERT INTO nodes (id, content, tags, links, source, created_at, "
+                       "last_accessed) VALUES (?, 'The heron nests by the old mill', "
+                       "'[\"Birds\", \"Straße\"]', '[]', 'sqlite3', ?, ?)", outside, now, now)
+        window = {"since": now[:10], "until": (datetime.fromisoformat(now[:10]) +
+                                              timedelta(days=1)).strftime("%Y-%m-%d")}
+        for arguments in ({"query": "where does the heron nest?"}, {"tags": ["BIRDS"]},
+                          {"tags": ["strasse"]}, {"query": "heron", "tags": ["birds"]},
+                          window, {"query": "heron", **window}, {"limit": 1}):
+            with self.subTest(arguments=arguments):
+                self.assertIn(outside, ids(arguments))
+        self.raw_write("UPDATE nodes SET content = 'The kingfisher nests by the old mill', "
+                       "created_at = '2025-01-01T00:00:00.000Z' WHERE id = ?", outside)
+        self.assertEqual(ids({"query": "heron"}), [])
+        self.assertEqual(ids({"query": "kingfisher"}), [outside])
+        self.assertNotIn(outside, ids(window))
+        self.assertEqual(self.cli("check"), (0, "ok\n", ""))
+        self.raw_write("DELETE FROM nodes WHERE id = ?", outside)
+        self.assertEqual(ids({"query": "kingfisher"}), [])
+        self.assertEqual(ids({"tags": ["birds"]}), [])
+        self.assertEqual(self.cli("check"), (0, "ok\n", ""))
+        # Rules broken there: tags that are not a JSON array are refused by SQLite; a link to
+        # a memory that is not there is kept as written, read around, and named by check.
+        for tags in ("Birds", '{"a": "b"}'):
+            with self.subTest(tags=tags), self.assertRaises(sqlite3.DatabaseError):
+                self.raw_write("INSERT INTO nodes (id, content, tags, created_at, "
+                               "last_accessed) VALUES (?, 'refused', ?, '2026-01-01', "
+                               "'2026-01-01')", str(uuid.uuid4()), tags)
+        nowhere = str(uuid.uuid4())
+        self.raw_write("UPDATE nodes SET links = json_insert(links, '$[#]', ?) WHERE id = ?",
+                       nowhere, self.tea["id"])
+        walked, error = server.call("connections", {"node_id": self.tea["id"], "depth": 2})
+        self.assertIsNone(error)
+        walked = walked["nodes"] if isinstance(walked, dict) else walked
+        self.assertEqual({n["id"] for n in walked}, {self.tea["id"], self.june["id"]})
+        self.assertIn(self.tea["id"], ids({"query": "tea"}))
+        status, out, _ = self.cli("check")
+        self.assertEqual(status, 1)
+        self.assertIn(f"problem: memories linking to memories that are not there: 1 "
+                      f"({self.tea['id']})", out)
+
     def test_a_running_server_sees_an_edit_at_once(self):
         server = self.server_process(self.dir)
         server.send(INITIALIZE)
