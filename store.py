@@ -2601,7 +2601,7 @@ class _Load:
                 for target in record.links:
                     if target in there and target != record.id:
                         gained[target][record.id] = None
-            for record in fresh:
+            for record in batch:  # fresh, or stored by another writer since it was waited for
                 for source in self.waiting.pop(record.id, ()):
                     if source in stored:  # not forgotten since by another writer
                         gained[source][record.id] = None

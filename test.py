@@ -5649,6 +5649,21 @@ class LoadTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(check_problems(self.path), [])
 
+    def test_a_record_another_writer_stored_meanwhile_gets_the_links_waiting_for_it(self):
+        s = Store(self.path)
+        self.addCleanup(s.close)
+        other = Store(self.path)
+        self.addCleanup(other.close)
+        ids = [str(uuid.UUID(int=i + 1, version=4)) for i in range(6)]
+        records = [{"id": node_id, "content": f"loaded {i}",
+                    "links": [ids[5]] if i == 0 else []} for i, node_id in enumerate(ids)]
+        with in_batches(s, 2, 1, lambda: other.load(records[5:])):
+            done = s.load(records)
+        self.assertEqual((done["loaded"], done["skipped"]), (5, 1))
+        self.assertEqual(s.get(ids[0])["links"], [ids[5]])
+        self.assertEqual(s.get(ids[5])["links"], [ids[0]])
+        self.assertEqual(check_problems(self.path), [])
+
     def interrupted_import(self, moment):
         """Records of a load into an empty store that `moment` (a patch that raises
         KeyboardInterrupt, as Ctrl-C does) stopped; each holds the word "quokka"."""
