@@ -1771,6 +1771,20 @@ class LitestreamTest(TempDirTest):
         self.assertEqual(s.db._unheard, 0.0)  # ...which came: the store did not give up
         self.assertLess(store._log_bytes(self.path), 256 * 1024)  # and the log started over
 
+    def test_a_recall_never_waits_for_litestream(self):
+        # Under Litestream with a long log, a remember waits for Litestream's checkpoint (the
+        # test above); a recall's access count does not, and is counted all the same.
+        os.mkdir(self.sign)
+        s = self.open_store()
+        with unittest.mock.patch.multiple(store, WAL_SOFT=256 * 1024, WAL_WAIT=30):
+            while store._log_bytes(self.path) <= 256 * 1024:
+                s.add(f"filling the log {s.count()} " + "with words " * 20)
+            started = time.monotonic()
+            found = s.search("filling the log", limit=3)
+            self.assertLess(time.monotonic() - started, 5)
+        self.assertEqual([n["access_count"] for n in found], [1, 1, 1])
+        self.assertEqual(s.db._unheard, 0.0)  # it never waited, nor gave up waiting
+
     def test_a_stale_sign_of_litestream_still_bounds_the_log(self):
         os.mkdir(self.sign)  # left behind: nothing checkpoints but the store
         s = self.open_store()
@@ -4351,6 +4365,18 @@ class GuidanceTest(StoreTestCase):
         self.assertEqual(self.store.add("twice", ["Blue", "blue", "BLUE "])["tags"], ["Blue"])
         again = self.store.add("Maria's daughter turns seven in June", ["family", "maria"])
         self.assertTrue(again.get("already_remembered"))
+        self.assertEqual(self.store.check(), [])
+
+    def test_a_tag_beyond_ascii_is_found_whatever_its_case_after_every_update(self):
+        # Updating a memory tagged Straße refolded its tag by SQLite's ASCII-only lower()
+        # and made it unfindable by STRASSE: the folding beyond ASCII is done when asked.
+        node = self.store.add("the street sign", ["Straße"])["id"]
+        for change in ({"tags": ["Straße", "signs"]}, {"content": "the new street sign"},
+                       {"tags": ["STRAẞE"]}, {"links": []}):
+            self.store.update(node, **change)
+            with self.subTest(change=change):
+                for asked in ("STRASSE", "strasse", "straße", "Straße"):
+                    self.assertEqual([n["id"] for n in self.store.search(tags=[asked])], [node])
         self.assertEqual(self.store.check(), [])
 
     def test_a_recall_that_finds_nothing_says_what_was_searched_and_what_to_try(self):
