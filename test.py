@@ -1745,12 +1745,18 @@ class LitestreamTest(TempDirTest):
         self.assertEqual(os.path.getsize(self.path), empty, "the store checkpointed")
         self.assertEqual(store._log_bytes(self.path), os.path.getsize(self.path + "-wal"))
 
-    def test_a_write_waits_for_litestream_to_checkpoint_a_long_log(self):
+    def replicated_store_with_a_long_log(self):
+        """A store under Litestream (its sign there) whose log is past 256 KB, which
+        Litestream has not checkpointed."""
         os.mkdir(self.sign)
         s = self.open_store()
+        while store._log_bytes(self.path) <= 256 * 1024:
+            s.add(f"filling the log {s.count()} " + "with words " * 20)
+        return s
+
+    def test_a_write_waits_for_litestream_to_checkpoint_a_long_log(self):
+        s = self.replicated_store_with_a_long_log()
         with unittest.mock.patch.multiple(store, WAL_SOFT=256 * 1024, WAL_WAIT=30):
-            while store._log_bytes(self.path) <= 256 * 1024:
-                s.add(f"filling the log {s.count()} " + "with words " * 20)
             before, seen = s.count(), []
 
             def litestream():  # what it does each second: checkpoint, then a write of its own
@@ -1774,11 +1780,8 @@ class LitestreamTest(TempDirTest):
     def test_a_recall_never_waits_for_litestream(self):
         # Under Litestream with a long log, a remember waits for Litestream's checkpoint (the
         # test above); a recall's access count does not, and is counted all the same.
-        os.mkdir(self.sign)
-        s = self.open_store()
+        s = self.replicated_store_with_a_long_log()
         with unittest.mock.patch.multiple(store, WAL_SOFT=256 * 1024, WAL_WAIT=30):
-            while store._log_bytes(self.path) <= 256 * 1024:
-                s.add(f"filling the log {s.count()} " + "with words " * 20)
             started = time.monotonic()
             found = s.search("filling the log", limit=3)
             self.assertLess(time.monotonic() - started, 5)
@@ -4995,7 +4998,7 @@ class BackupTest(TempDirTest):
 
     def test_import_into_an_existing_database_skips_known_ids(self):
         s = self.open_store()
-        ids = self.fill(s)
+        self.fill(s)
         exported = self.run_store("export").stdout
         before = nodes_table(self.path)
         done = self.run_store("import", "-", stdin=exported)  # into itself: nothing new
