@@ -78,16 +78,82 @@ def _collapsed(content):
     return _SPACE_RUN.sub(" ", content).strip(" ")
 
 
-# SQL: the links of a row as json_insert can extend them: none, unless they are JSON (another
-# program may have written other text there).
-_LINKS = "iif(json_valid(links), links, '[]')"
+# SQL: the links of a row as json_insert can extend them: none, unless they are a JSON array
+# (another program may have written other text there, or an object).
+_LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
-def _tags_of(value):
-    """SQL: the tags column value `value` as json_each can read it: '[]' unless it is JSON
-    (an older version's file may hold other text there)."""
-    return f"iif(json_valid({value}), {value}, '[]')"
+def _tag_array(value):
+    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, and
+    '[]' for anything else (text that is not JSON, JSON that is not an array, and an array
+    holding a NUL, which SQLite's JSON functions cut a string short at)."""
+    return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND "
+            f"NOT instr({value}, '\\u0000'), {value}, '[]')")
 
+
+def _tag_rows(memory, rows=""):
+    """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old",
+    or an alias that `rows`, the start of a FROM clause, defines): one for each string of its
+    tags (see _tag_array). The one rule that makes node_tags from nodes.tags: the triggers,
+    a load, a repair and check all use it."""
+    return (f"SELECT j.value, {memory}.rowid, {memory}.created_at FROM {rows}json_each("
+            f"{_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
+
+
+def _tags_gone(memory):
+    """SQL: delete the node_tags rows of the memory `memory` (see _tag_rows)."""
+    return (f"DELETE FROM node_tags WHERE node = {memory}.rowid AND tag IN "
+            f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
+
+
+# What no tool writes, refused whoever writes it: every reader would have to read around it.
+# (column, test, message); an update is refused only for a column it changes, so that a row
+# an older version let in can still be corrected a column at a time. Text that is not UTF-8
+# cannot be told in SQL: it is read around (see Database.connection).
+_REFUSED = [
+    ("id", "typeof(new.id) <> 'text'", "the id of a memory must be text"),
+    ("content", "typeof(new.content) <> 'text'",
+     "content must be text (not a BLOB: decode bytes first)"),
+    ("tags", "NOT json_valid(new.tags) OR json_type(new.tags) <> 'array'",
+     "tags must be a JSON array of strings"),
+    ("tags", "instr(new.tags, '\\u0000')", "a tag must not hold a NUL character"),
+    ("created_at", "typeof(new.created_at) <> 'text'", "created_at must be text (ISO 8601)"),
+    ("source", "typeof(new.source) NOT IN ('text', 'null')", "source must be text"),
+    ("last_accessed", "typeof(new.last_accessed) <> 'text'",
+     "last_accessed must be text (ISO 8601)"),
+    ("access_count", "typeof(new.access_count) NOT IN ('integer', 'real', 'null')",
+     "access_count must be a number"),
+]
+
+
+def _refuse(columns, update=False):
+    """SQL: a statement of a trigger that refuses a row whose `columns` hold what no tool
+    would write (_REFUSED), naming it."""
+    return "SELECT CASE " + " ".join(
+        f"WHEN {f'new.{c} IS NOT old.{c} AND ' if update else ''}({test}) "
+        f"THEN RAISE(ABORT, '{message}')" for c, test, message in _REFUSED if c in columns
+    ) + " END;"
+
+
+def _changed(*columns):
+    """SQL: whether an update moved the row or changed any of `columns`."""
+    return "(" + " OR ".join(["old.rowid <> new.rowid",
+                              *(f"old.{c} IS NOT new.{c}" for c in columns)]) + ")"
+
+
+# What a REPLACE removed: SQLite fires no delete trigger for the row that an INSERT OR
+# REPLACE, a REPLACE INTO or an UPDATE OR REPLACE removes (unless the writer's own connection
+# set recursive_triggers), so the rows a write may displace are kept in `replaced` just
+# before it, and what is derived from them is removed just after (test_an_outside_replace_
+# leaves_nothing_of_the_old_row_behind).
+_DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, content, tags FROM "
+              "nodes WHERE (id = new.id OR rowid = new.rowid){};")
+_DISPLACED_GONE = f"""
+    INSERT INTO nodes_fts(nodes_fts, rowid, content)
+        SELECT 'delete', rowid, content FROM replaced WHERE id = new.id OR rowid = new.rowid;
+    DELETE FROM node_tags WHERE (tag, node) IN (SELECT j.value, r.rowid FROM replaced r,
+        json_each({_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
+_UPDATED = ("id", "content", "tags", "created_at")
 
 SCHEMA = f"""
 -- One row per memory: the one source of truth. `rowid` is implicit; the full-text index and
@@ -105,26 +171,15 @@ CREATE TABLE nodes (
 );
 -- A time window (recall's since and until) and the newest-first listing read this index.
 CREATE INDEX nodes_created ON nodes (created_at);
--- Exact duplicates share these (see _TEXT_KEY): remember finds a memory's among a few.
+-- Exact duplicates share these (see _TEXT_KEY): remember finds a memory's among a few. An
+-- index over expressions: a writer whose functions differ from SQLite's own makes keys this
+-- module never computes, which check names and check --repair makes again (REINDEX).
 CREATE INDEX nodes_text ON nodes ({", ".join(_TEXT_KEY)});
 
 -- External-content index over nodes.content: the text lives once, in nodes.
 CREATE VIRTUAL TABLE nodes_fts USING fts5(
     content, content=nodes, content_rowid=rowid, tokenize='porter'
 );
-
--- The index follows the table through these triggers and nothing else.
-CREATE TRIGGER nodes_ai AFTER INSERT ON nodes BEGIN
-    INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
-END;
-CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
-    INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
-END;
--- Only new content is re-indexed: counting an access or editing links leaves the index alone.
-CREATE TRIGGER nodes_au AFTER UPDATE OF content ON nodes BEGIN
-    INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
-    INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
-END;
 
 -- One row per tag of a memory: a tag filter reads no JSON.
 CREATE TABLE node_tags (
@@ -135,37 +190,52 @@ CREATE TABLE node_tags (
 ) WITHOUT ROWID;
 -- A tag's memories newest first, and within a window, straight from an index range.
 CREATE INDEX node_tags_created ON node_tags (tag, created_at);
--- Tags that are not a JSON array are refused, whoever writes them (json_each refuses text
--- that is not JSON): every reader would have to guess at them.
-CREATE TRIGGER node_tags_ai AFTER INSERT ON nodes BEGIN
-    SELECT RAISE(ABORT, 'tags must be a JSON array of strings')
-        WHERE json_type(new.tags) <> 'array';
-    INSERT OR IGNORE INTO node_tags (tag, node, created_at)
-        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
+
+-- The rows a write is about to displace (see _DISPLACED): empty but within one statement.
+CREATE TABLE replaced (rowid INTEGER PRIMARY KEY, id, content, tags);
+
+-- The full-text index and node_tags follow the table through these triggers, which also
+-- refuse what no tool would write (_REFUSED).
+CREATE TRIGGER nodes_bi BEFORE INSERT ON nodes BEGIN
+    {_DISPLACED.format("")}
 END;
-CREATE TRIGGER node_tags_ad AFTER DELETE ON nodes BEGIN
-    DELETE FROM node_tags WHERE node = old.rowid
-        AND tag IN (SELECT value FROM json_each({_tags_of("old.tags")}));
+CREATE TRIGGER nodes_ai AFTER INSERT ON nodes BEGIN
+    {_refuse([c for c, _, _ in _REFUSED])}{_DISPLACED_GONE}
+    INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")};
 END;
-CREATE TRIGGER node_tags_au AFTER UPDATE OF tags, created_at ON nodes BEGIN
-    SELECT RAISE(ABORT, 'tags must be a JSON array of strings')
-        WHERE json_type(new.tags) <> 'array';
-    DELETE FROM node_tags WHERE node = old.rowid
-        AND tag IN (SELECT value FROM json_each({_tags_of("old.tags")}));
-    INSERT OR IGNORE INTO node_tags (tag, node, created_at)
-        SELECT value, new.rowid, new.created_at FROM json_each(new.tags) WHERE type = 'text';
+CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
+    INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
+    {_tags_gone("old")};
+END;
+-- Counting an access or editing links fires neither: they change nothing derived.
+CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
+    {_DISPLACED.format(" AND rowid <> old.rowid")}
+END;
+CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
+    {_refuse(_UPDATED, update=True)}{_DISPLACED_GONE}
+    INSERT INTO nodes_fts(nodes_fts, rowid, content) SELECT 'delete', old.rowid, old.content
+        WHERE {_changed("content")};
+    INSERT INTO nodes_fts(rowid, content) SELECT new.rowid, new.content
+        WHERE {_changed("content")};
+    {_tags_gone("old")} AND {_changed("tags", "created_at")};
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")}
+        AND {_changed("tags", "created_at")};
+END;
+CREATE TRIGGER nodes_refuse BEFORE UPDATE OF source, last_accessed, access_count ON nodes BEGIN
+    {_refuse(("source", "last_accessed", "access_count"), update=True)}
 END;
 
 -- Every tag in use, with how many memories carry it: a tag filter looks up the tag's
 -- spellings here, and a recall that finds nothing names the tags there are.
 CREATE TABLE tags (
     tag TEXT PRIMARY KEY,        -- as the memories spell it
-    memories INTEGER NOT NULL
-) WITHOUT ROWID;
--- A tag's spellings whatever their case: lower() folds ASCII letters; the other tags, whose
--- case SQLite cannot fold, are compared by Python's str.casefold (see Store._spellings).
-CREATE INDEX tags_folded ON tags (lower(tag));
-CREATE INDEX tags_wide ON tags (tag) WHERE length(CAST(tag AS BLOB)) <> length(tag);
+    memories INTEGER NOT NULL,
+    folded TEXT                  -- str.casefold(tag), written by this module: NULL until then
+) WITHOUT ROWID;                 -- (SQLite folds no case beyond ASCII; see _fold_tags)
+-- A tag's spellings whatever their case, and the tags not folded yet. A plain column: an
+-- index over lower(tag) took the keys of whatever lower() the writer had.
+CREATE INDEX tags_folded ON tags (folded);
 CREATE TRIGGER tags_ai AFTER INSERT ON node_tags BEGIN
     INSERT INTO tags (tag, memories) VALUES (new.tag, 1)
         ON CONFLICT (tag) DO UPDATE SET memories = memories + 1;
@@ -187,11 +257,23 @@ END;
 # 7: one table, one index: terms, hot_terms, hot_postings, pending, owed and fingerprints
 #    gone (FTS5 ranks; exact duplicates are found through nodes_text); tags that are not a
 #    JSON array refused (node_tags_ai, node_tags_au); tags folded at query time.
-SCHEMA_VERSION = 7
+# 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi,
+#    nodes_bu), a moved rowid takes its index entries along, rows no tool writes are refused
+#    (_REFUSED), tags are folded into a plain column (tags.folded), one trigger a kind.
+SCHEMA_VERSION = 8
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
                 "nodes_fts_config"}
+# Every table, index and trigger some version of this module made beside those: an upgrade
+# removes these, and nothing else (a person's own tables, Litestream's).
+_OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_refuse",
+          "nodes_created", "nodes_text", "node_tags", "node_tags_ai", "node_tags_ad",
+          "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
+          "tags_folded", "tags_used", "tags_wide", "terms", "hot_terms", "hot_postings",
+          "hot_postings_node", "pending", "fingerprints", "loaded_links", "owed", "replaced"}
+# Litestream's own, in any file it replicates: never a sign of another program's database.
+_LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
 
 def _statements(script):
@@ -212,24 +294,32 @@ def _statements(script):
 def _upgrade(db, version):
     """Bring a file of schema `version` to this one, inside the caller's write transaction.
 
-    `nodes` is kept, its times put in the stored form (before version 5) and its links made
-    two-way (version 1: written by tools that may not have mirrored them); everything derived
-    from it is made again. The full-text index is kept from version 2 on, as this module made
-    it; version 1's, made by anyone, is made anew.
+    What this module made before is removed by name, first, so that none of its old triggers
+    fires on what follows, and everything else in the file is kept. `nodes` keeps its rows:
+    its times put in the stored form (before version 5), its links made two-way (version 1,
+    written by tools that may not have mirrored them, and a version 6 load that stopped
+    between a link and its back-link); everything derived from it is made again. The
+    full-text index is kept from version 2 on, as this module made it; version 1's, made by
+    anyone (or never filled), is made anew.
     """
-    if version < 5:
-        _fix_times(db)
+    links_owed = version == 1 or version == 6 and db.execute(
+        "SELECT count(*) FROM sqlite_master WHERE name = 'owed'").fetchone()[0] and \
+        db.execute("SELECT count(*) FROM owed WHERE work = 'links'").fetchone()[0]
     keep = {"nodes"} if version == 1 else {"nodes", *_SPEC_TABLES}
+    owned = _OWNED | (_SPEC_TABLES - keep)
     for kind, name in db.execute(
             "SELECT type, name FROM sqlite_master WHERE type IN ('trigger', 'index', 'table') "
-            "AND name NOT LIKE 'sqlite%' ORDER BY type = 'table'").fetchall():
-        if name not in keep:
+            "ORDER BY type = 'table'").fetchall():
+        if name in owned:
             db.execute(f"DROP {kind.upper()} IF EXISTS \"{name}\"")
+    if version < 5:
+        _fix_times(db)
     for name, statement in _statements(SCHEMA):
         if name not in keep:
             db.execute(statement)
     if version == 1:
         db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
+    if links_owed:
         _repair_links(db)
     _fill_tags(db)
 
@@ -253,14 +343,24 @@ def _fill_tags(db):
     """node_tags (and through its trigger, tags) made from the memories' tags."""
     db.execute("DELETE FROM node_tags")
     db.execute("DELETE FROM tags")
-    db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) SELECT j.value, "
-               f"n.rowid, n.created_at FROM nodes n, json_each({_tags_of('n.tags')}) j "
-               f"WHERE j.type = 'text'")
+    db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
+               f"{_tag_rows('n', 'nodes n, ')}")
+    _fold_tags(db)
+
+
+def _fold_tags(db):
+    """Write the folded form of the tags that lack it: those a memory brought in since (the
+    triggers cannot fold beyond ASCII, and would take the writer's lower()). Until then a
+    tag filter reads them too (see Store._spellings)."""
+    unfolded = db.execute("SELECT tag FROM tags WHERE folded IS NULL").fetchall()
+    if unfolded:
+        db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
+                       [(tag.casefold(), tag) for (tag,) in unfolded])
 
 
 def _repair_links(db):
     """Make every link two-way, and drop links to missing memories and to themselves."""
-    text = dict(db.execute("SELECT id, links FROM nodes"))
+    text = dict(db.execute("SELECT id, links FROM nodes WHERE id IS NOT NULL"))
     links = {node_id: _strings(value) for node_id, value in text.items()}
     repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
                 for i, ts in links.items()}
@@ -291,6 +391,7 @@ MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest ar
 CLOSEST_TAGS = 5        # tags a recall that found nothing names...
 MEASURED = 100          # ...found among this many, those closest by their letters
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
+MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
 LOAD_CHUNK = 4_000      # memories in a load's first transaction...
 LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
@@ -359,7 +460,13 @@ def _translated(exc, doing, timeout, path=None):
     if code == sqlite3.SQLITE_READONLY:
         return StoreError(f"could not {doing}: the database cannot be written (memory.db or "
                           f"its directory is read-only)")
-    if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+    if code == sqlite3.SQLITE_CORRUPT:
+        # Mostly an index another program's redefined lower() or collation wrote keys into
+        # (test_an_index_another_lower_wrote_is_mended_by_repair), which a repair makes again.
+        return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
+                          f"`{store_py_command()} check --repair`, and restore a backup only "
+                          f"if that does not mend it")
+    if code == sqlite3.SQLITE_NOTADB:
         return StoreError(f"could not {doing}: the database is damaged ({exc}); restore it "
                           f"from a backup")
     if code == sqlite3.SQLITE_CANTOPEN:
@@ -759,13 +866,22 @@ def _window_end(value, name):
 
 
 def _strings(text):
-    """The strings of a JSON array (a `tags` or `links` column value), as a list: nothing,
-    for a value that is not one."""
+    """The strings of a JSON array (a `tags` or `links` column value), as a list, as the one
+    rule reads tags (see _tag_array): nothing for a value that is not one, or holds a NUL;
+    a string that is not Unicode text (an escaped lone surrogate) left out."""
+    if not isinstance(text, str):
+        return []  # NULL, or a BLOB another program wrote
     try:
-        value = json.loads(text or "[]")
+        value = json.loads(text)
     except ValueError:
         return []
-    return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
+    if not isinstance(value, list) or "\\u0000" in text:
+        return []
+    return [t for t in value if isinstance(t, str) and
+            (t.isascii() or not _SURROGATE.search(t))]
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _kind(value):
@@ -962,12 +1078,16 @@ def _source(value):
 
 
 _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
+# The same, read: each text column as text, whatever another program stored there before the
+# triggers refused it (a BLOB, a number).
+_READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _COLUMNS.split(", "))
 
 
 def _node(row):
-    """A memory as callers get it, from a row of _COLUMNS. Tags and links that are not JSON
+    """A memory as callers get it, from a row of _READ. Tags and links that are not JSON
     arrays of strings (left by another program in a file from before version 7) read as the
     strings they hold."""
+    count = row[7]
     return {
         "id": row[0],
         "content": row[1],
@@ -976,8 +1096,10 @@ def _node(row):
         "source": row[4] or "",
         "created_at": row[5],
         "last_accessed": row[6],
-        # A float here was left by a version whose count overflowed past MAX_INT.
-        "access_count": int(min(row[7] or 0, MAX_INT)),
+        # A float here was left by a version whose count overflowed past MAX_INT; text or a
+        # BLOB, by another program before version 8 refused them.
+        "access_count": int(max(0, min(count, MAX_INT)))
+        if isinstance(count, (int, float)) and count == count else 0,
     }
 
 
@@ -1033,16 +1155,21 @@ def _carrying(tags, column):
 # ----------------------------------------------------------------------------- checking
 #
 # Any program may write `nodes`: SQLite keeps what is derived from it right, and refuses
-# tags and links that are not JSON arrays of strings; what else another program may write
-# that this one would not (a link to a missing memory, an exact duplicate) is stored as
-# written, worked around where it is read, and named by `store.py check`.
+# what no tool would write (_REFUSED); what another program may still write that this one
+# would not (a link to a missing memory, an exact duplicate, text that is not UTF-8), or
+# wrote before version 8 refused it, is stored as written, read around, and named by
+# `store.py check`.
 
 
 def _clean_tags(text):
     """The tags of a tags column value as remember stores them; those it would refuse (empty,
-    with control characters, too long) left out."""
+    with control characters, too long, not Unicode text) left out."""
+    try:
+        values = json.loads(text) if isinstance(text, str) else []
+    except ValueError:
+        values = []
     kept = []
-    for tag in _strings(text):
+    for tag in values if isinstance(values, list) else ():
         with contextlib.suppress(InvalidInput):
             kept += _tags([tag])
     return _tags(kept[:MAX_TAGS]) if kept else []
@@ -1052,7 +1179,7 @@ def _string_array(text):
     """Whether a tags or links column value is NULL or a JSON array of strings."""
     try:
         value = json.loads(text) if text is not None else []
-    except ValueError:
+    except (ValueError, TypeError):
         return False
     return isinstance(value, list) and all(isinstance(t, str) for t in value)
 
@@ -1063,25 +1190,41 @@ def _tag_trouble(text):
     if not _string_array(text):
         return "are not a JSON array of strings"
     if text is not None and _clean_tags(text) != json.loads(text):
-        return ("are not as remember stores them (empty or too long, with surrounding space "
-                "or control characters, or repeated in another case)")
+        return ("are not as remember stores them (empty or too long, with surrounding space, "
+                "control characters or a lone surrogate, or repeated in another case)")
     return None
 
 
 def _derived_problems(db):
     """Where node_tags and tags disagree with the memories' tags, in words."""
     problems = []
-    expected = (f"SELECT j.value, n.rowid, n.created_at FROM nodes n, "
-                f"json_each({_tags_of('n.tags')}) j WHERE j.type = 'text'")
+    expected = _tag_rows("n", "nodes n, ")
     kept = "SELECT tag, node, created_at FROM node_tags"
     if db.execute(f"SELECT EXISTS ({expected} EXCEPT {kept}) OR "
                   f"EXISTS ({kept} EXCEPT {expected})").fetchone()[0]:
         problems.append("node_tags disagrees with the memories' tags")
     counted = "SELECT tag, count(*) FROM node_tags GROUP BY tag"
     if db.execute(f"SELECT EXISTS ({counted} EXCEPT SELECT tag, memories FROM tags) OR "
-                  f"EXISTS (SELECT tag, memories FROM tags EXCEPT {counted})").fetchone()[0]:
+                  f"EXISTS (SELECT tag, memories FROM tags EXCEPT {counted})").fetchone()[0] \
+            or any(tag.casefold() != folded for tag, folded in db.execute(
+                "SELECT tag, folded FROM tags WHERE folded IS NOT NULL")):
         problems.append("the tags table disagrees with the memories' tags")
     return problems
+
+
+# What check names of a row no tool would write, asked of SQLite; what to do follows.
+_ODD_ROWS = {
+    "memories without an id, which no tool can name (check --repair gives them one)":
+        "id IS NULL",
+    "memories whose content is not text but a BLOB (check --repair makes it text)":
+        "typeof(content) = 'blob'",
+    "memories whose source, times or access count are of another type (check --repair "
+    "mends them)": "typeof(source) NOT IN ('text', 'null') OR typeof(created_at) <> 'text' "
+    "OR typeof(last_accessed) <> 'text' OR typeof(access_count) NOT IN ('integer', 'real', "
+    "'null')",
+    f"memories at a rowid past 2^62, which leaves a load no room after them: forget them and "
+    f"remember them again": f"rowid > {1 << 62}",
+}
 
 
 def _rule_breakers(db):
@@ -1089,20 +1232,32 @@ def _rule_breakers(db):
     kind, how many memories, the first ids, and what to do where check --repair cannot."""
     found = collections.defaultdict(list)  # what is wrong -> ids of the memories
     links = {}
-    for node_id, tags, text, created, accessed in db.execute(
-            "SELECT id, tags, links, created_at, last_accessed FROM nodes"):
+    for rowid, node_id, tags, text, created, accessed, content in db.execute(
+            "SELECT rowid, CAST(id AS TEXT), CAST(tags AS TEXT), CAST(links AS TEXT), "
+            "created_at, last_accessed, CAST(content AS BLOB) FROM nodes"):
+        name = node_id if node_id is not None else f"rowid {rowid}"
         trouble = _tag_trouble(tags)
         if trouble:
-            found[f"memories whose tags {trouble}"].append(node_id)
+            found[f"memories whose tags {trouble}"].append(name)
         if not _string_array(text):
-            found["memories whose links are not a JSON array of ids"].append(node_id)
+            found["memories whose links are not a JSON array of ids"].append(name)
+        try:
+            content.decode("utf-8")
+        except UnicodeDecodeError:
+            found["memories whose content is not UTF-8 text (read with replacement "
+                  "characters: correct them with edit, or forget them)"].append(name)
+        if node_id is None:
+            continue
         links[node_id] = _strings(text)
         if not all(isinstance(t, str) and _STORED_TIME.fullmatch(t) for t in (created, accessed)):
             found["memories whose times are not in the stored form (2026-11-23T14:00:00.000Z), "
-                  "so outside every time window: correct them with sqlite3"].append(node_id)
-        if not isinstance(node_id, str) or not _CANONICAL_ID.fullmatch(node_id):
+                  "so outside every time window: correct them with sqlite3"].append(name)
+        if not _CANONICAL_ID.fullmatch(node_id):
             found["memories whose id is not a memory id (a lower-case uuid), so that no tool "
-                  "can name them: correct them with sqlite3"].append(str(node_id))
+                  "can name them: correct them with sqlite3"].append(name)
+    for what, where in _ODD_ROWS.items():
+        found[what] += (i if i is not None else f"rowid {r}" for r, i in db.execute(
+            f"SELECT rowid, CAST(id AS TEXT) FROM nodes WHERE {where}"))
     for node_id, targets in links.items():
         if node_id in targets:
             found["memories linking to themselves"].append(node_id)
@@ -1114,14 +1269,32 @@ def _rule_breakers(db):
                                 f"{', '.join(_TEXT_KEY)} HAVING count(*) > 1").fetchall():
         first = {}
         for node_id, content, tags in db.execute(
-                f"SELECT id, content, tags FROM nodes WHERE rowid IN ({rowids}) ORDER BY rowid"):
+                f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes WHERE rowid "
+                f"IN ({rowids}) AND id IS NOT NULL ORDER BY rowid"):
             key = (_collapsed(content), _folded_tags(tags))
             if key in first:
                 found[f"memories repeating an older one exactly: forget them "
                       f"({store_py_command()} forget ID)"].append(node_id)
             first.setdefault(key, node_id)
     return [f"{what}: {len(ids):,} ({', '.join(ids[:3])}{', ...' if len(ids) > 3 else ''})"
-            for what, ids in found.items()]
+            for what, ids in found.items() if ids]
+
+
+def _mend_rows(db):
+    """What check --repair makes right of the rows no tool would write (_ODD_ROWS): an id for
+    a memory without one, text for a BLOB, a time or a count of the right type."""
+    db.executemany("UPDATE nodes SET id = ? WHERE rowid = ?", [
+        (str(uuid.uuid4()), rowid) for (rowid,) in db.execute(
+            "SELECT rowid FROM nodes WHERE id IS NULL").fetchall()])
+    db.execute("UPDATE nodes SET content = CAST(content AS TEXT) WHERE typeof(content) = 'blob'")
+    db.execute("UPDATE nodes SET source = CAST(source AS TEXT) WHERE typeof(source) NOT IN "
+               "('text', 'null')")
+    db.execute("UPDATE nodes SET access_count = coalesce(CAST(access_count AS INTEGER), 0) "
+               "WHERE typeof(access_count) NOT IN ('integer', 'real', 'null')")
+    for column in ("created_at", "last_accessed"):
+        db.execute(f"UPDATE nodes SET {column} = CAST({column} AS TEXT) "
+                   f"WHERE typeof({column}) <> 'text'")
+
 
 # ----------------------------------------------------------------------------- connections
 
@@ -1213,6 +1386,12 @@ def _log_bytes(path):
         return 0
 
 
+# How text is read: as UTF-8, and where another program stored bytes that are not (Latin-1
+# typed at a terminal, cast to TEXT), with replacement characters, rather than failing every
+# query that meets them (test_one_bad_row_never_takes_recall_away).
+_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
+
+
 class Database:
     """The SQLite file as this process uses it: the connections (one per thread, each set up
     the same way), the read and write transactions, and SQLite's errors in words. Compare
@@ -1235,6 +1414,7 @@ class Database:
                 # SQLite's own wait is kept short: write() waits for the write lock itself.
                 db = sqlite3.connect(self.path, timeout=BUSY_POLL, isolation_level=None,
                                      check_same_thread=False)
+                db.text_factory = _TEXT
                 db.execute("PRAGMA foreign_keys=ON")
                 self._local.durable = None
                 self._set_durable(db, True)
@@ -1321,26 +1501,29 @@ class Database:
                 db.execute("COMMIT")
 
     @contextlib.contextmanager
-    def write(self, doing="write to the memory database", durable=True):
+    def write(self, doing="write to the memory database", durable=True, wait=True):
         """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
         rolled back if a statement in it fails; on the disk once it is committed.
 
         The threads of this process take turns first (see WriteQueue), so that SQLite's wait
         of `timeout` seconds only ever waits for another process; a thread that cannot get
         its turn in twice that long gives up, saying the cause was this server's own load.
-        Not `durable` (a recall's access counts): the commit waits neither for the disk nor
-        for Litestream to shorten the log (see _make_room). A count lost in a power cut harms
-        no one, and a recall must not wait.
+        A durable write waits for Litestream to shorten the log (see _make_room) before it
+        takes its turn, so that no other writer waits behind it meanwhile. Not `durable` (a
+        recall's access counts): the commit waits neither for the disk nor for Litestream; a
+        count lost in a power cut harms no one. Without `wait`, Busy at once (BUSY_POLL) if
+        another writer of this process or another holds the lock: a recall must not wait.
         """
-        if not self.queue.take(2 * self.timeout):
+        db = self.connection()
+        if durable:
+            self._make_room(db)
+        if not self.queue.take(2 * self.timeout if wait else BUSY_POLL):
             raise Busy(f"could not {doing}: this server had more writes queued than it could "
                        f"do in {2 * self.timeout:g} s")
         try:
             db = self.connection()
             self._set_durable(db, durable)
-            if durable:
-                self._make_room(db)
-            self._begin(db)
+            self._begin(db, self.timeout if wait else 0)
             try:
                 yield db
                 db.execute("COMMIT")
@@ -1351,14 +1534,14 @@ class Database:
         finally:
             self.queue.give()
 
-    def _begin(self, db):
+    def _begin(self, db, timeout):
         """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
 
         SQLite's own wait sleeps longer and longer between tries, and a process writing in bursts
         (an import) leaves shorter gaps, so a writer could wait out its whole timeout between
         them. Each try here waits BUSY_POLL at most, so the next one comes soon enough.
         """
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + timeout
         while True:
             try:
                 db.execute("BEGIN IMMEDIATE")
@@ -1651,7 +1834,8 @@ class Search:
         none = [0] * len(terms)  # shared by the memories holding no term: never changed
         for chunk in _chunks(missing):
             for rowid, content, tagged, created, size in self.db.execute(
-                    f"SELECT n.rowid, n.content, n.tags, n.created_at, d.sz FROM nodes n LEFT "
+                    f"SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
+                    f"CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT "
                     f"JOIN nodes_fts_docsize d ON d.id = n.rowid "
                     f"WHERE n.rowid IN ({_marks(chunk)})", chunk):
                 if not content.isascii():
@@ -1673,7 +1857,7 @@ class Search:
     def _contents(self, rowids):
         """{rowid: content} of the memories at `rowids`."""
         return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
-                self.db.execute(f"SELECT rowid, content FROM nodes WHERE rowid IN "
+                self.db.execute(f"SELECT rowid, CAST(content AS TEXT) FROM nodes WHERE rowid IN "
                                 f"({_marks(chunk)})", chunk)}
 
     # -- stage two
@@ -1722,9 +1906,10 @@ class Search:
         scores, features = score([r for _, r in first])
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
         ahead = 2 * len(FOLLOWERS)
-        window = sorted({r + k for r in lenders for k in range(-2, ahead + 1) if k})
+        window = sorted({r + k for r in lenders for k in range(-2, ahead + 1)
+                         if k and 0 < r + k <= MAX_INT})
         stored = dict(self.db.execute(
-            f"SELECT rowid, tags FROM nodes WHERE rowid IN ({_marks(window)})", window))
+            f"SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid IN ({_marks(window)})", window))
         lent = collections.Counter()
         cap = {}
         answers = set()  # memories right after one that asks: they need not match the query
@@ -1732,14 +1917,14 @@ class Search:
             following = [r for r in range(lender + 1, lender + ahead + 1)
                          if r in stored][:len(FOLLOWERS)]
             if len(following) < len(FOLLOWERS):  # a gap: memories forgotten in between
-                rows = self.db.execute("SELECT rowid, tags FROM nodes WHERE rowid > ? "
+                rows = self.db.execute("SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid > ? "
                                        "ORDER BY rowid LIMIT ?",
                                        (lender, len(FOLLOWERS))).fetchall()
                 stored.update(rows)
                 following = [r for r, _ in rows]
             before = [r for r in (lender - 1, lender - 2) if r in stored][:1]
             if not before:  # the first memory, or a gap
-                rows = self.db.execute("SELECT rowid, tags FROM nodes WHERE rowid < ? "
+                rows = self.db.execute("SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid < ? "
                                        "ORDER BY rowid DESC LIMIT 1", (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
@@ -1784,6 +1969,10 @@ class Store:
     def __init__(self, path, *, timeout=BUSY_TIMEOUT):
         self.path = os.fspath(path)
         self.db = Database(self.path, timeout)
+        # Accesses not written yet, as {id: (how many, the last one's time)}: written with the
+        # next count that finds the write lock free (see count_accesses).
+        self._uncounted = {}
+        self._uncounted_lock = threading.Lock()
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -1804,7 +1993,10 @@ class Store:
         return self.db.timeout
 
     def close(self):
-        """Close every connection this store opened. Using the store again reopens it."""
+        """Close every connection this store opened, having written the accesses counted.
+        Using the store again reopens it."""
+        if self._uncounted:
+            self.count_accesses()
         self.db.close()
 
     def close_thread(self):
@@ -1829,13 +2021,16 @@ class Store:
                     raise StoreError(f"{self.path} is damaged ({exc}); restore it from a "
                                      f"backup") from exc
                 raise
-            if version == SCHEMA_VERSION:
-                return
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has schema version {version}, newer than the {SCHEMA_VERSION} "
                     f"this Flood Memory understands; upgrade Flood Memory to open it")
-            self.db.use_wal(db)
+            # Another program (a backup script) may have left the file in another journal
+            # mode: readers would block writers, and a few clients time out.
+            with contextlib.suppress(sqlite3.OperationalError):  # a read-only file
+                self.db.use_wal(db)
+            if version == SCHEMA_VERSION:
+                return
             with self.db.write():
                 self._migrate(db)
 
@@ -1845,7 +2040,8 @@ class Store:
             return  # another process did it meanwhile
         if version == 0:
             tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")}
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+                } - _LITESTREAM_TABLES
             if not tables:
                 for _, statement in _statements(SCHEMA):
                     db.execute(statement)
@@ -1885,7 +2081,9 @@ class Store:
             db = sqlite3.connect(self.path, isolation_level=None)
             try:
                 db.execute("BEGIN")
-                cursor = db.execute(f"SELECT {_COLUMNS} FROM nodes ORDER BY rowid")
+                db.text_factory = _TEXT
+                cursor = db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
+                                    f"ORDER BY rowid")
                 while rows := cursor.fetchmany(1000):
                     yield from map(_node, rows)
             finally:
@@ -1976,22 +2174,40 @@ class Store:
         return problems
 
     def repair(self):
-        """Make right what check finds that can be made right, in one write transaction: the
-        full-text index and the tag tables are made again from the memories, tags that
-        remember would have stored otherwise are put in its form (what it would refuse is
-        dropped), and every link is made two-way, dropping those that lead nowhere. Exact
-        duplicates, odd times and ids, and SQLite's own damage are left: check says what to
-        do about them."""
-        with self.db.errors("repair the database"), self.db.write() as db:
-            db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
-            db.executemany("UPDATE nodes SET tags = ? WHERE rowid = ?", [
-                (_json(_clean_tags(text)), rowid) for rowid, text in
-                db.execute("SELECT rowid, tags FROM nodes").fetchall() if _tag_trouble(text)])
-            _fill_tags(db)
-            _repair_links(db)
+        """Make right what check finds that can be made right: the indexes SQLite finds keys
+        missing from are made again (another program's lower() or collation wrote them); rows
+        no tool would write are mended (_mend_rows); tags that remember would have stored
+        otherwise are put in its form (what it would refuse is dropped); the full-text index
+        and the tag tables are made again from the memories where they disagree; every link is
+        made two-way, dropping those that lead nowhere. Exact duplicates, odd times and ids,
+        and damage to the file itself are left: check says what to do about them.
+
+        Each step is a write transaction of its own, taken only when it has something to do,
+        so that other writers get turns in between."""
+        with self.db.errors("repair the database"):
+            db = self.db.connection()
+            if db.execute("PRAGMA integrity_check").fetchall() != [("ok",)]:
+                with self.db.write() as db:
+                    db.execute("REINDEX")
+            with self.db.write() as db:
+                _mend_rows(db)
+                db.executemany("UPDATE nodes SET tags = ? WHERE rowid = ?", [
+                    (_json(_clean_tags(text)), rowid) for rowid, text in db.execute(
+                        "SELECT rowid, CAST(tags AS TEXT) FROM nodes").fetchall() if _tag_trouble(text)])
+            with self.db.write() as db:
+                try:
+                    db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES "
+                               "('integrity-check', 1)")
+                except sqlite3.DatabaseError:
+                    db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
+            with self.db.write() as db:
+                if _derived_problems(db):
+                    _fill_tags(db)
+            with self.db.write() as db:
+                _repair_links(db)
 
     def _row(self, db, node_id):
-        row = db.execute(f"SELECT {_COLUMNS} FROM nodes WHERE id = ?", (node_id,)).fetchone()
+        row = db.execute(f"SELECT {_READ} FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
             raise NotFound(f"no memory has id {node_id}")
         return _node(row)
@@ -2032,6 +2248,7 @@ class Store:
             db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
                        "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                        (node_id, content, _json(tags), _json(links), source, now, now))
+            _fold_tags(db)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         similar = _similar(near, len(content), mine)
@@ -2046,7 +2263,8 @@ class Store:
         text, tagged = _collapsed(content), _folded(tags)
         asked = " AND ".join(f"{key} = {key.replace('content', '?1')}" for key in _TEXT_KEY)
         for node_id, stored, stored_tags in db.execute(
-                f"SELECT id, content, tags FROM nodes WHERE {asked} ORDER BY rowid", (content,)):
+                f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes WHERE {asked} "
+                f"ORDER BY rowid", (content,)):
             if _collapsed(stored) == text and _folded_tags(stored_tags) == tagged:
                 return node_id
         return None
@@ -2086,7 +2304,8 @@ class Store:
                                      for r in found)
         near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
                               key=lambda r: (shared[r], r))
-        return db.execute(f"SELECT id, content FROM nodes WHERE rowid IN ({_marks(near)})",
+        return db.execute(f"SELECT id, CAST(content AS TEXT) FROM nodes WHERE rowid IN "
+                          f"({_marks(near)}) AND id IS NOT NULL",
                           near).fetchall() if near else []
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
@@ -2141,6 +2360,7 @@ class Store:
             if changes:
                 db.execute(f"UPDATE nodes SET {', '.join(f'{k} = ?' for k in changes)} "
                            f"WHERE id = ?", (*changes.values(), node_id))
+                _fold_tags(db)
             node = self._row(db, node_id)
         return _with_skipped(node, "update", skipped)
 
@@ -2229,18 +2449,14 @@ class Store:
     def _spellings(self, db, tags):
         """For each of `tags`, the spellings of it that memories carry, whatever their case
         ("Straße", "STRASSE" and "strasse" are one tag, as str.casefold has it), most used
-        first: [[spelling, ...], ...]. The index on lower(tag) finds those whose case ASCII
-        folding tells; the tags that are not ASCII, which SQLite cannot fold, are asked."""
-        wide = None
+        first: [[spelling, ...], ...]. tags.folded finds them, and the few tags not folded
+        yet (see _fold_tags) are asked."""
         out = []
         for tag in tags:
             folded = tag.casefold()
-            found = db.execute("SELECT tag, memories FROM tags WHERE lower(tag) = ?",
-                               (folded,)).fetchall()
-            if wide is None:
-                wide = db.execute("SELECT tag, memories FROM tags WHERE "
-                                  "length(CAST(tag AS BLOB)) <> length(tag)").fetchall()
-            counts = {t: n for t, n in (*found, *wide) if t.casefold() == folded}
+            counts = {t: n for t, n in db.execute(
+                "SELECT tag, memories FROM tags WHERE folded = ? OR folded IS NULL", (folded,))
+                if t.casefold() == folded}
             out.append(sorted(counts, key=lambda t: (-counts[t], t)))
         return out
 
@@ -2395,23 +2611,46 @@ class Store:
             nodes = self._read_fitted(db, column, keys, fit, extra)
         if not count:
             return nodes
-        ids = [node["id"] for node in nodes]
+        with self._uncounted_lock:
+            for node in nodes:
+                times, _ = self._uncounted.get(node["id"], (0, now))
+                self._uncounted[node["id"]] = (times + 1, now)
+        counted = self.count_accesses(wait=False)
+        for node in nodes if counted else ():
+            node["last_accessed"] = now
+            node["access_count"] = min(node["access_count"] + counted[node["id"]][0], MAX_INT)
+        return nodes
+
+    def count_accesses(self, wait=True):
+        """Write the accesses counted since the last time they could be (see _read_counted):
+        {id: (how many, the last one's time)} of those written, or None. Without `wait`, a write of another thread or process holding the
+        lock leaves them for the next call: a recall never waits for a write, and its counts
+        are not dropped (test_a_recall_never_waits_for_another_process_s_write)."""
+        with self._uncounted_lock:
+            counted, self._uncounted = self._uncounted, {}
+        if not counted:
+            return counted
         try:
             with self.db.errors("count the access"), \
-                    self.db.write("count the access", durable=False) as db:
-                for chunk in _chunks(ids):
-                    # Past MAX_INT, SQLite's integers overflow into floats: the count stops.
-                    db.execute(f"UPDATE nodes SET last_accessed = ?, access_count = "
-                               f"access_count + (access_count < {MAX_INT}) WHERE id IN "
-                               f"({_marks(chunk)})", (now, *chunk))
+                    self.db.write("count the access", durable=False, wait=wait) as db:
+                # Past MAX_INT, SQLite's integers overflow into floats: the count stops.
+                db.executemany(f"UPDATE nodes SET last_accessed = max(last_accessed, ?), "
+                               f"access_count = access_count + min(?, {MAX_INT} - access_count) "
+                               f"WHERE id = ?", [(when, times, node_id) for node_id, (times, when)
+                                                 in counted.items()])
+                _fold_tags(db)
+            return counted
         except StoreError as exc:  # locked by another process, a full disk, a read-only file
-            _warn_once(f"accesses not counted: "
-                       f"{str(exc).removeprefix('could not count the access: ')}")
-            return nodes
-        for node in nodes:
-            node["last_accessed"] = now
-            node["access_count"] = min(node["access_count"] + 1, MAX_INT)
-        return nodes
+            with self._uncounted_lock:
+                for node_id, (times, when) in counted.items():
+                    more, later = self._uncounted.get(node_id, (0, when))
+                    self._uncounted[node_id] = (times + more, max(when, later))
+                if len(self._uncounted) > MAX_UNCOUNTED:  # a file that stays read-only
+                    self._uncounted.clear()
+            if not isinstance(exc, Busy):
+                _warn_once(f"accesses not counted: "
+                           f"{str(exc).removeprefix('could not count the access: ')}")
+            return None
 
     def _read_fitted(self, db, column, keys, fit, extra):
         """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
@@ -2419,7 +2658,8 @@ class Store:
         found = {}
         for chunk in _chunks(keys):
             found.update((row[0], _node(row[1:])) for row in db.execute(
-                f"SELECT {column}, {_COLUMNS} FROM nodes WHERE {column} IN ({_marks(chunk)})",
+                f"SELECT {column}, {_READ} FROM nodes WHERE {column} IN ({_marks(chunk)}) "
+                f"AND id IS NOT NULL",
                 chunk))
         nodes = []
         for key in keys:
@@ -2530,8 +2770,9 @@ class Store:
 
 
 
-# The triggers that index a memory as it is inserted; a load indexes its batch at once.
-_INDEXING = ("nodes_ai", "node_tags_ai")
+# The triggers of an insert; a load indexes its batch at once, and its rows, checked and new,
+# neither displace a row nor need refusing.
+_INDEXING = ("nodes_bi", "nodes_ai")
 
 
 class _Load:
@@ -2610,6 +2851,7 @@ class _Load:
                 self.insert(db, [(r.id, r.content, _json(r.tags), _id_list(list(gained.pop(
                     r.id, ()))), r.source, r.created_at, r.last_accessed, r.access_count)
                     for r in fresh])
+                _fold_tags(db)
             self.add_links(db, gained)
         self.loaded += len(fresh)
         self.skipped += len(batch) - len(fresh)
@@ -2624,15 +2866,20 @@ class _Load:
         triggers a row at a time (an official file of 80,000 memories: 1.9 s instead of 5),
         which are set aside meanwhile. A DROP rolls back with the transaction, and no other
         connection writes while this one holds the write lock."""
-        first = db.execute("SELECT coalesce(max(rowid), 0) + 1 FROM nodes").fetchone()[0]
+        first = db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0
+        if first >= MAX_INT - len(rows):
+            # Another program stored a memory at the last rowid: SQLite picks the new ones at
+            # random, and the triggers index them one by one.
+            db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                           rows)
+            return
         for trigger in _INDEXING:
             db.execute(f"DROP TRIGGER {trigger}")
         db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
-                   "WHERE rowid >= ?", (first,))
-        db.execute("INSERT OR IGNORE INTO node_tags (tag, node, created_at) SELECT j.value, "
-                   "n.rowid, n.created_at FROM nodes n, json_each(n.tags) j WHERE n.rowid >= ? "
-                   "AND j.type = 'text'", (first,))
+                   "WHERE rowid > ?", (first,))
+        db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
+                   f"{_tag_rows('n', 'nodes n, ')} AND n.rowid > ?", (first,))
         for name, statement in _statements(SCHEMA):
             if name in _INDEXING:
                 db.execute(statement)
@@ -3705,12 +3952,12 @@ def _check(store, args):
         return 0
     for problem in problems:
         print(f"problem: {problem}")
-    if any(p.startswith("SQLite's integrity check") for p in problems):
+    if not args.repair:
+        print(f"Run: {store_py_command()} check --repair (it makes the indexes again, mends "
+              f"the tags, the links and rows no tool would write; the rest says what to do)")
+    elif any(p.startswith("SQLite's integrity check") for p in problems):
         print(f"The database file is damaged: restore it from a backup ({store_py_command()} "
               f"restore FILE), or ask SQLite to salvage it (sqlite3 memory.db .recover).")
-    elif not args.repair:
-        print(f"Run: {store_py_command()} check --repair (it mends the indexes, the tags and "
-              f"the links; the rest says what to do)")
     return 1
 
 
