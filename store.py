@@ -394,6 +394,7 @@ MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
 MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
 LOAD_CHUNK = 4_000      # memories in a load's first transaction...
 LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
+LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): random keys
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
@@ -2772,20 +2773,29 @@ class Store:
 
 # The triggers of an insert; a load indexes its batch at once, and its rows, checked and new,
 # neither displace a row nor need refusing.
-_INDEXING = ("nodes_bi", "nodes_ai")
+_INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 
 
 class _Load:
     """One Store.load, apart from the Store that other threads share: its records taken in
-    batches, each one write transaction, and what it found. A record's link to a memory not
-    stored yet waits for it, and is made both ways in the batch that stores it: after every
-    commit, each link between stored memories has its back-link."""
+    batches, each one write transaction, and what it found. The links among the new memories
+    of a batch are written with them. A link that reaches a memory stored before (by an
+    earlier batch, or before the load) waits, both ways, and such links are made together
+    once LOAD_LINKS wait, and at the end (see link): a memory that thousands link to (an
+    entity of the official format) is written a few times, not once a batch. A record's link
+    to a memory not stored yet waits for it the same way. After every commit, each link
+    between stored memories has its back-link; a load stopped early leaves fewer links, and
+    running it again makes them."""
 
     def __init__(self, store, pause, update=False):
         self.store, self.db = store, store.db
         self.pause, self.update = pause, update
         self.size = LOAD_CHUNK  # records in the next batch
         self.waiting = collections.defaultdict(list)  # id not stored -> ids linking to it
+        # Links to make both ways between stored memories: {rowid of the one stored first:
+        # (its id, [the ids it links to])}, ids interned (they come again and again).
+        self.pairs = {}
+        self.waited = 0  # links in pairs
         self.loaded = self.skipped = 0
         self.differ = []  # records stored already whose content or tags differ
 
@@ -2805,6 +2815,7 @@ class _Load:
                         time.sleep(self.pause)  # another process's write may be waiting
                 if batch:
                     self.store_batch(batch)
+                self.link()
             for record in self.differ if self.update else ():
                 self.store.update(record.id, content=record.content, tags=record.tags)
         finally:
@@ -2815,49 +2826,89 @@ class _Load:
                 "differ_ids": [record.id for record in self.differ[:10]]}
 
     def store_batch(self, batch):
-        """The records of `batch` not stored yet, with their links and back-links and those
-        waiting for them, in one write transaction; the next batch sized by this one's pace,
-        as many records as LOAD_TXN seconds allow, within a quarter and four times
-        LOAD_CHUNK."""
+        """The records of `batch` not stored yet, with the links among them, in one write
+        transaction; their links to other memories wait (see link). The next batch sized by
+        this one's pace, as many records as LOAD_TXN seconds allow, within a quarter and four
+        times LOAD_CHUNK."""
         started = time.monotonic()
         with self.db.write() as db:
             asked = list({i: None for r in batch
                           for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
-            stored = set()
+            stored = {}  # id -> rowid
             for chunk in _chunks(asked):
-                stored.update(i for (i,) in db.execute(
-                    f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+                stored.update(db.execute(
+                    f"SELECT id, rowid FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
             fresh = [r for r in batch if r.id not in stored]
             self.find_differ(db, [r for r in batch if r.id in stored])
-            there = stored.union(r.id for r in fresh)
-            # id -> the links it gains, in order: each record's own links, then back-links.
+            new = {r.id for r in fresh}
+            # id -> the links it is stored with, in order: each record's own, then back-links.
             gained = collections.defaultdict(dict)
+            later = []  # (id, id) of the links that wait
             for record in batch:
                 for target in record.links:
-                    if target in there and target != record.id:
+                    if target == record.id:
+                        continue
+                    if record.id in new and target in new:
                         gained[record.id][target] = None
-                    elif target != record.id:
+                    elif target in stored or target in new:
+                        later.append((record.id, target))
+                    else:
                         self.waiting[target].append(record.id)
-            for record in batch:
+            for record in fresh:
                 for target in record.links:
-                    if target in there and target != record.id:
+                    if target in new and target != record.id:
                         gained[target][record.id] = None
             for record in batch:  # fresh, or stored by another writer since it was waited for
-                for source in self.waiting.pop(record.id, ()):
-                    if source in stored:  # not forgotten since by another writer
-                        gained[source][record.id] = None
-                        gained[record.id][source] = None
+                later += ((source, record.id) for source in self.waiting.pop(record.id, ())
+                          if source in stored)  # not forgotten since by another writer
             if fresh:
-                self.insert(db, [(r.id, r.content, _json(r.tags), _id_list(list(gained.pop(
-                    r.id, ()))), r.source, r.created_at, r.last_accessed, r.access_count)
-                    for r in fresh])
+                stored.update(zip((r.id for r in fresh), self.insert(db, [
+                    (r.id, r.content, _json(r.tags), _id_list(list(gained.get(r.id, ()))),
+                     r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh])))
                 _fold_tags(db)
-            self.add_links(db, gained)
+        for pair in later:
+            self.wait(*sorted(pair, key=stored.__getitem__), stored)
         self.loaded += len(fresh)
         self.skipped += len(batch) - len(fresh)
         if fresh:
             pace = max(time.monotonic() - started, 1e-3) / len(fresh)
             self.size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
+        if self.waited >= LOAD_LINKS:
+            self.link()
+
+    def wait(self, first, then, rowids):
+        """Keep the link between `first` and `then` (ids; `first` stored before) for link()."""
+        rowid = rowids[first]
+        if rowid not in self.pairs:
+            self.pairs[rowid] = (sys.intern(first), [])
+        self.pairs[rowid][1].append(sys.intern(then))
+        self.waited += 1
+
+    def link(self):
+        """Make the links waiting in self.pairs, both ways, in write transactions of about
+        LOAD_TXN seconds each. Each is kept with the one of its two memories stored first,
+        and they are taken in that order, so that a memory linked from thousands stored after
+        it (an entity of the official format) is read and written once with them all, and
+        memories stored together (its observations) in the same transaction. A link to a
+        memory forgotten meanwhile is dropped."""
+        pairs, self.pairs, self.waited = self.pairs, {}, 0
+        owners = sorted(pairs)
+        size, at = 2 * LOAD_CHUNK, 0
+        while at < len(owners):
+            started, taken = time.monotonic(), 0
+            gained = collections.defaultdict(dict)
+            while at < len(owners) and taken < size:
+                owner, others = pairs.pop(owners[at])
+                at += 1
+                taken += len(others)
+                for other in others:
+                    gained[owner][other] = None
+                    gained[other][owner] = None
+            with self.db.write() as db:
+                self.add_links(db, gained)
+            pace = max(time.monotonic() - started, 1e-3) / taken
+            size = max(LOAD_CHUNK // 4, min(16 * LOAD_CHUNK, int(LOAD_TXN / pace)))
+            time.sleep(self.pause)
 
     @staticmethod
     def insert(db, rows):
@@ -2865,24 +2916,31 @@ class _Load:
         transaction: the full-text and tag indexes in one statement each, not by their
         triggers a row at a time (an official file of 80,000 memories: 1.9 s instead of 5),
         which are set aside meanwhile. A DROP rolls back with the transaction, and no other
-        connection writes while this one holds the write lock."""
+        connection writes while this one holds the write lock. Returns their rowids."""
         first = db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0
         if first >= MAX_INT - len(rows):
             # Another program stored a memory at the last rowid: SQLite picks the new ones at
             # random, and the triggers index them one by one.
             db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                            rows)
-            return
+            return [db.execute("SELECT rowid FROM nodes WHERE id = ?", (row[0],)).fetchone()[0]
+                    for row in rows]
         for trigger in _INDEXING:
             db.execute(f"DROP TRIGGER {trigger}")
         db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
         db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
                    "WHERE rowid > ?", (first,))
+        # In the order of the index: inserted in the order of the memories, each row went
+        # somewhere else in it (three times as long).
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                   f"{_tag_rows('n', 'nodes n, ')} AND n.rowid > ?", (first,))
+                   f"{_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
+        db.executemany("INSERT INTO tags (tag, memories) VALUES (?, ?) ON CONFLICT (tag) DO "
+                       "UPDATE SET memories = memories + excluded.memories",
+                       collections.Counter(t for row in rows for t in json.loads(row[2])).items())
         for name, statement in _statements(SCHEMA):
             if name in _INDEXING:
                 db.execute(statement)
+        return range(first + 1, first + 1 + len(rows))
 
     def find_differ(self, db, records):
         """Note those of `records` (stored already) whose content or tags differ."""
@@ -2894,8 +2952,9 @@ class _Load:
                             _strings(stored[r.id][1]) != r.tags)
 
     def add_links(self, db, gained):
-        """Give each stored memory in `gained` ({id: {id: None}}) the links it lacks, after
-        those it has (another writer may have given it some meanwhile)."""
+        """Give each stored memory in `gained` ({id: {id: None}}, each target a key too) the
+        links it lacks, after those it has (another writer may have given it some meanwhile);
+        links to memories forgotten meanwhile are left out."""
         links = {}
         for chunk in _chunks(list(gained)):
             links.update(db.execute(
@@ -2903,8 +2962,8 @@ class _Load:
         changed = []
         for node_id, text in links.items():
             had = _strings(text)
-            known = set(had)
-            more = [t for t in gained[node_id] if t not in known]
+            there = set(had)
+            more = [t for t in gained[node_id] if t not in there and t in links]
             if more:
                 changed.append((_id_list(had + more), node_id))
         db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
