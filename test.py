@@ -2442,6 +2442,27 @@ class ModernProtocolTest(StoreTestCase):
         with open(log_path, "rb") as f:
             self.assertNotIn(b"Traceback", f.read())
 
+    def test_setup_starts_the_server_the_new_way_too(self):
+        kept = self.store.add("setup.py must leave this memory as it was", ["keep"])
+        env = setup.bare_environment(platform.system(), os.environ)
+        run, sent = subprocess.run, []
+
+        def handshake_only(args, input, **kwargs):
+            sent.append([json.loads(line) for line in input.splitlines()])
+            if sent[-1][0]["method"] != "server/discover":
+                return run(args, input=input, **kwargs)
+            refusal = json.dumps(server.rpc_error(1, server.METHOD_NOT_FOUND, "method not found"))
+            return subprocess.CompletedProcess(args, 0, refusal + "\n" + refusal, "")
+
+        self.assertIsNone(setup.check_start(sys.executable, self.dir, env))
+        with unittest.mock.patch.object(setup.subprocess, "run", handshake_only):
+            problem = setup.check_start(sys.executable, self.dir, env)
+        self.assertIn("did not answer server/discover and a tools/call with _meta", problem)
+        self.assertEqual([m["method"] for m in sent[1]], ["server/discover", "tools/call"])
+        self.assertIn(server.VERSION_KEY, sent[1][1]["params"]["_meta"])
+        self.assertEqual(self.store.get(kept["id"]), kept)
+        self.assertEqual(self.store.count(), 1)
+
     # -- HTTP
 
     def serve(self, **options):
