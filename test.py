@@ -7451,7 +7451,8 @@ class KillTest(TempDirTest):
 # sees it. Beside remember and recall, the same memories and the same queries go to server.py's
 # stdio loop over a PlainStore: SPEC.md's schema and nothing more, plain FTS5 ORDER BY bm25 for
 # a query, called in turn with this store's, so that what a write costs over a plain insert and
-# a recall over plain FTS5 (BARS) stay in view at every size, timed the same way.
+# a recall over plain FTS5 (BARS) stay in view at every size, timed the same way; and so does
+# what a 2026-07-28 tools/call costs beside the same call in the handshake era.
 
 # (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
 TARGETS = {
@@ -7742,6 +7743,23 @@ def alternated(client, plain, name, arguments):
     return ours, reference
 
 
+def alternated_eras(client, name, arguments):
+    """Round trips in ms of the tool `name` on one server.py process, as a 2026-07-28 request
+    (the revision named in its _meta) and as a handshake-era one, called in turn (which goes
+    first alternating): (2026-07-28's, the handshake era's). `arguments` holds a pair per
+    call, one for each, so that a remember never repeats the other's memory."""
+    modern_times, handshake_times = [], []
+    for n, (for_modern, for_handshake) in enumerate(arguments):
+        pair = [(modern_call(name, for_modern), modern_times),
+                (call(name, for_handshake), handshake_times)]
+        for message, times in pair if n % 2 == 0 else pair[::-1]:
+            _, error = unwrap(client.send(message))
+            if error:
+                raise SystemExit(f"{name} {message['params']} failed: {error}")
+            times.append(client.elapsed)
+    return modern_times, handshake_times
+
+
 def bench_size(corpus, size, calls, args):
     keep = args.keep
     work = tempfile.mkdtemp(prefix="flood-bench-")
@@ -7782,6 +7800,19 @@ def bench_size(corpus, size, calls, args):
         rows["recall query"], rows[PLAIN_RECALL] = alternated(client, plain_server, "recall",
                                                               queries)
         plain_server.close(60)
+        # Both eras on one process of their own, the handshake at its newest revision: its
+        # replies carry the same structuredContent as 2026-07-28's.
+        eras = ServerProcess(data_dir, cwd=args.project)
+        eras.send(request("initialize", {"protocolVersion": "2025-11-25"}))
+        if "result" in eras.send(modern("server/discover")):  # not in checkouts before it
+            pairs = [tuple({"content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
+                            "links": rnd.sample(ids, 2)} for _ in range(2)) for _ in range(calls)]
+            rows[MODERN_REMEMBER], rows[HANDSHAKE_REMEMBER] = alternated_eras(eras, "remember",
+                                                                              pairs)
+            pairs = [(q, q) for q in ({"query": corpus.query(rnd), "limit": 10}
+                                      for _ in range(calls))]
+            rows[MODERN_RECALL], rows[HANDSHAKE_RECALL] = alternated_eras(eras, "recall", pairs)
+        eras.close(60)
         run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
         run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
                                                      "tags": [rnd.choice(corpus.tags)]})
@@ -7807,12 +7838,17 @@ def bench_size(corpus, size, calls, args):
 
 
 # What this store may cost beside SPEC.md's schema alone (issue "One table, one index"):
-# remember at p50 against a plain insert, recall at p95 against plain FTS5's bm25.
-BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3)}
+# remember at p50 against a plain insert, recall at p95 against plain FTS5's bm25. And what a
+# 2026-07-28 tools/call may cost beside the same call in the handshake era (issue 41).
+MODERN_REMEMBER, HANDSHAKE_REMEMBER = "remember, 2026-07-28", "remember, 2025-11-25"
+MODERN_RECALL, HANDSHAKE_RECALL = "recall query, 2026-07-28", "recall query, 2025-11-25"
+BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3),
+        MODERN_REMEMBER: (HANDSHAKE_REMEMBER, 0.5, 1.05),
+        MODERN_RECALL: (HANDSHAKE_RECALL, 0.5, 1.05)}
 
 
 def plain_ratio(rows, label="remember"):
-    """(this store's figure, the plain reference's, their ratio) for `label` in BARS."""
+    """(the figure for `label` in BARS, its reference's, their ratio)."""
     reference, q, _ = BARS[label]
     mine, plain = percentile(rows[label], q), percentile(rows[reference], q)
     return mine, plain, mine / plain
@@ -7837,6 +7873,8 @@ def report(result):
                 missed.append(f"{label} {p50:.1f}/{p95:.1f} ms")
         print(f"  {label:29} {p50:8.2f} {p95:8.2f}{verdict}")
     for label, (reference, q, bar) in BARS.items():
+        if label not in rows:
+            continue  # a checkout from before 2026-07-28
         mine, plain, ratio = plain_ratio(rows, label)
         ok = ratio <= bar
         print(f"  {label} takes {ratio:.2f}x {reference} at p{q * 100:.0f} ({mine:.2f} "
@@ -8054,6 +8092,9 @@ def bench(argv):
                        f"{plain_ratio(rows, 'recall query')[2]:.2f}x at p95), remember "
                        f"{percentile(rows['remember'], .5):.2f}/{percentile(rows['remember'], .95):.2f}"
                        f" ms ({ratio:.2f}x a plain insert at p50), " +
+                       (f"2026-07-28 recall and remember {plain_ratio(rows, MODERN_RECALL)[2]:.2f}x "
+                        f"and {plain_ratio(rows, MODERN_REMEMBER)[2]:.2f}x the handshake era at "
+                        f"p50, " if MODERN_RECALL in rows else "") +
                        (f"over the reference: {'; '.join(missed)}" if missed
                         else "within every reference figure"))
     print("\nbench: " + " | ".join(summary))
