@@ -372,7 +372,11 @@ class Handler(BaseHTTPRequestHandler):
             return
         if not self.server.begin_request():
             self.close_connection = True
-            self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
+            if modern:  # the body was read: its id goes back
+                self.answer_error(request_id, TRANSPORT_ERROR, "the server is shutting down",
+                                  status=HTTPStatus.SERVICE_UNAVAILABLE)
+            else:
+                self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
             return
         # In flight until the reply is written out, so that a shutdown waits for it: a
         # client whose reply to committed writes was cut off would retry them.
@@ -404,8 +408,8 @@ class Handler(BaseHTTPRequestHandler):
             self.server.end_request()
 
     def answer_error(self, request_id, code, message, data=None, status=None):
-        """A 2026-07-28 JSON-RPC error, with the HTTP status its code takes; the body was read,
-        so the connection stays open for the next request."""
+        """A 2026-07-28 JSON-RPC error, with the HTTP status its code takes (or `status`);
+        the body was read, so the connection can stay open for the next request."""
         body = encode(rpc_error(request_id, code, message, data, modern=True))
         self.send(status or MODERN_STATUS.get(code, HTTPStatus.BAD_REQUEST), body)
 

@@ -2599,7 +2599,7 @@ class ModernProtocolTest(StoreTestCase):
                                     auth=False)
         self.assertEqual(status, 403)
         self.assertNotIn("id", body)
-        httpd, conn = self.serve(max_body=2000)
+        _, conn = self.serve(max_body=2000)
         status, headers, body = self.post(conn, bad, wrong, auth=False)
         self.assertEqual(status, 401)
         self.assertTrue(headers["www-authenticate"].startswith("Bearer"))
@@ -2607,7 +2607,7 @@ class ModernProtocolTest(StoreTestCase):
         status, _, body = self.post(conn, modern_call("remember", {"content": "x" * 3000}), wrong)
         self.assertEqual(status, 413)
         self.assertNotIn("id", body)
-        _, conn = self.serve()
+        httpd, conn = self.serve()
         status, _, body = self.post(conn, b'{"id": 1', wrong)
         self.assertEqual((status, body["error"]["code"]), (400, server.PARSE_ERROR))
         status, _, body = self.post(conn, bad, wrong)
@@ -2617,6 +2617,10 @@ class ModernProtocolTest(StoreTestCase):
         status, _, body = self.post(conn, request("ping"), {"MCP-Protocol-Version": "2025-06-18",
                                                             "Mcp-Method": None}, auth=False)
         self.assertEqual((status, body["id"]), (401, None))
+        # Once the server is stopping, a request whose body was read gets its id back.
+        httpd.drain(5)
+        status, _, body = self.post(conn, modern("tools/list", id="last"))
+        self.assertEqual((status, body["id"]), (503, "last"))
 
     def test_listen_over_http_holds_nothing(self):
         _, conn = self.serve()
