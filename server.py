@@ -1,9 +1,16 @@
 """Flood Memory's MCP server over stdio, and the JSON-RPC handling both transports share.
 
-`handle_payload` takes one decoded JSON-RPC message (or batch) and returns the reply, or
-None when there is nothing to send; `serve_stdio` reads one message per line and writes one
-reply per line. The five tools are the `TOOLS` registry: `tools/list` is generated from it
-and `tools/call` dispatches through it, so the two cannot drift apart.
+`handle_payload` takes one decoded JSON-RPC message (or batch) and returns the messages to
+send back (none for a notification); `serve_stdio` reads one message per line and writes one
+per line. The five tools are the `TOOLS` registry: `tools/list` is generated from it and
+`tools/call` dispatches through it, so the two cannot drift apart.
+
+Two protocol eras are served side by side. The handshake era (an `initialize` fixes the
+revision for the connection) is served as it always was; a 2026-07-28 request carries its
+revision and the client's capabilities in `params._meta` and stands alone. Each transport
+decides a message's era in one function (`modern_request` here, `modern_post` in
+server_remote.py) and hands it to `handle_message`, whose methods see one `Session` shape
+either way and reach the store through the same tool handlers.
 """
 
 import io
@@ -33,8 +40,11 @@ log = logging.getLogger("flood-memory.server")
 
 SERVER_INFO = {"name": "flood-memory", "version": "0.1.0"}
 
-# Protocol revisions this server speaks, oldest first. An unknown request gets the newest.
+# Protocol revisions served through the initialize handshake, oldest first. An initialize
+# asking for an unknown one gets the newest.
 PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+# Revisions served per request, named in each request's _meta: what server/discover lists.
+MODERN_VERSIONS = ("2026-07-28",)
 BATCH_VERSION = "2025-03-26"        # the only revision with JSON-RPC batches
 STRUCTURED_SINCE = "2025-06-18"     # outputSchema, structuredContent and tool titles
 ANNOTATED_SINCE = "2025-03-26"      # tool annotations
@@ -45,6 +55,20 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 SERVER_ERROR = -32000       # a request the server chose not to run (JSON-RPC's server range)
+HEADER_MISMATCH = -32020    # 2026-07-28: HTTP headers that disagree with the body
+UNSUPPORTED_VERSION = -32022  # 2026-07-28: a revision this server does not serve per request
+
+# The _meta keys of 2026-07-28 requests and results.
+VERSION_KEY = "io.modelcontextprotocol/protocolVersion"
+CAPABILITIES_KEY = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_KEY = "io.modelcontextprotocol/serverInfo"
+SUBSCRIPTION_KEY = "io.modelcontextprotocol/subscriptionId"
+# Methods that exist only in 2026-07-28: on stdio they are modern whatever their _meta holds.
+MODERN_ONLY = ("server/discover", "subscriptions/listen")
+# How long a client may keep the tool list and the discover result (ttlMs). They change only
+# when the server is upgraded, which on stdio starts a new process anyway; an hour bounds how
+# long an HTTP client keeps an old list after an upgrade, and spares it a fetch per turn.
+CACHE_TTL_MS = 3_600_000
 
 MAX_BATCH = 100                 # messages in one JSON-RPC batch
 BATCH_REPLY_BUDGET = 4_000_000  # characters of replies one batch may produce
@@ -70,17 +94,38 @@ class ToolError(Exception):
 class RpcError(Exception):
     """A protocol error, answered with a JSON-RPC error object."""
 
-    def __init__(self, code, message):
+    def __init__(self, code, message, data=None):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.data = data
 
 
 class Session:
-    """What one client has negotiated: the protocol revision its messages follow."""
+    """The protocol revision a message follows: in the handshake era, what one client's
+    initialize negotiated for its connection; in 2026-07-28, what one request names.
 
-    def __init__(self, protocol_version=None):
+    `cache_scope` is what cacheable 2026-07-28 results say about who may keep them: a
+    transport behind a bearer token makes it "private", so that a shared cache never hands
+    what one token fetched to a caller without it. `outbox` holds the notifications a
+    request sends before its reply.
+    """
+
+    def __init__(self, protocol_version=None, *, cache_scope="public", modern=False,
+                 request_id=None):
         self.protocol_version = protocol_version
+        self.cache_scope = cache_scope
+        self.modern = modern
+        self.request_id = request_id
+        self.outbox = []
+
+    def for_request(self, protocol_version, request_id):
+        """The session of one 2026-07-28 request on this transport."""
+        return Session(protocol_version, cache_scope=self.cache_scope, modern=True,
+                       request_id=request_id)
+
+    def notify(self, method, params):
+        self.outbox.append({"jsonrpc": "2.0", "method": method, "params": params})
 
     @property
     def version(self):
@@ -693,7 +738,11 @@ def _ping(params, store, session):
 def _tools_list(params, store, session):
     if params.get("cursor") is not None:
         raise RpcError(INVALID_PARAMS, "invalid cursor: this server lists every tool on one page")
-    return {"tools": tool_list(session)}
+    result = {"tools": tool_list(session)}
+    if session.modern:
+        result["ttlMs"] = CACHE_TTL_MS
+        result["cacheScope"] = session.cache_scope
+    return result
 
 
 def _tools_call(params, store, session):
@@ -711,9 +760,37 @@ def _tools_call(params, store, session):
     return call_tool(name, args, store, session)
 
 
+def _discover(params, store, session):
+    return {"supportedVersions": list(MODERN_VERSIONS),
+            "capabilities": {"tools": {"listChanged": False}},
+            "instructions": INSTRUCTIONS,
+            "ttlMs": CACHE_TTL_MS,
+            "cacheScope": session.cache_scope}
+
+
+def _listen(params, store, session):
+    """Acknowledge the subscription, honouring no notification type (the tool list never
+    changes), and end it at once with its result (the specification's Graceful Closure):
+    kept open, it would hold an HTTP connection and its thread for nothing."""
+    if not isinstance(params.get("notifications", {}), dict):
+        raise RpcError(INVALID_PARAMS, 'subscriptions/listen takes notifications, an object '
+                                       'such as {"toolsListChanged": true}')
+    tag = {SUBSCRIPTION_KEY: session.request_id}
+    session.notify("notifications/subscriptions/acknowledged",
+                   {"_meta": dict(tag), "notifications": {}})
+    return {"_meta": tag}
+
+
+# The handshake era's methods, and 2026-07-28's: the tools are the same two handlers in both.
 METHODS = {
     "initialize": _initialize,
     "ping": _ping,
+    "tools/list": _tools_list,
+    "tools/call": _tools_call,
+}
+MODERN_METHODS = {
+    "server/discover": _discover,
+    "subscriptions/listen": _listen,
     "tools/list": _tools_list,
     "tools/call": _tools_call,
 }
@@ -722,65 +799,155 @@ METHODS = {
 # ----------------------------------------------------------------------------- messages
 
 
-def rpc_error(request_id, code, message):
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+def rpc_error(request_id, code, message, data=None, *, modern=False):
+    """A JSON-RPC error reply. In 2026-07-28, one whose request id could not be read carries
+    no id at all; the handshake era's say null, as they always have."""
+    error = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    if modern and request_id is None:
+        return {"jsonrpc": "2.0", "error": error}
+    return {"jsonrpc": "2.0", "id": request_id, "error": error}
+
+
+def echoed(text, width=40):
+    """A value an error message repeats back, quoted and cut short."""
+    return repr(text if len(text) <= width else text[:width - 3] + "...")
 
 
 def _valid_id(value):
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
-def handle_message(message, store, session, *, in_batch=False):
-    """The reply to one JSON-RPC message, or None for a notification or a response."""
+def carries_version(message):
+    """Whether a message's params._meta names a protocol revision: the mark of a 2026-07-28
+    request (a handshake-era _meta holds a progressToken at most)."""
+    params = message.get("params") if isinstance(message, dict) else None
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and VERSION_KEY in meta
+
+
+def modern_request(payload):
+    """Whether stdio serves a message in 2026-07-28: its _meta names a revision, or its
+    method exists only there. Everything else, a batch included, is served in the handshake
+    era, as before there was another."""
+    return isinstance(payload, dict) and (payload.get("method") in MODERN_ONLY or
+                                          carries_version(payload))
+
+
+def unsupported_version(version, named_by="protocol version"):
+    """The error for a revision this server does not serve per request, `named_by` a _meta
+    entry or (over HTTP) a header."""
+    return RpcError(UNSUPPORTED_VERSION,
+                    f"unsupported {named_by} {echoed(version)}: this server serves "
+                    f"{', '.join(MODERN_VERSIONS)} per request, and "
+                    f"{', '.join(PROTOCOL_VERSIONS)} through initialize",
+                    {"supported": list(MODERN_VERSIONS), "requested": version[:100]})
+
+
+def request_version(params):
+    """The revision a 2026-07-28 request names, once its _meta holds what every such request
+    must: a protocol version and the client's capabilities (clientInfo is optional, and
+    never read). RpcError when it is missing, malformed or not served here."""
+    meta = params.get("_meta")
+    if not isinstance(meta, dict):
+        raise RpcError(INVALID_PARAMS, f"a 2026-07-28 request needs params._meta, an object "
+                                       f"holding {VERSION_KEY} and {CAPABILITIES_KEY}")
+    missing = [key for key in (VERSION_KEY, CAPABILITIES_KEY) if key not in meta]
+    if missing:
+        raise RpcError(INVALID_PARAMS, f"params._meta lacks {' and '.join(missing)}, which "
+                                       f"every 2026-07-28 request carries")
+    version = meta[VERSION_KEY]
+    if not isinstance(version, str):
+        raise RpcError(INVALID_PARAMS, f"{VERSION_KEY} must be a string such as "
+                                       f"{MODERN_VERSIONS[-1]!r}")
+    if not isinstance(meta[CAPABILITIES_KEY], dict):
+        raise RpcError(INVALID_PARAMS, f"{CAPABILITIES_KEY} must be an object ({{}} for a "
+                                       f"client that declares none)")
+    if version not in MODERN_VERSIONS:
+        raise unsupported_version(version)
+    return version
+
+
+def handle_message(message, store, session, *, in_batch=False, modern=False):
+    """The messages that answer one JSON-RPC message: none for a notification or a response,
+    else the reply, after any notification the request sends first. `modern` is the era the
+    transport decided: a 2026-07-28 request is checked against its own _meta and served in a
+    session of its own, its result marked as such."""
     if not isinstance(message, dict):
-        return rpc_error(None, INVALID_REQUEST, "a JSON-RPC message must be an object")
+        return [rpc_error(None, INVALID_REQUEST, "a JSON-RPC message must be an object",
+                          modern=modern)]
     request_id = message.get("id")
     has_id = "id" in message
     if "method" not in message:
         if has_id and ("result" in message or "error" in message):
-            return None  # a client's answer to a request this server never sends
-        return rpc_error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
-                      "not a JSON-RPC request: it has no method")
+            return []  # a client's answer to a request this server never sends
+        return [rpc_error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
+                          "not a JSON-RPC request: it has no method", modern=modern)]
     method, params = message["method"], message.get("params")
     if not has_id:
-        return None  # a notification: initialized, cancelled, progress... none needs a reply
+        return []  # a notification: initialized, cancelled, progress... none needs a reply
     if not _valid_id(request_id):
-        return rpc_error(None, INVALID_REQUEST, "the request id must be a string or an integer")
+        return [rpc_error(None, INVALID_REQUEST, "the request id must be a string or an integer",
+                          modern=modern)]
     if message.get("jsonrpc") != "2.0":
-        return rpc_error(request_id, INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')
+        return [rpc_error(request_id, INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')]
     if not isinstance(method, str):
-        return rpc_error(request_id, INVALID_REQUEST, "the method must be a string")
-    handler = METHODS.get(method)
-    if handler is None:
-        return rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")
-    if in_batch and method == "initialize":
-        return rpc_error(request_id, INVALID_REQUEST, "initialize cannot be part of a batch")
-    if params is None:
-        params = {}
-    if not isinstance(params, dict):
-        return rpc_error(request_id, INVALID_PARAMS, "params must be an object")
+        return [rpc_error(request_id, INVALID_REQUEST, "the method must be a string")]
+    if modern:
+        if params is None:
+            params = {}
+        try:
+            if not isinstance(params, dict):
+                raise RpcError(INVALID_PARAMS, "params must be an object")
+            session = session.for_request(request_version(params), request_id)
+        except RpcError as exc:
+            return [rpc_error(request_id, exc.code, exc.message, exc.data)]
+        handler = MODERN_METHODS.get(method)
+        if handler is None:
+            gone = f" is not part of protocol revision {session.version}" \
+                if method in METHODS else ""
+            return [rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: "
+                                                            f"{method[:100]}{gone}")]
+    else:
+        handler = METHODS.get(method)
+        if handler is None:
+            return [rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")]
+        if in_batch and method == "initialize":
+            return [rpc_error(request_id, INVALID_REQUEST, "initialize cannot be part of a batch")]
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            return [rpc_error(request_id, INVALID_PARAMS, "params must be an object")]
     try:
         result = handler(params, store, session)
     except RpcError as exc:
-        return rpc_error(request_id, exc.code, exc.message)
+        return [rpc_error(request_id, exc.code, exc.message, exc.data)]
     except Exception:
         log.exception("internal error in %s", method)
-        return rpc_error(request_id, INTERNAL_ERROR, "internal error; the server log has details")
-    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+        return [rpc_error(request_id, INTERNAL_ERROR,
+                          "internal error; the server log has details")]
+    if session.modern:
+        result["resultType"] = "complete"
+        result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_KEY: dict(SERVER_INFO)}
+    sent, session.outbox = session.outbox, []
+    return [*sent, {"jsonrpc": "2.0", "id": request_id, "result": result}]
 
 
-def handle_payload(payload, store, session):
-    """The reply to one decoded message or batch: a dict, a list, or None."""
+def handle_payload(payload, store, session, modern=False):
+    """The messages that answer one decoded message or batch (a batch's replies are one
+    message, a list); `modern` as in handle_message. A batch is never modern: 2026-07-28
+    has none."""
     if not isinstance(payload, list):
-        return handle_message(payload, store, session)
+        return handle_message(payload, store, session, modern=modern)
     if session.protocol_version != BATCH_VERSION:
-        return rpc_error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
-                                             f"revision {session.version}")
+        return [rpc_error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
+                                              f"revision {session.version}")]
     if not payload:
-        return rpc_error(None, INVALID_REQUEST, "an empty batch")
+        return [rpc_error(None, INVALID_REQUEST, "an empty batch")]
     if len(payload) > MAX_BATCH:
-        return rpc_error(None, INVALID_REQUEST, f"a batch may hold at most {MAX_BATCH} messages, "
-                                                f"got {len(payload):,}")
+        return [rpc_error(None, INVALID_REQUEST, f"a batch may hold at most {MAX_BATCH} messages, "
+                                                 f"got {len(payload):,}")]
     replies, size = [], 0
     for message in payload:
         if size > BATCH_REPLY_BUDGET and isinstance(message, dict) and "method" in message \
@@ -791,11 +958,10 @@ def handle_payload(payload, store, session):
                                                    f"{BATCH_REPLY_BUDGET:,} characters; send "
                                                    f"the rest in another batch"))
             continue
-        reply = handle_message(message, store, session, in_batch=True)
-        if reply is not None:
+        for reply in handle_message(message, store, session, in_batch=True):
             size += len(_dumps(reply))
             replies.append(reply)
-    return replies or None
+    return [replies] if replies else []
 
 
 def decode(data):
@@ -838,12 +1004,16 @@ def serve_stdio(store, stdin=None, stdout=None):
         if not line.strip():
             continue
         payload, reply = decode(line)
-        if reply is None:
-            reply = handle_payload(payload, store, session)
-        if reply is None:
+        # The era is decided here, message by message: an initialize after a server/discover
+        # is served in the handshake era, as a client that found no revision it speaks in
+        # discover's list falls back to it.
+        messages = [reply] if reply is not None else \
+            handle_payload(payload, store, session, modern_request(payload))
+        if not messages:
             continue
-        data = encode(reply)
-        stdout.write(data.decode("utf-8") + "\n" if text_out else data + b"\n")
+        for message in messages:
+            data = encode(message)
+            stdout.write(data.decode("utf-8") + "\n" if text_out else data + b"\n")
         stdout.flush()
 
 

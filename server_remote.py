@@ -1,11 +1,18 @@
 """Flood Memory's MCP server over HTTP: POST /mcp, answered as JSON or as one SSE event.
 
 A thin `BaseHTTPRequestHandler` on a `ThreadingHTTPServer`. It checks what HTTP must check
-(path, origin, bearer token, protocol-version header, body size) and hands the body to the
+(path, origin, bearer token, body size, protocol-version header) and hands the body to the
 same `handle_payload` as the stdio server. Stateless: no sessions, each POST stands alone.
 Each request runs in its own thread with its own SQLite connection.
+
+A POST is served in 2026-07-28 when its MCP-Protocol-Version header names that revision or
+its body's _meta does (`modern_post` decides, once); its Mcp-Method and Mcp-Name headers must
+then agree with its body, and its errors carry HTTP statuses of their own (`MODERN_STATUS`).
+Any other POST is served in the handshake era, as it always was.
 """
 
+import base64
+import binascii
 import collections
 import contextlib
 import errno
@@ -22,8 +29,11 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from server import (PROTOCOL_VERSIONS, SERVER_INFO, Session, decode, encode, handle_payload,
-                    open_data_directory, rpc_error, stop_signals)
+from server import (HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
+                    METHOD_NOT_FOUND, MODERN_VERSIONS, PARSE_ERROR, PROTOCOL_VERSIONS,
+                    SERVER_INFO, UNSUPPORTED_VERSION, VERSION_KEY, Session, carries_version,
+                    decode, echoed, encode, handle_payload, open_data_directory, rpc_error,
+                    stop_signals, unsupported_version)
 
 log = logging.getLogger("flood-memory.http")
 
@@ -45,11 +55,20 @@ CORS_HEADERS = {
     "Access-Control-Allow-Origin": "*",
     "Access-Control-Allow-Methods": "POST, GET, OPTIONS",
     "Access-Control-Allow-Headers": "Content-Type, Authorization, Mcp-Session-Id, "
-                                    "Mcp-Protocol-Version",
+                                    "Mcp-Protocol-Version, Mcp-Method, Mcp-Name",
 }
 ALLOW = "POST, OPTIONS"
 
 TRANSPORT_ERROR = -32000    # JSON-RPC code for a request refused by the HTTP layer
+# The HTTP status of a 2026-07-28 error reply, by its JSON-RPC code (a result is 200). The
+# handshake era answers every JSON-RPC error with 200, as it always has.
+MODERN_STATUS = {PARSE_ERROR: HTTPStatus.BAD_REQUEST, INVALID_REQUEST: HTTPStatus.BAD_REQUEST,
+                 INVALID_PARAMS: HTTPStatus.BAD_REQUEST, HEADER_MISMATCH: HTTPStatus.BAD_REQUEST,
+                 UNSUPPORTED_VERSION: HTTPStatus.BAD_REQUEST,
+                 METHOD_NOT_FOUND: HTTPStatus.NOT_FOUND,
+                 INTERNAL_ERROR: HTTPStatus.INTERNAL_SERVER_ERROR}
+# Headers a 2026-07-28 request mirrors from its body; each may appear once.
+ROUTING_HEADERS = ("MCP-Protocol-Version", "Mcp-Method", "Mcp-Name")
 
 
 def is_loopback(hostname):
@@ -70,6 +89,84 @@ def origin_host(origin):
         return urlsplit(origin).hostname
     except ValueError:
         return None
+
+
+def header_value(value):
+    """A header's value without the whitespace around it (RFC 9110), or None when it holds a
+    character a header value may not: one outside visible ASCII, space and tab."""
+    value = value.strip(" \t")
+    if all(" " <= ch <= "~" or ch == "\t" for ch in value):
+        return value
+    return None
+
+
+def decoded_name(value):
+    """An Mcp-Name value as the body would hold it: the =?base64?...?= form decoded (strict,
+    canonical base64 of UTF-8), any other value as it is; None when the form does not decode."""
+    if not (value.startswith("=?base64?") and value.endswith("?=") and len(value) >= 11):
+        return value
+    encoded = value[9:-2]
+    try:
+        raw = base64.b64decode(encoded, validate=True)
+        if base64.b64encode(raw).decode("ascii") != encoded:
+            return None  # trailing bits set: not the one encoding of any text
+        return raw.decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+
+
+def modern_post(versions, payload):
+    """Whether a POST is served in 2026-07-28: an MCP-Protocol-Version header names that
+    revision, or the body's _meta names a revision (of any era: a modern request naming a
+    revision not served per request is answered that it is not). The era is decided here."""
+    return any(v in MODERN_VERSIONS for v in versions) or carries_version(payload)
+
+
+def header_mismatch(headers, payload):
+    """Why a 2026-07-28 request's headers disagree with its body (the message of a -32020
+    error), or None when they agree. A batch is refused (2026-07-28 has none); a notification
+    or a response has no header rules."""
+    if isinstance(payload, list):
+        return None
+    if not isinstance(payload, dict) or "id" not in payload or "method" not in payload:
+        return None
+    for name in ROUTING_HEADERS:
+        if len(headers.get_all(name) or []) > 1:
+            return f"the {name} header appears more than once"
+    values = {}
+    for name in ROUTING_HEADERS:
+        raw = headers.get(name)
+        if raw is not None:
+            values[name] = header_value(raw)
+            if values[name] is None:
+                return f"the {name} header holds a character a header value may not"
+    params = payload.get("params")
+    if carries_version(payload):
+        version = params["_meta"][VERSION_KEY]
+        if "MCP-Protocol-Version" not in values:
+            return "the MCP-Protocol-Version header is missing: it must name the revision " \
+                   "the body's _meta names"
+        if values["MCP-Protocol-Version"] != version:
+            return (f"the MCP-Protocol-Version header {echoed(values['MCP-Protocol-Version'])} "
+                    f"differs from the revision the body's _meta names, "
+                    f"{echoed(str(version))}")
+    method = payload["method"]
+    if "Mcp-Method" not in values:
+        return "the Mcp-Method header is missing: it must name the request's method"
+    if values["Mcp-Method"] != method:
+        return (f"the Mcp-Method header {echoed(values['Mcp-Method'])} differs from the "
+                f"body's method {echoed(str(method))}")
+    name = params.get("name") if method == "tools/call" and isinstance(params, dict) else None
+    if name is not None:
+        if "Mcp-Name" not in values:
+            return "the Mcp-Name header is missing: a tools/call names its tool there too"
+        given = decoded_name(values["Mcp-Name"])
+        if given is None:
+            return "the Mcp-Name header's =?base64?...?= value is not base64 of UTF-8 text"
+        if given != name:
+            return (f"the Mcp-Name header {echoed(given)} differs from the body's tool name "
+                    f"{echoed(str(name))}")
+    return None
 
 
 class HeadersTooLarge(Exception):
@@ -193,8 +290,16 @@ class Handler(BaseHTTPRequestHandler):
         connection closed, so the next request on it starts clean."""
         if not drain or not self._drain():
             self.close_connection = True
-        body = encode(rpc_error(None, TRANSPORT_ERROR, message))
+        body = encode(rpc_error(None, TRANSPORT_ERROR, message, modern=self.modern_header()))
         self.send(status, body, headers=headers)
+
+    def versions(self):
+        """The MCP-Protocol-Version headers' values, without surrounding whitespace."""
+        return [v.strip(" \t") for v in self.headers.get_all("MCP-Protocol-Version") or []]
+
+    def modern_header(self):
+        """Whether a header names 2026-07-28: all a refusal before the body can go by."""
+        return any(v in MODERN_VERSIONS for v in self.versions())
 
     def _drain(self):
         """Read and drop a body small enough to read; False if it should not be read."""
@@ -237,40 +342,76 @@ class Handler(BaseHTTPRequestHandler):
         if not self.on_mcp_path() or not self.well_formed() or not self.origin_allowed() or \
                 not self.authorized():
             return
-        version = self.headers.get("Mcp-Protocol-Version")
-        if version is not None and version not in PROTOCOL_VERSIONS:
-            self.refuse(HTTPStatus.BAD_REQUEST, f"unsupported MCP-Protocol-Version {version!r:.40}; "
-                                                f"this server speaks "
-                                                f"{', '.join(PROTOCOL_VERSIONS)}")
-            return
         body = self.read_body()
         if body is None:
             return
         payload, reply = decode(body)
+        versions = self.versions()
+        modern = modern_post(versions, payload)
         if reply is not None:  # not JSON: nothing to answer but the parse error itself
+            if modern:
+                del reply["id"]  # 2026-07-28 omits an id it could not read
             self.send(HTTPStatus.BAD_REQUEST, encode(reply))
+            return
+        request_id = payload.get("id") if isinstance(payload, dict) else None
+        if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+            request_id = None
+        unknown = [v for v in versions if v not in PROTOCOL_VERSIONS and v not in MODERN_VERSIONS]
+        if unknown:
+            error = unsupported_version(unknown[0], "MCP-Protocol-Version")
+            self.answer_error(request_id, error.code, error.message, error.data)
+            return
+        if modern and isinstance(payload, list):
+            self.answer_error(None, INVALID_REQUEST, "a JSON-RPC batch is not a 2026-07-28 "
+                                                     "request: send each request in a POST of "
+                                                     "its own")
+            return
+        mismatch = header_mismatch(self.headers, payload) if modern else None
+        if mismatch is not None:
+            self.answer_error(request_id, HEADER_MISMATCH, mismatch)
             return
         if not self.server.begin_request():
             self.close_connection = True
-            self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
+            if modern:  # the body was read: its id goes back
+                self.answer_error(request_id, TRANSPORT_ERROR, "the server is shutting down",
+                                  status=HTTPStatus.SERVICE_UNAVAILABLE)
+            else:
+                self.refuse(HTTPStatus.SERVICE_UNAVAILABLE, "the server is shutting down")
             return
         # In flight until the reply is written out, so that a shutdown waits for it: a
         # client whose reply to committed writes was cut off would retry them.
         try:
-            session = Session(version or HEADERLESS_VERSION)
-            reply = handle_payload(payload, self.server.store, session)
-            if reply is None:
+            session = Session(versions[0] if versions else HEADERLESS_VERSION,
+                              cache_scope="public" if self.server.token is None else "private")
+            messages = handle_payload(payload, self.server.store, session, modern)
+            if not messages:
                 self.send(HTTPStatus.ACCEPTED)
                 return
-            data = encode(reply)
-            if "text/event-stream" in self.headers.get("Accept", ""):
-                self.send(HTTPStatus.OK, b"data: " + data + b"\n\n", "text/event-stream",
-                          [("Cache-Control", "no-cache")])
+            streamed = "text/event-stream" in self.headers.get("Accept", "")
+            last = messages[-1]
+            if modern and isinstance(last, dict) and "error" in last:
+                self.send(MODERN_STATUS.get(last["error"]["code"], HTTPStatus.OK), encode(last))
+            elif len(messages) > 1 and not streamed:
+                self.answer_error(request_id, INVALID_REQUEST, "the reply to this request is an "
+                                                               "event stream (notifications, then "
+                                                               "the result): send Accept: "
+                                                               "text/event-stream",
+                                  status=HTTPStatus.NOT_ACCEPTABLE)
+            elif streamed:
+                self.send(HTTPStatus.OK, b"".join(b"data: " + encode(m) + b"\n\n"
+                                                  for m in messages),
+                          "text/event-stream", [("Cache-Control", "no-cache")])
             else:
-                self.send(HTTPStatus.OK, data)
+                self.send(HTTPStatus.OK, encode(last))
             self.wfile.flush()
         finally:
             self.server.end_request()
+
+    def answer_error(self, request_id, code, message, data=None, status=None):
+        """A 2026-07-28 JSON-RPC error, with the HTTP status its code takes (or `status`);
+        the body was read, so the connection can stay open for the next request."""
+        body = encode(rpc_error(request_id, code, message, data, modern=True))
+        self.send(status or MODERN_STATUS.get(code, HTTPStatus.BAD_REQUEST), body)
 
     def do_GET(self):
         if self.on_mcp_path():

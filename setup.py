@@ -140,8 +140,9 @@ def interpreter(system, env, paths):
 
 def check_start(python, data_dir, env):
     """Start the server as a client would, in the environment `env` plus the data
-    directory, and ask for initialize and tools/list; None if it answered both, else what
-    went wrong."""
+    directory, and ask for initialize and tools/list; then start it as an MCP 2026-07-28
+    client does, with server/discover and a tools/call carrying _meta. None if it answered
+    them all, else what went wrong."""
     env = dict(env, FLOOD_MEMORY_DIR=data_dir)
     messages = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -167,6 +168,33 @@ def check_start(python, data_dir, env):
         return f"it did not answer initialize and tools/list (exit {done.returncode}: {last})"
     if len(tools) != 5:
         return f"it listed {len(tools)} tools instead of 5"
+    # A recall by a tag no memory has: it changes nothing in the data directory.
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "setup.py", "version": "1"}}
+    messages = [
+        {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"_meta": meta, "name": "recall",
+                    "arguments": {"tags": ["setup.py self-check, never a tag"]}}},
+    ]
+    stdin = "".join(json.dumps(m) + "\n" for m in messages)
+    try:
+        done = subprocess.run([python, os.path.join(HERE, "server.py")], input=stdin,
+                              capture_output=True, text=True, timeout=30, env=env,
+                              cwd=os.path.abspath(os.sep))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"it did not run: {exc}"
+    try:
+        discover, called = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        served = discover["result"]["supportedVersions"]
+        called["result"]["structuredContent"]["results"]
+    except (ValueError, LookupError, TypeError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return (f"it did not answer server/discover and a tools/call with _meta "
+                f"(exit {done.returncode}: {last})")
+    if "2026-07-28" not in served or called["result"]["isError"]:
+        return f"it does not serve MCP 2026-07-28 as a client would use it (it serves {served})"
     return None
 
 

@@ -25,6 +25,9 @@ Where the test for a behaviour lives:
       access counting, threads, checkpoints
     JSON-RPC over stdio: handshake, revisions, tools and their         StdioTest
       schemas, errors, batches; the server.py process itself
+    MCP 2026-07-28 beside the handshake era, over stdio and HTTP:      ModernProtocolTest
+      server/discover, per-request _meta, marked and cacheable
+      results, subscriptions/listen, Mcp-Method/Mcp-Name headers
     setup.py: the data directory, the configuration it prints, each    SetupTest
       client's forms started as that client would; test.py clients
       with stand-ins for the clients
@@ -2347,10 +2350,13 @@ class StdioTest(StoreTestCase):
         self.assertEqual(replies[0]["result"], {})
         self.assertEqual(len(replies[1]["result"]["tools"]), 5)
 
-    def test_discover_probe_gets_a_prompt_method_not_found(self):
+    def test_discover_probe_without_capabilities_gets_a_prompt_invalid_params(self):
+        # server/discover is served now (issue 41); a probe lacking clientCapabilities is
+        # told what it lacks, at once.
         reply = self.exchange(request("server/discover", {"_meta": {
             "io.modelcontextprotocol/protocolVersion": "2026-07-28"}}))[0]
-        self.assertEqual(reply["error"]["code"], server.METHOD_NOT_FOUND)
+        self.assertEqual(reply["error"]["code"], server.INVALID_PARAMS)
+        self.assertIn("io.modelcontextprotocol/clientCapabilities", reply["error"]["message"])
 
     def test_what_a_batch_may_cost_is_bounded(self):
         init = request("initialize", {"protocolVersion": "2025-03-26"}, id=0)
@@ -2520,6 +2526,463 @@ class StdioTest(StoreTestCase):
         self.assertIn("not an SQLite database", err)
         self.assertIn(os.path.join(data, store.DB_NAME), err)
         self.assertEqual(proc.unread, b"")
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def modern(method, params=None, id=1, **meta):
+    """A 2026-07-28 request: `params` with the _meta every such request carries, its entries
+    replaced or (given None) left out by `meta` (keys named after io.modelcontextprotocol/)."""
+    entries = dict(MODERN_META)
+    for key, value in meta.items():
+        entries.pop(f"io.modelcontextprotocol/{key}", None)
+        if value is not None:
+            entries[f"io.modelcontextprotocol/{key}"] = value
+    return request(method, {**(params or {}), "_meta": entries}, id)
+
+
+def modern_call(name, arguments, id=1, **meta):
+    return modern("tools/call", {"name": name, "arguments": arguments}, id, **meta)
+
+
+def routing_headers(message):
+    """The headers a 2026-07-28 client sends beside `message` over HTTP."""
+    headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": message["method"]}
+    if message["method"] == "tools/call":
+        headers["Mcp-Name"] = message["params"]["name"]
+    return headers
+
+
+def marked(result):
+    """A 2026-07-28 result without the marks every such result carries, after checking them."""
+    assert result["resultType"] == "complete", result
+    meta = dict(result["_meta"])
+    assert meta.pop("io.modelcontextprotocol/serverInfo") == server.SERVER_INFO, result
+    rest = {k: v for k, v in result.items() if k not in ("resultType", "_meta")}
+    if meta:
+        rest["_meta"] = meta
+    return rest
+
+
+class ModernProtocolTest(StoreTestCase):
+    """MCP 2026-07-28 (issue 41) beside the handshake era: server/discover, per-request _meta,
+    marked and cacheable results, subscriptions/listen; over stdio and over HTTP."""
+
+    def exchange(self, *messages):
+        """Run serve_stdio over the messages (dicts, or raw lines); every line it wrote."""
+        lines = [m if isinstance(m, str) else json.dumps(m) for m in messages]
+        stdout = io.StringIO()
+        server.serve_stdio(self.store, io.StringIO("\n".join(lines) + "\n"), stdout)
+        return [json.loads(line) for line in stdout.getvalue().splitlines()]
+
+    def one(self, message):
+        replies = self.exchange(message)
+        self.assertEqual(len(replies), 1, replies)
+        return replies[0]
+
+    def modern_tool(self, name, arguments):
+        reply = self.one(modern_call(name, arguments))
+        return self.succeeded(marked(reply["result"]))
+
+    # -- stdio
+
+    def test_discover_opens_a_stdio_session_without_initialize(self):
+        for meta in ({}, {"clientInfo": {"name": "t", "version": "1"}}):
+            with self.subTest(meta=meta):
+                reply = self.one(modern("server/discover", id="probe-1", **meta))
+                self.assertEqual(reply["id"], "probe-1")
+                self.assertEqual(marked(reply["result"]), {
+                    "supportedVersions": ["2026-07-28"],
+                    "capabilities": {"tools": {"listChanged": False}},
+                    "instructions": server.INSTRUCTIONS,
+                    "ttlMs": 3_600_000, "cacheScope": "public"})
+
+    def test_every_tool_works_per_request_and_sees_the_handshake_eras_memories(self):
+        a = self.modern_tool("remember", {"content": "The kiln fires on Thursdays",
+                                          "tags": ["pottery"]})
+        self.assertEqual(self.store.get(a["id"])["content"], "The kiln fires on Thursdays")
+        old = self.exchange(request("initialize", {"protocolVersion": "2025-11-25"}, id=0),
+                            call("remember", {"content": "Glaze orders go to Ines",
+                                              "links": [a["id"]]}, id=2))[1]
+        b = self.succeeded(old)
+        self.assertNotIn("resultType", old["result"])
+        found = self.modern_tool("recall", {"query": "who takes the glaze orders?"})
+        self.assertEqual([n["id"] for n in found["results"]], [b["id"]])
+        near = self.modern_tool("connections", {"node_id": a["id"]})
+        self.assertEqual({n["id"]: n["distance"] for n in near["nodes"]}, {a["id"]: 0, b["id"]: 1})
+        self.assertEqual(self.modern_tool("update", {"node_id": b["id"], "tags": ["x"]})["tags"],
+                         ["x"])
+        self.assertEqual(self.modern_tool("forget", {"node_id": a["id"]}),
+                         {"id": a["id"], "deleted": True})
+        self.assertEqual(self.store.count(), 1)
+
+    def test_a_modern_result_is_the_handshake_eras_plus_its_marks(self):
+        # The same tool handlers serve both eras: a call that changes nothing answers the
+        # same in each, the 2026-07-28 one marked.
+        init = request("initialize", {"protocolVersion": "2025-11-25"}, id=0)
+        ghost = str(uuid.uuid4())
+        for message in (call("forget", {"node_id": ghost}), call("recall", {"tags": ["none"]}),
+                        call("recall", {"query": 5}), request("tools/list")):
+            with self.subTest(message=message):
+                old = self.exchange(init, message)[1]["result"]
+                new = self.one(modern(message["method"], message.get("params")))["result"]
+                self.assertNotIn("resultType", old)
+                if message["method"] == "tools/list":
+                    self.assertEqual((new.pop("ttlMs"), new.pop("cacheScope")),
+                                     (3_600_000, "public"))
+                self.assertEqual(marked(new), old)
+        error = self.one(modern_call("forget", {"node_id": ghost}))["result"]
+        self.assertTrue(error["isError"])
+        self.assertEqual(error["resultType"], "complete")
+
+    def test_tools_list_is_cacheable_and_in_a_fixed_order(self):
+        first, second = self.exchange(modern("tools/list", id=1), modern("tools/list", id=2))
+        self.assertEqual(json.dumps(first["result"]), json.dumps(second["result"]))
+        tools = marked(first["result"])
+        self.assertEqual((tools["ttlMs"], tools["cacheScope"]), (3_600_000, "public"))
+        self.assertEqual([t["name"] for t in tools["tools"]], list(server.TOOLS))
+        # JSON Schema 2020-12 is the default dialect now: the schemas name no other, and
+        # use only keywords whose meaning 2020-12 kept (items is one schema, not a list).
+        for tool in tools["tools"]:
+            for key in ("inputSchema", "outputSchema"):
+                with self.subTest(tool=tool["name"], schema=key):
+                    self.assertNotIn("$schema", json.dumps(tool[key]))
+                    self.assertEqual(schema_problems(tool[key]), [])
+            self.assertEqual(tool["inputSchema"]["type"], "object")
+        self.assertEqual(self.one(modern("tools/list", {"cursor": "x"}))["error"]["code"],
+                         server.INVALID_PARAMS)
+
+    def test_per_request_metadata_is_checked(self):
+        cases = [
+            (request("server/discover", id=1), server.INVALID_PARAMS, "needs params._meta"),
+            (request("server/discover", {"_meta": []}, id=1), server.INVALID_PARAMS,
+             "needs params._meta"),
+            (modern("server/discover", protocolVersion=None), server.INVALID_PARAMS,
+             "lacks io.modelcontextprotocol/protocolVersion"),
+            (modern("tools/list", clientCapabilities=None), server.INVALID_PARAMS,
+             "lacks io.modelcontextprotocol/clientCapabilities"),
+            (modern("tools/list", protocolVersion=20260728), server.INVALID_PARAMS,
+             "must be a string"),
+            (modern("tools/list", clientCapabilities=[]), server.INVALID_PARAMS,
+             "must be an object"),
+            (request("subscriptions/listen", [1], id=1), server.INVALID_PARAMS,
+             "params must be an object"),
+        ]
+        for message, code, words in cases:
+            with self.subTest(message=message):
+                reply = self.one(message)
+                self.assertEqual((reply["id"], reply["error"]["code"]), (1, code))
+                self.assertIn(words, reply["error"]["message"])
+        for version in ("2099-01-01", "2025-11-25", "2024-11-05", "x" * 5000):
+            with self.subTest(version=version[:20]):
+                reply = self.one(modern_call("remember", {"content": "not stored"},
+                                            protocolVersion=version))
+                self.assertEqual(reply["error"]["code"], server.UNSUPPORTED_VERSION)
+                self.assertEqual(reply["error"]["data"], {"supported": ["2026-07-28"],
+                                                          "requested": version[:100]})
+                self.assertLess(len(reply["error"]["message"]), 200)
+        self.assertEqual(self.store.count(), 0)
+
+    def test_client_info_never_changes_what_is_answered(self):
+        replies = set()
+        for info in (None, {"name": "a", "version": "1"}, 7, "x" * 10_000, {"name": []}):
+            replies.add(json.dumps(self.one(modern("tools/list", clientInfo=info))))
+        self.assertEqual(len(replies), 1)
+
+    def test_removed_and_unknown_methods_are_not_found(self):
+        for method in ("ping", "initialize", "logging/setLevel", "resources/list",
+                       "resources/subscribe", "prompts/list", "completion/complete", "no/such"):
+            with self.subTest(method=method):
+                reply = self.one(modern(method, {"protocolVersion": "2025-11-25"}))
+                self.assertEqual(reply["error"]["code"], server.METHOD_NOT_FOUND)
+                self.assertIn(method, reply["error"]["message"])
+
+    def test_the_handshake_era_is_served_as_before(self):
+        # A handshake-era _meta (a progressToken) is no 2026-07-28 request; an initialize
+        # after a server/discover is served in the handshake era (README, Protocol), and
+        # so is what follows it without _meta.
+        replies = self.exchange(
+            request("tools/list", {"_meta": {"progressToken": 5}}, id=1),
+            modern("server/discover", id=2),
+            request("initialize", {"protocolVersion": "2025-03-26"}, id=3),
+            request("tools/list", id=4),
+            request("ping", id=5),
+            [modern("server/discover", id=6), request("ping", id=7)])
+        self.assertEqual([r["id"] for r in replies[:5]], [1, 2, 3, 4, 5])
+        self.assertNotIn("ttlMs", replies[0]["result"])
+        self.assertNotIn("outputSchema", replies[0]["result"]["tools"][0])
+        self.assertEqual(replies[2]["result"]["protocolVersion"], "2025-03-26")
+        self.assertNotIn("resultType", replies[2]["result"])
+        self.assertTrue(all("annotations" in t and "outputSchema" not in t
+                            for t in replies[3]["result"]["tools"]))
+        self.assertEqual(replies[4]["result"], {})
+        # A batch is never a 2026-07-28 request: its discover is not a method there.
+        self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies[5]],
+                         [(6, server.METHOD_NOT_FOUND), (7, None)])
+
+    def test_listen_is_acknowledged_then_ended_at_once(self):
+        replies = self.exchange(
+            modern("subscriptions/listen", {"notifications": {"toolsListChanged": True}},
+                   id="listen:0"),
+            modern("subscriptions/listen", id=2),
+            modern("subscriptions/listen", {"notifications": "all"}, id=3),
+            modern("tools/list", id=4))
+        ack, end = replies[0], replies[1]
+        self.assertEqual(ack, {"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                               "params": {"_meta": {server.SUBSCRIPTION_KEY: "listen:0"},
+                                          "notifications": {}}})
+        self.assertEqual(end["id"], "listen:0")
+        self.assertEqual(marked(end["result"]), {"_meta": {server.SUBSCRIPTION_KEY: "listen:0"}})
+        self.assertEqual(replies[2]["params"]["_meta"][server.SUBSCRIPTION_KEY], 2)
+        self.assertEqual(replies[3]["id"], 2)
+        self.assertEqual(replies[4]["error"]["code"], server.INVALID_PARAMS)
+        self.assertEqual(replies[5]["id"], 4)
+        self.assertEqual(len(replies), 6)
+
+    def test_no_log_notification_and_no_request_is_ever_sent(self):
+        ghost = str(uuid.uuid4())
+        for level in (None, "debug"):
+            with self.subTest(level=level):
+                with self.assertLogs("flood-memory.store", "WARNING"):  # the skipped link
+                    replies = self.exchange(modern_call("remember", {
+                        "content": f"links to nowhere {level}", "links": [ghost]}, logLevel=level))
+                self.assertEqual(len(replies), 1)
+                self.assertEqual(replies[0]["id"], 1)
+                self.assertNotIn("method", replies[0])
+
+    def test_server_py_starts_the_new_way(self):
+        log_path = os.path.join(self.dir, "server.log")
+        proc = self.server_process(os.path.join(self.dir, "proc"), log_path, timeout=30)
+        discover = proc.send(modern("server/discover"))
+        self.assertEqual(discover["result"]["supportedVersions"], ["2026-07-28"])
+        node = self.succeeded(marked(proc.send(modern_call("remember", {
+            "content": "Stored with no handshake at all"}))["result"]))
+        found = marked(proc.send(modern_call("recall", {"query": "handshake"}))["result"])
+        self.assertEqual([n["id"] for n in found["structuredContent"]["results"]], [node["id"]])
+        self.assertEqual(proc.close(), 0)
+        with open(log_path, "rb") as f:
+            self.assertNotIn(b"Traceback", f.read())
+
+    def test_setup_starts_the_server_the_new_way_too(self):
+        kept = self.store.add("setup.py must leave this memory as it was", ["keep"])
+        env = setup.bare_environment(platform.system(), os.environ)
+        run, sent = subprocess.run, []
+
+        def handshake_only(args, input, **kwargs):
+            sent.append([json.loads(line) for line in input.splitlines()])
+            if sent[-1][0]["method"] != "server/discover":
+                return run(args, input=input, **kwargs)
+            refusal = json.dumps(server.rpc_error(1, server.METHOD_NOT_FOUND, "method not found"))
+            return subprocess.CompletedProcess(args, 0, refusal + "\n" + refusal, "")
+
+        self.assertIsNone(setup.check_start(sys.executable, self.dir, env))
+        with unittest.mock.patch.object(setup.subprocess, "run", handshake_only):
+            problem = setup.check_start(sys.executable, self.dir, env)
+        self.assertIn("did not answer server/discover and a tools/call with _meta", problem)
+        self.assertEqual([m["method"] for m in sent[1]], ["server/discover", "tools/call"])
+        self.assertIn(server.VERSION_KEY, sent[1][1]["params"]["_meta"])
+        self.assertEqual(self.store.get(kept["id"]), kept)
+        self.assertEqual(self.store.count(), 1)
+
+    # -- HTTP
+
+    def serve(self, **options):
+        httpd = self.serve_http(self.store, **options)
+        conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=10)
+        self.addCleanup(conn.close)
+        return httpd, conn
+
+    def post(self, conn, message, headers=None, **kwargs):
+        """POST a 2026-07-28 message with the headers a client sends beside it, `headers`
+        replacing them (None: left out); (status, headers, body parsed or bytes)."""
+        sent = routing_headers(message) if isinstance(message, dict) else {
+            "MCP-Protocol-Version": "2026-07-28"}
+        for name, value in (headers or {}).items():
+            sent.pop(name, None)
+            if value is not None:
+                sent[name] = value
+        status, got, body = http_post(conn, message, sent, **kwargs)
+        with contextlib.suppress(ValueError):
+            body = json.loads(body)
+        return status, got, body
+
+    def test_discover_and_tools_over_http(self):
+        _, conn = self.serve()
+        status, headers, body = self.post(conn, modern("server/discover", id=9))
+        self.assertEqual((status, body["id"]), (200, 9))
+        result = marked(body["result"])
+        # With a bearer token set, a shared cache must not keep what a token fetched.
+        self.assertEqual((result["ttlMs"], result["cacheScope"]), (3_600_000, "private"))
+        self.assertEqual(result["supportedVersions"], ["2026-07-28"])
+        self.assertEqual(marked(self.post(conn, modern("tools/list"))[2]["result"])["cacheScope"],
+                         "private")
+        status, _, body = self.post(conn, modern_call("remember", {"content": "Über HTTP"}))
+        node = self.succeeded(marked(body["result"]))
+        self.assertEqual(self.store.get(node["id"])["content"], "Über HTTP")
+        # Mcp-Name as =?base64?...?=, and header values with whitespace around them.
+        message = modern_call("recall", {"query": "http"})
+        status, _, body = self.post(conn, message, {
+            "Mcp-Name": "=?base64?" + base64.b64encode(b"recall").decode() + "?=",
+            "Mcp-Method": " tools/call\t", "MCP-Protocol-Version": "2026-07-28 "})
+        self.assertEqual(status, 200, body)
+        self.assertEqual(len(self.succeeded(marked(body["result"]))["results"]), 1)
+        _, open_conn = self.serve(token=None)
+        body = self.post(open_conn, modern("server/discover"), auth=False)[2]
+        self.assertEqual(body["result"]["cacheScope"], "public")
+
+    def test_headers_that_disagree_with_the_body_are_refused(self):
+        _, conn = self.serve()
+        remember = modern_call("remember", {"content": "must not be stored"}, id=7)
+        cases = [
+            ({"Mcp-Method": None}, "Mcp-Method header is missing"),
+            ({"Mcp-Method": "tools/list"}, "differs from the body's method"),
+            ({"Mcp-Name": None}, "Mcp-Name header is missing"),
+            ({"Mcp-Name": "forget"}, "differs from the body's tool name"),
+            ({"Mcp-Name": "=?base64?cmVtZW1iZXI?="}, "not base64"),
+            ({"Mcp-Name": "=?base64?" + base64.b64encode(b"forget").decode() + "?="},
+             "'forget' differs"),
+            ({"Mcp-Name": "remember\u00e9"}, "a character a header value may not"),
+            ({"MCP-Protocol-Version": None}, "MCP-Protocol-Version header is missing"),
+            ({"MCP-Protocol-Version": "2025-11-25"}, "differs from the revision"),
+            ({"Mcp-Method": "tools/call" + "x" * 5000}, "differs from the body's method"),
+        ]
+        for headers, words in cases:
+            with self.subTest(headers={k: (v or "")[:30] for k, v in headers.items()}):
+                status, _, body = self.post(conn, remember, headers)
+                self.assertEqual((status, body["id"], body["error"]["code"]),
+                                 (400, 7, server.HEADER_MISMATCH), body)
+                self.assertIn(words, body["error"]["message"])
+                self.assertLess(len(body["error"]["message"]), 250)
+        data = json.dumps(remember).encode()
+        for name in ("Mcp-Method", "Mcp-Name", "MCP-Protocol-Version"):
+            with self.subTest(duplicated=name):
+                conn.putrequest("POST", "/mcp")
+                for header, value in [*routing_headers(remember).items(),
+                                      (name, routing_headers(remember)[name]),
+                                      ("Authorization", f"Bearer {TOKEN}"),
+                                      ("Content-Length", str(len(data)))]:
+                    conn.putheader(header, value)
+                conn.endheaders(data)
+                resp = conn.getresponse()
+                body = json.loads(resp.read())
+                self.assertEqual((resp.status, body["error"]["code"]),
+                                 (400, server.HEADER_MISMATCH))
+                self.assertIn("appears more than once", body["error"]["message"])
+        self.assertEqual(self.store.count(), 0)
+
+    def test_modern_errors_take_their_http_statuses(self):
+        _, conn = self.serve()
+        cases = [
+            (modern("server/discover", protocolVersion=None, id=3), None, 400,
+             server.INVALID_PARAMS),
+            (request("tools/list", id=3), None, 400, server.INVALID_PARAMS),
+            (modern("tools/list", protocolVersion="2099-01-01", id=3),
+             {"MCP-Protocol-Version": "2099-01-01"}, 400, server.UNSUPPORTED_VERSION),
+            (modern("tools/list", protocolVersion="2025-11-25", id=3),
+             {"MCP-Protocol-Version": "2025-11-25"}, 400, server.UNSUPPORTED_VERSION),
+            (modern("ping", id=3), None, 404, server.METHOD_NOT_FOUND),
+            (modern("initialize", {"protocolVersion": "2025-11-25"}, id=3), None, 404,
+             server.METHOD_NOT_FOUND),
+            (modern_call("no_such_tool", {}, id=3), None, 400, server.INVALID_PARAMS),
+        ]
+        for message, headers, status, code in cases:
+            with self.subTest(message=message["method"], code=code):
+                got, _, body = self.post(conn, message, headers)
+                self.assertEqual((got, body["id"], body["error"]["code"]), (status, 3, code))
+        # An unknown header in any era: -32022 with its data, the id when the body held one.
+        for message in (request("ping", id=4), {"jsonrpc": "2.0", "method": "x"}):
+            with self.subTest(message=message):
+                got, _, body = self.post(conn, message, {"MCP-Protocol-Version": "1.0" * 40})
+                self.assertEqual((got, body["error"]["code"]), (400, server.UNSUPPORTED_VERSION))
+                self.assertEqual(body["error"]["data"]["requested"], ("1.0" * 40)[:100])
+                self.assertEqual(body.get("id", "omitted"), message.get("id", "omitted"))
+                self.assertLess(len(body["error"]["message"]), 200)
+        # No id could be read: none is given (not null).
+        for data, code in ((b'{"jsonrpc": "2.0", "id": 5, "meth', server.PARSE_ERROR),
+                           (json.dumps([modern("tools/list")]).encode(), server.INVALID_REQUEST),
+                           (b"5", server.INVALID_REQUEST)):
+            with self.subTest(data=data[:20]):
+                got, _, body = self.post(conn, data)
+                self.assertEqual((got, body["error"]["code"]), (400, code))
+                self.assertNotIn("id", body)
+        # A notification has no header rules: 202.
+        got, _, body = self.post(conn, {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                        "params": {"requestId": 1}})
+        self.assertEqual((got, body), (202, b""))
+
+    def test_http_checks_come_in_order(self):
+        # Origin, then the token (401 before any 2026-07-28 400), then the size limits,
+        # then the body, then the 2026-07-28 checks; what no id could be read for has none.
+        bad = modern_call("remember", {"content": "never stored"})
+        wrong = {"Mcp-Name": "forget"}
+        _, open_conn = self.serve(token=None)
+        status, _, body = self.post(open_conn, bad, dict(wrong, Origin="http://evil.example"),
+                                    auth=False)
+        self.assertEqual(status, 403)
+        self.assertNotIn("id", body)
+        _, conn = self.serve(max_body=2000)
+        status, headers, body = self.post(conn, bad, wrong, auth=False)
+        self.assertEqual(status, 401)
+        self.assertTrue(headers["www-authenticate"].startswith("Bearer"))
+        self.assertNotIn("id", body)
+        status, _, body = self.post(conn, modern_call("remember", {"content": "x" * 3000}), wrong)
+        self.assertEqual(status, 413)
+        self.assertNotIn("id", body)
+        httpd, conn = self.serve()
+        status, _, body = self.post(conn, b'{"id": 1', wrong)
+        self.assertEqual((status, body["error"]["code"]), (400, server.PARSE_ERROR))
+        status, _, body = self.post(conn, bad, wrong)
+        self.assertEqual((status, body["error"]["code"]), (400, server.HEADER_MISMATCH))
+        self.assertEqual(self.store.count(), 0)
+        # The handshake era's refusals keep their null id.
+        status, _, body = self.post(conn, request("ping"), {"MCP-Protocol-Version": "2025-06-18",
+                                                            "Mcp-Method": None}, auth=False)
+        self.assertEqual((status, body["id"]), (401, None))
+        # Once the server is stopping, a request whose body was read gets its id back.
+        httpd.drain(5)
+        status, _, body = self.post(conn, modern("tools/list", id="last"))
+        self.assertEqual((status, body["id"]), (503, "last"))
+
+    def test_listen_over_http_holds_nothing(self):
+        _, conn = self.serve()
+        listen = modern("subscriptions/listen", {"notifications": {"toolsListChanged": True}},
+                        id=11)
+        status, headers, body = self.post(conn, listen,
+                                          {"Accept": "application/json, text/event-stream"})
+        self.assertEqual((status, headers["content-type"]), (200, "text/event-stream"))
+        events = [json.loads(e.removeprefix(b"data: ")) for e in body.split(b"\n\n") if e]
+        self.assertEqual([e.get("method") for e in events],
+                         ["notifications/subscriptions/acknowledged", None])
+        self.assertEqual(events[0]["params"], {"_meta": {server.SUBSCRIPTION_KEY: 11},
+                                               "notifications": {}})
+        self.assertEqual(marked(events[1]["result"]), {"_meta": {server.SUBSCRIPTION_KEY: 11}})
+        # The subscription is over: the response is whole, and the connection's one thread
+        # takes the next request on it at once.
+        self.assertEqual(int(headers["content-length"]), len(body))
+        self.assertEqual(self.post(conn, modern("tools/list"))[0], 200)
+        status, _, body = self.post(conn, listen)  # no event stream accepted
+        self.assertEqual((status, body["id"], body["error"]["code"]),
+                         (406, 11, server.INVALID_REQUEST))
+        self.assertIn("Accept: text/event-stream", body["error"]["message"])
+
+    def test_cors_and_methods_for_modern_clients(self):
+        _, conn = self.serve()
+        conn.request("OPTIONS", "/mcp", headers={"Origin": "https://app.example"})
+        resp = conn.getresponse()
+        resp.read()
+        allowed = {h.strip().lower() for h in
+                   resp.getheader("Access-Control-Allow-Headers").split(",")}
+        self.assertLessEqual({"mcp-method", "mcp-name", "mcp-protocol-version"}, allowed)
+        for method in ("GET", "DELETE"):
+            with self.subTest(method=method):
+                conn.request(method, "/mcp", headers={"Authorization": f"Bearer {TOKEN}",
+                                                      "MCP-Protocol-Version": "2026-07-28"})
+                resp = conn.getresponse()
+                body = json.loads(resp.read())
+                self.assertEqual(resp.status, 405)
+                self.assertNotIn("id", body)
 
 
 # The quotes PowerShell takes for ' (setup.PowerShell doubles each inside a quoted word).
@@ -3873,7 +4336,12 @@ class RemoteTest(StoreTestCase):
         status, headers, body = self.post(request("ping"),
                                           headers={"MCP-Protocol-Version": "1999-01-01"})
         self.assertEqual(status, 400)
-        self.assertIn("unsupported MCP-Protocol-Version", json.loads(body)["error"]["message"])
+        error = json.loads(body)["error"]
+        self.assertIn("unsupported MCP-Protocol-Version", error["message"])
+        # Issue 41: -32022 with what server/discover lists, not -32000.
+        self.assertEqual(error["code"], server.UNSUPPORTED_VERSION)
+        self.assertEqual(error["data"], {"supported": ["2026-07-28"], "requested": "1999-01-01"})
+        self.assertEqual(json.loads(body)["id"], 1)
         self.assertCors(headers)
 
     def test_revision_follows_the_header_and_defaults_to_2025_03_26(self):
@@ -7309,7 +7777,8 @@ class KillTest(TempDirTest):
 # sees it. Beside remember and recall, the same memories and the same queries go to server.py's
 # stdio loop over a PlainStore: SPEC.md's schema and nothing more, plain FTS5 ORDER BY bm25 for
 # a query, called in turn with this store's, so that what a write costs over a plain insert and
-# a recall over plain FTS5 (BARS) stay in view at every size, timed the same way.
+# a recall over plain FTS5 (BARS) stay in view at every size, timed the same way; and so does
+# what a 2026-07-28 tools/call costs beside the same call in the handshake era.
 
 # (p50, p95) in ms, or a single bound; RSS in MB. From the performance issue.
 TARGETS = {
@@ -7600,6 +8069,23 @@ def alternated(client, plain, name, arguments):
     return ours, reference
 
 
+def alternated_eras(client, name, arguments):
+    """Round trips in ms of the tool `name` on one server.py process, as a 2026-07-28 request
+    (the revision named in its _meta) and as a handshake-era one, called in turn (which goes
+    first alternating): (2026-07-28's, the handshake era's). `arguments` holds a pair per
+    call, one for each, so that a remember never repeats the other's memory."""
+    modern_times, handshake_times = [], []
+    for n, (for_modern, for_handshake) in enumerate(arguments):
+        pair = [(modern_call(name, for_modern), modern_times),
+                (call(name, for_handshake), handshake_times)]
+        for message, times in pair if n % 2 == 0 else pair[::-1]:
+            _, error = unwrap(client.send(message))
+            if error:
+                raise SystemExit(f"{name} {message['params']} failed: {error}")
+            times.append(client.elapsed)
+    return modern_times, handshake_times
+
+
 def bench_size(corpus, size, calls, args):
     keep = args.keep
     work = tempfile.mkdtemp(prefix="flood-bench-")
@@ -7640,6 +8126,19 @@ def bench_size(corpus, size, calls, args):
         rows["recall query"], rows[PLAIN_RECALL] = alternated(client, plain_server, "recall",
                                                               queries)
         plain_server.close(60)
+        # Both eras on one process of their own, the handshake at its newest revision: its
+        # replies carry the same structuredContent as 2026-07-28's.
+        eras = ServerProcess(data_dir, cwd=args.project)
+        eras.send(request("initialize", {"protocolVersion": "2025-11-25"}))
+        if "result" in eras.send(modern("server/discover")):  # not in checkouts before it
+            pairs = [tuple({"content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
+                            "links": rnd.sample(ids, 2)} for _ in range(2)) for _ in range(calls)]
+            rows[MODERN_REMEMBER], rows[HANDSHAKE_REMEMBER] = alternated_eras(eras, "remember",
+                                                                              pairs)
+            pairs = [(q, q) for q in ({"query": corpus.query(rnd), "limit": 10}
+                                      for _ in range(calls))]
+            rows[MODERN_RECALL], rows[HANDSHAKE_RECALL] = alternated_eras(eras, "recall", pairs)
+        eras.close(60)
         run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
         run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
                                                      "tags": [rnd.choice(corpus.tags)]})
@@ -7665,12 +8164,17 @@ def bench_size(corpus, size, calls, args):
 
 
 # What this store may cost beside SPEC.md's schema alone (issue "One table, one index"):
-# remember at p50 against a plain insert, recall at p95 against plain FTS5's bm25.
-BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3)}
+# remember at p50 against a plain insert, recall at p95 against plain FTS5's bm25. And what a
+# 2026-07-28 tools/call may cost beside the same call in the handshake era (issue 41).
+MODERN_REMEMBER, HANDSHAKE_REMEMBER = "remember, 2026-07-28", "remember, 2025-11-25"
+MODERN_RECALL, HANDSHAKE_RECALL = "recall query, 2026-07-28", "recall query, 2025-11-25"
+BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3),
+        MODERN_REMEMBER: (HANDSHAKE_REMEMBER, 0.5, 1.05),
+        MODERN_RECALL: (HANDSHAKE_RECALL, 0.5, 1.05)}
 
 
 def plain_ratio(rows, label="remember"):
-    """(this store's figure, the plain reference's, their ratio) for `label` in BARS."""
+    """(the figure for `label` in BARS, its reference's, their ratio)."""
     reference, q, _ = BARS[label]
     mine, plain = percentile(rows[label], q), percentile(rows[reference], q)
     return mine, plain, mine / plain
@@ -7695,6 +8199,8 @@ def report(result):
                 missed.append(f"{label} {p50:.1f}/{p95:.1f} ms")
         print(f"  {label:29} {p50:8.2f} {p95:8.2f}{verdict}")
     for label, (reference, q, bar) in BARS.items():
+        if label not in rows:
+            continue  # a checkout from before 2026-07-28
         mine, plain, ratio = plain_ratio(rows, label)
         ok = ratio <= bar
         print(f"  {label} takes {ratio:.2f}x {reference} at p{q * 100:.0f} ({mine:.2f} "
@@ -7912,6 +8418,9 @@ def bench(argv):
                        f"{plain_ratio(rows, 'recall query')[2]:.2f}x at p95), remember "
                        f"{percentile(rows['remember'], .5):.2f}/{percentile(rows['remember'], .95):.2f}"
                        f" ms ({ratio:.2f}x a plain insert at p50), " +
+                       (f"2026-07-28 recall and remember {plain_ratio(rows, MODERN_RECALL)[2]:.2f}x "
+                        f"and {plain_ratio(rows, MODERN_REMEMBER)[2]:.2f}x the handshake era at "
+                        f"p50, " if MODERN_RECALL in rows else "") +
                        (f"over the reference: {'; '.join(missed)}" if missed
                         else "within every reference figure"))
     print("\nbench: " + " | ".join(summary))
