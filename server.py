@@ -418,9 +418,15 @@ def _nothing_found(store, args, words):
     if args["offset"]:
         return [f"There are no more results: none past the first {args['offset']:,}."]
     window = args.get("since") is not None or args.get("until") is not None
-    there = store.nothing_found(args["tags"], args.get("since"), args.get("until"))
+    there = store.nothing_found(args["tags"], args.get("since"), args.get("until"), words)
     notes = []
-    if words:
+    if there.get("matching"):  # the words match: the tags or the window left none
+        n = there["matching"]
+        left_by = " and ".join(["the tags"] * bool(args["tags"]) + ["the time window"] * window)
+        notes.append(f"{f'more than {MAX_LIMIT}' if n > MAX_LIMIT else f'{n:,}'} "
+                     f"memor{'y matches' if n == 1 else 'ies match'} the words {_quoted(words)}, "
+                     f"but {left_by} left {'it' if n == 1 else 'all of them'} out.")
+    elif words:
         notes.append(f"No memory{' created in that time window' if window else ''} matched "
                      f"the words {_quoted(words)} (common words left out). Recall matches "
                      f"words and their forms, not meanings: try other words for the same "

@@ -878,6 +878,8 @@ def _strings(text):
         return []
     if not isinstance(value, list) or "\\u0000" in text:
         return []
+    if "\\u" not in text and text.isascii():  # no escape: no lone surrogate (ids, mostly)
+        return [t for t in value if isinstance(t, str)]
     return [t for t in value if isinstance(t, str) and
             (t.isascii() or not _SURROGATE.search(t))]
 
@@ -1412,8 +1414,10 @@ class Database:
         db = getattr(self._local, "db", None)
         if db is None:
             try:
-                # SQLite's own wait is kept short: write() waits for the write lock itself.
-                db = sqlite3.connect(self.path, timeout=BUSY_POLL, isolation_level=None,
+                # SQLite's own wait is kept short once the connection is set up (below):
+                # write() waits for the write lock itself. Until then it may wait as long as
+                # a write would, for another process switching a new file to WAL.
+                db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
                                      check_same_thread=False)
                 db.text_factory = _TEXT
                 db.execute("PRAGMA foreign_keys=ON")
@@ -1429,6 +1433,7 @@ class Database:
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
                 self._set_log(db, replicated(self.path))
+                db.execute(f"PRAGMA busy_timeout = {int(BUSY_POLL * 1000)}")
             except sqlite3.Error as exc:
                 raise _translated(exc, "open the memory database", self.timeout,
                                   self.path) from exc
@@ -2461,16 +2466,20 @@ class Store:
             out.append(sorted(counts, key=lambda t: (-counts[t], t)))
         return out
 
-    def nothing_found(self, tags=(), since=None, until=None):
+    def nothing_found(self, tags=(), since=None, until=None, words=()):
         """What a recall that found nothing can tell the model about what there is: for each
         of `tags`, how many memories carry it and, when none does, up to CLOSEST_TAGS tags
         close to it (see _closest_tags); without tags, the CLOSEST_TAGS most used; with a
-        window, how many memories were created in it. As {"tags": [{"tag", "memories",
-        "closest"}], "most_used": [(tag, memories)], "in_window": n}, each key only when
-        it applies."""
+        window, how many memories were created in it; with the query's `words` and tags or a
+        window, how many memories the words find without them (MAX_LIMIT + 1 at most). As
+        {"tags": [{"tag", "memories", "closest"}], "most_used": [(tag, memories)],
+        "in_window": n, "matching": n}, each key only when it applies."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
+        if words and (tags or since is not None or until is not None):
+            with self.db.errors("search the memories"):
+                out["matching"] = len(self.rank(words, limit=MAX_LIMIT + 1))
         with self.db.errors("look at the tags"), self.db.read() as db:
             if since is not None or until is not None:
                 out["in_window"] = db.execute(
@@ -2864,7 +2873,8 @@ class _Load:
             if fresh:
                 stored.update(zip((r.id for r in fresh), self.insert(db, [
                     (r.id, r.content, _json(r.tags), _id_list(list(gained.get(r.id, ()))),
-                     r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh])))
+                     r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh],
+                    collections.Counter(t for r in fresh for t in r.tags))))
                 _fold_tags(db)
         for pair in later:
             self.wait(*sorted(pair, key=stored.__getitem__), stored)
@@ -2911,8 +2921,9 @@ class _Load:
             time.sleep(self.pause)
 
     @staticmethod
-    def insert(db, rows):
-        """Insert the memories `rows` (of _COLUMNS) and index them, in the caller's write
+    def insert(db, rows, tags):
+        """Insert the memories `rows` (of _COLUMNS), carrying `tags` ({tag: how many}), and
+        index them, in the caller's write
         transaction: the full-text and tag indexes in one statement each, not by their
         triggers a row at a time (an official file of 80,000 memories: 1.9 s instead of 5),
         which are set aside meanwhile. A DROP rolls back with the transaction, and no other
@@ -2935,8 +2946,7 @@ class _Load:
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
                    f"{_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
         db.executemany("INSERT INTO tags (tag, memories) VALUES (?, ?) ON CONFLICT (tag) DO "
-                       "UPDATE SET memories = memories + excluded.memories",
-                       collections.Counter(t for row in rows for t in json.loads(row[2])).items())
+                       "UPDATE SET memories = memories + excluded.memories", tags.items())
         for name, statement in _statements(SCHEMA):
             if name in _INDEXING:
                 db.execute(statement)
@@ -2957,16 +2967,16 @@ class _Load:
         links to memories forgotten meanwhile are left out."""
         links = {}
         for chunk in _chunks(list(gained)):
-            links.update(db.execute(
-                f"SELECT id, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            links.update((i, (rowid, text)) for i, rowid, text in db.execute(
+                f"SELECT id, rowid, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
         changed = []
-        for node_id, text in links.items():
+        for node_id, (rowid, text) in links.items():
             had = _strings(text)
             there = set(had)
             more = [t for t in gained[node_id] if t not in there and t in links]
             if more:
-                changed.append((_id_list(had + more), node_id))
-        db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
+                changed.append((_id_list(had + more), rowid))
+        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", changed)
 
 
 _warned = {}  # warning -> when it was last logged

@@ -5173,6 +5173,24 @@ class GuidanceTest(StoreTestCase):
                     self.assertEqual([n["id"] for n in self.store.search(tags=[asked])], [node])
         self.assertEqual(self.store.check(), [])
 
+    def test_a_recall_the_tags_or_window_emptied_opens_with_what_the_words_found(self):
+        for n in range(8):
+            self.store.add(f"the giraffe number {n} ate acacia leaves", ["zoo"])
+        self.store.add("the weather was fine")
+        note = self.note(query="giraffe", tags=["nosuch"])
+        self.assertTrue(note.startswith("8 memories match the words 'giraffe', but the tags "
+                                        "left all of them out."), note)
+        self.assertNotIn("No memory matched", note)
+        self.assertIn("No memory carries the tag 'nosuch'", note)
+        note = self.note(query="giraffe", since="2001-01-01", until="2001-01-02")
+        self.assertTrue(note.startswith("8 memories match the words 'giraffe', but the time "
+                                        "window left all of them out."), note)
+        self.assertIn("No memory was created in that time window.", note)
+        note = self.note(query="giraffe okapi", tags=["zoo", "nosuch"])
+        self.assertIn("but the tags left all of them out", note)
+        note = self.note(query="the okapi", tags=["zoo"])  # the words find nothing at all
+        self.assertIn("No memory matched the words 'okapi'", note)
+
     def test_a_recall_that_finds_nothing_says_what_was_searched_and_what_to_try(self):
         self.family()
         note = self.note(query="what do you remember about me?")
@@ -5189,7 +5207,8 @@ class GuidanceTest(StoreTestCase):
         self.assertIn("The tag 'maria' holds 1 memory, none of them matching", note)
         self.assertIn("The query holds no word to search for.", self.note(query="?! ..."))
         note = self.note(query="churn", since="2020-01-01", until="2020-02-01")
-        self.assertIn("No memory created in that time window matched the words 'churn'", note)
+        self.assertIn("1 memory matches the words 'churn', but the time window left it out.",
+                      note)
         self.assertIn("No memory was created in that time window.", note)
         self.assertEqual(self.note(query="office", offset=5),
                          "There are no more results: none past the first 5.")
@@ -7881,7 +7900,8 @@ NODE_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, acc
 
 class PlainStore:
     """SPEC.md's schema and nothing more, behind the two methods remember and recall call: the
-    reference they are measured against. WAL, synchronous=NORMAL, and one BEGIN IMMEDIATE
+    reference they are measured against. WAL, synchronous=FULL (SQLite's default: each commit
+    synced, as a remember's is, so that like is compared with like), and one BEGIN IMMEDIATE
     transaction per memory that inserts its row (the triggers index it) and appends the
     back-link to the links of each memory it links to. No checks, no derived tables: a
     query is FTS5's bm25 over its words."""
@@ -7889,7 +7909,7 @@ class PlainStore:
     def __init__(self, path):
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA synchronous=FULL")
 
     def add(self, content, tags=(), links=(), source=""):
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -7929,7 +7949,7 @@ class PlainStore:
                                 "+ 1 WHERE id = ?", [(now, node["id"]) for node in nodes])
         return nodes
 
-    def nothing_found(self, tags=(), since=None, until=None):
+    def nothing_found(self, tags=(), since=None, until=None, words=()):
         """What server.py's recall asks of a store when it found nothing: here, nothing more."""
         return {"tags": []}
 
