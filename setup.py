@@ -193,7 +193,13 @@ def desktop_config_files(system, environ, find):
     home = environ.get("HOME") or "~"
     if system == "Darwin":
         return [posixpath.join(home, "Library", "Application Support", "Claude", CONFIG_NAME)]
-    return [posixpath.join(home, ".config", "Claude", CONFIG_NAME)]
+    return [posixpath.join(_config_home(environ), "Claude", CONFIG_NAME)]
+
+
+def _config_home(environ):
+    """Where Linux apps keep their settings (Electron's, VS Code's among them)."""
+    return environ.get("XDG_CONFIG_HOME") or posixpath.join(environ.get("HOME") or "~",
+                                                            ".config")
 
 
 # Folders macOS keeps from apps the user has not allowed (TCC), under the home directory.
@@ -493,7 +499,8 @@ def client_file(client, system, environ):
     else:
         paths, home = posixpath, environ.get("HOME") or "~"
         code_user = (posixpath.join(home, "Library", "Application Support", "Code", "User")
-                     if system == "Darwin" else posixpath.join(home, ".config", "Code", "User"))
+                     if system == "Darwin" else posixpath.join(_config_home(environ), "Code",
+                                                               "User"))
     return {
         "claude-code": paths.join(home, ".claude.json"),
         "codex": paths.join(environ.get("CODEX_HOME") or paths.join(home, ".codex"),

@@ -2387,14 +2387,30 @@ def fake_clients(folder, names):
     return folder
 
 
+def home_env(home, **more):
+    """This process's environment with every variable that names where a client keeps its
+    configuration pointing into `home`, and those that name another place (CLIENT_HOMES)
+    left out, plus `more`: for each run of setup.py and of a client, so that none reads or
+    writes the real home (a plain setup.py runs this suite on the person's own machine)."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_HOMES}
+    env.update(HOME=home, USERPROFILE=home, APPDATA=os.path.join(home, "AppData", "Roaming"),
+               LOCALAPPDATA=os.path.join(home, "AppData", "Local"),
+               XDG_CONFIG_HOME=os.path.join(home, ".config"),
+               CODEX_HOME=os.path.join(home, ".codex"),
+               COPILOT_HOME=os.path.join(home, ".copilot"), **more)
+    return env
+
+
 class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
         # FLOOD_MEMORY_DIR is printed absolute, ~ expanded: clients start the server
         # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~.
+        home = os.path.join(self.dir, "home")
+        os.mkdir(home)
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              cwd=self.dir, env=dict(os.environ, FLOOD_MEMORY_DIR="relative-data"),
+                              cwd=self.dir, env=home_env(home, FLOOD_MEMORY_DIR="relative-data"),
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         data = os.path.join(os.path.realpath(self.dir), "relative-data")
@@ -2429,11 +2445,8 @@ class SetupTest(TempDirTest):
                          f"--client NAME, with NAME one of codex, copilot, vscode, cursor, "
                          f"windsurf, gemini.")
         # ~ comes out expanded.
-        home = os.path.join(self.dir, "home")
-        os.mkdir(home)
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              env=dict(os.environ, FLOOD_MEMORY_DIR="~/tilde-data", HOME=home,
-                                       USERPROFILE=home),
+                              env=home_env(home, FLOOD_MEMORY_DIR="~/tilde-data"),
                               cwd=self.dir, capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertNotIn("~/tilde-data", done.stdout)
@@ -2452,9 +2465,8 @@ class SetupTest(TempDirTest):
         data = os.path.join(home, "My Memories")
         os.mkdir(home)
         os.mkdir(temp)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
-        env.update(HOME=home, USERPROFILE=home, TMPDIR=temp, TEMP=temp, TMP=temp,
-                   FLOOD_MEMORY_DIR=data)
+        env = {k: v for k, v in home_env(home).items() if not k.startswith("FLOOD_MEMORY_")}
+        env.update(TMPDIR=temp, TEMP=temp, TMP=temp, FLOOD_MEMORY_DIR=data)
         python = spaced_python()
         done = subprocess.run([python, os.path.join(checkout, "setup.py"), "--no-tests"],
                               cwd=self.dir, env=env, capture_output=True, text=True, timeout=60)
@@ -2552,8 +2564,8 @@ class SetupTest(TempDirTest):
         data_dir = os.path.join(home, "flood memory")
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
                                "codex", "--no-tests"], cwd=self.dir, capture_output=True,
-                              env=dict(os.environ, HOME=home, USERPROFILE=home,
-                                       FLOOD_MEMORY_DIR=data_dir), text=True, timeout=60)
+                              env=home_env(home, FLOOD_MEMORY_DIR=data_dir), text=True,
+                              timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("Checked: ", done.stdout)
         self.assertNotIn("Claude Desktop", done.stdout)
@@ -2564,7 +2576,8 @@ class SetupTest(TempDirTest):
             self.assertEqual(env, {"FLOOD_MEMORY_DIR": data_dir}, form)
             self.assertEqual(command[1:], [os.path.join(HERE, "server.py")], form)
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
-                               "claude"], capture_output=True, text=True, timeout=60)
+                               "claude"], capture_output=True, text=True, timeout=60,
+                              env=home_env(home))
         self.assertEqual(done.returncode, 2)
         self.assertEqual(done.stdout, "")
         self.assertIn("argument --client: invalid choice: 'claude' (choose from "
@@ -3040,6 +3053,13 @@ class PlatformTest(TempDirTest):
                          "/c x/config.toml")
         self.assertEqual(setup.client_file("copilot", "Windows", {"COPILOT_HOME": r"D:\c"}),
                          r"D:\c\mcp-config.json")
+        # On Linux, VS Code and Claude Desktop (Electron) keep theirs in XDG_CONFIG_HOME.
+        xdg = {"HOME": "/h", "XDG_CONFIG_HOME": "/x"}
+        self.assertEqual(setup.client_file("vscode", "Linux", xdg), "/x/Code/User/mcp.json")
+        self.assertEqual(setup.desktop_config_files("Linux", xdg, None),
+                         ["/x/Claude/claude_desktop_config.json"])
+        self.assertEqual(setup.client_file("vscode", "Linux", {"HOME": "/h"}),
+                         "/h/.config/Code/User/mcp.json")
 
     def test_a_toml_string_reads_back_as_the_text_written(self):
         for text in (r"C:\Program Files\Python313\python.exe", "Bob's \"code\"", "tab\there",
@@ -8214,8 +8234,7 @@ def check_client(name, exe, home):
     it said, line by line)."""
     project, data_dir = os.path.join(home, "project"), os.path.join(home, "memory dir")
     os.makedirs(project)
-    env = {k: v for k, v in os.environ.items() if k not in CLIENT_HOMES}
-    env.update(HOME=home, USERPROFILE=home)
+    env = home_env(home)
     said = []
     printed = subprocess.run(
         [sys.executable, os.path.join(HERE, "setup.py"), "--client", REAL_CLIENTS[name][0],
@@ -8246,7 +8265,7 @@ def check_client(name, exe, home):
         with open(os.path.join(other, ".codex", "config.toml"), "w", encoding="utf-8") as f:
             f.write(f"[mcp_servers.flood-memory]\n{table}\n")
         shutil.rmtree(data_dir, ignore_errors=True)
-        tools, error = ask_codex(exe, dict(env, HOME=other, USERPROFILE=other), project)
+        tools, error = ask_codex(exe, home_env(other), project)
         said.append(f"with the config.toml table instead: tools {', '.join(tools) or 'none'}"
                     + (f"; error: {error}" if error else ""))
         return connected and tools == sorted(server.TOOLS) and used(data_dir, said), said
@@ -8282,13 +8301,15 @@ def clients(argv):
                   flush=True)
             continue
         found += 1
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                 encoding="utf-8", errors="replace", timeout=120)
-        version = (version.stdout.strip().splitlines() or ["version unknown"])[-1]
-        print(f"{name} ({version}, {exe}):", flush=True)
         # A space in the home, the data directory and the project, as many users have.
         home = tempfile.mkdtemp(prefix="flood clients ")
         try:
+            # Codex and Gemini CLI write into their home even for --version.
+            version = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                     encoding="utf-8", errors="replace", timeout=120,
+                                     env=home_env(home))
+            version = (version.stdout.strip().splitlines() or ["version unknown"])[-1]
+            print(f"{name} ({version}, {exe}):", flush=True)
             connected, said = check_client(name, exe, home)
         finally:
             shutil.rmtree(home, ignore_errors=True)
