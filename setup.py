@@ -9,7 +9,8 @@ Before anything else, it starts the server exactly as a client will (the same co
 the bare environment a desktop app gives its servers) and checks that the server answers.
 Without --install it changes nothing outside the data directory: the client configuration
 is printed, for you to paste where it says, with commands in the shell of this system
-(PowerShell on Windows).
+(PowerShell on Windows); at a terminal, it then offers to add the server to each client
+it finds here.
 
 --install registers the server in one client: through the client's own command where the
 client keeps its configuration itself (Claude Code, Gemini CLI); else in the client's file,
@@ -1547,6 +1548,55 @@ def _install_by_command(client, system, environ, python, server, data_dir, remov
     return 0
 
 
+# The command of each client, and the folder that shows it is here.
+_COMMANDS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini",
+             "copilot": "copilot", "vscode": "code", "cursor": "cursor",
+             "windsurf": "windsurf"}
+
+
+def clients_here(system, environ, config_files, which=shutil.which, isdir=os.path.isdir):
+    """The clients that look installed here, [(client, what shows it)]: their configuration
+    folder exists, or their command is on PATH."""
+    paths = ntpath if system == "Windows" else posixpath
+    home = (environ.get("USERPROFILE") if system == "Windows" else environ.get("HOME")) or "~"
+    folders = {
+        "claude-desktop": paths.dirname(config_files[0]),
+        "claude-code": paths.join(home, ".claude"),
+        "gemini": paths.join(home, ".gemini"),
+        "cursor": paths.join(home, ".cursor"),
+        "windsurf": paths.join(home, ".codeium", "windsurf"),
+    }
+    for client in ("codex", "copilot", "vscode"):
+        folders[client] = paths.dirname(client_file(client, system, environ))
+    found = []
+    for client in CLIENTS:
+        if isdir(folders[client]):
+            found.append((client, folders[client]))
+        elif client in _COMMANDS and which(_COMMANDS[client], path=environ.get("PATH")):
+            found.append((client, f"{_COMMANDS[client]} is on PATH"))
+    return found
+
+
+def offer(system, environ, python, data_dir, config_files):
+    """At a terminal: name the clients found here and ask, for each, whether to add the
+    server there. The exit status: 1 if an install that was asked for failed."""
+    found = clients_here(system, environ, config_files)
+    if not found:
+        return 0
+    print("Clients found here: " + "; ".join(f"{CLIENTS[c]} ({why})" for c, why in found))
+    status = 0
+    for client, _ in found:
+        try:
+            answer = input(f"Add {NAME} to {CLIENTS[client]}? [y/N] ")
+        except EOFError:
+            print()
+            break
+        if answer.strip().lower() in ("y", "yes"):
+            status = max(status, install(client, system, environ, python, data_dir,
+                                         config_files))
+    return status
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -1647,6 +1697,10 @@ def _main(args):
         print(client_instructions(args.client, system, python, data_dir, environ, config_files))
         return 0
     print(instructions(system, python, data_dir, config_files, secrets.token_urlsafe(32)))
+    # Asked only of a person at a terminal: a script, a pipe or an editor's task gets
+    # the output above and nothing else.
+    if sys.stdin and sys.stdout and sys.stdin.isatty() and sys.stdout.isatty():
+        return offer(system, environ, python, data_dir, config_files)
     return 0
 
 

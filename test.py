@@ -31,7 +31,7 @@ Where the test for a behaviour lives:
     setup.py --install and --uninstall: each client's file merged      InstallTest
       with the rest kept (comments, order, line endings, BOM, TOML
       forms), the copy, modes, links, broken and changed files; the
-      own commands of Claude Code and Gemini CLI
+      own commands of Claude Code and Gemini CLI; the offer at a terminal
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
       messages, the test runner's closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
@@ -2706,8 +2706,8 @@ OTHER_SERVERS = {
 class InstallTest(TempDirTest):
     """python3 setup.py --client NAME --install and --uninstall: the server merged into each
     client's file with everything else there kept, or registered through the client's own
-    command. Every run gets a home of its own and every variable that names where a client
-    keeps its configuration."""
+    command; and the offer of a plain setup.py at a terminal. Every run gets a home of its
+    own and every variable that names where a client keeps its configuration."""
 
     def home(self, commands=(), name="Bob Smith"):
         """A home (its path holding a space) and the environment that points every client
@@ -3191,6 +3191,87 @@ class InstallTest(TempDirTest):
         status, out, _ = self.install("claude-desktop", env, system="Windows")
         self.assertIn("to undo, delete it or run py setup.py --client claude-desktop "
                       "--uninstall.", out)
+
+    def test_clients_found_here_on_each_system(self):
+        # Simulated: which folders exist and which commands are on PATH.
+        for system, environ, folders, commands, found in (
+                ("Linux", {"HOME": "/home/bob", "XDG_CONFIG_HOME": "/home/bob/.xdg"},
+                 {"/home/bob/.cursor", "/home/bob/.xdg/Code/User"}, {"claude"},
+                 {"cursor": "/home/bob/.cursor", "vscode": "/home/bob/.xdg/Code/User",
+                  "claude-code": "claude is on PATH"}),
+                ("Darwin", {"HOME": "/Users/bob"},
+                 {"/Users/bob/Library/Application Support/Claude", "/Users/bob/.codex"},
+                 {"windsurf"},
+                 {"claude-desktop": "/Users/bob/Library/Application Support/Claude",
+                  "codex": "/Users/bob/.codex", "windsurf": "windsurf is on PATH"}),
+                ("Windows", dict(PlatformTest.WINDOWS_ENV, COPILOT_HOME=r"D:\copilot"),
+                 {PlatformTest.MSIX + r"\LocalCache\Roaming\Claude", r"D:\copilot",
+                  r"C:\Users\Bob\.gemini"}, {"code"},
+                 {"claude-desktop": PlatformTest.MSIX + r"\LocalCache\Roaming\Claude",
+                  "copilot": r"D:\copilot", "gemini": r"C:\Users\Bob\.gemini",
+                  "vscode": "code is on PATH"})):
+            with self.subTest(system=system):
+                configs = setup.desktop_config_files(
+                    system, environ, lambda p: fnmatch.filter([PlatformTest.MSIX], p))
+                self.assertEqual(dict(setup.clients_here(system, environ, configs,
+                                                         which=lambda name, path:
+                                                         name in commands,
+                                                         isdir=folders.__contains__)), found)
+
+    def test_a_plain_setup_offers_the_clients_it_finds_only_at_a_terminal(self):
+        home, env = self.home()
+        os.mkdir(os.path.join(home, ".cursor"))
+        cursor = self.file_of("cursor", env)
+        done = self.setup_py(env)  # no terminal: what it printed before, and no question
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("[y/N]", done.stdout)
+        self.assertNotIn("Clients found here", done.stdout)
+        self.assertFalse(os.path.exists(cursor))
+        if os.name == "nt":
+            self.skipTest("Windows has no pseudo-terminal to give setup.py")
+        said, status = self.at_a_terminal(env, [], b"y\n")
+        self.assertEqual(status, 0, said)
+        self.assertIn(f"Clients found here: Cursor ({os.path.join(home, '.cursor')})", said)
+        self.assertEqual(said.count("[y/N]"), 1, said)
+        self.assertIn("Add flood-memory to Cursor? [y/N] y", said)
+        self.assertIn(f"Cursor: created {cursor} with flood-memory in it", said)
+        self.assertEqual(jsonc_loads(self.read(cursor).decode())["mcpServers"]["flood-memory"],
+                         self.entry("cursor", env))
+        said, status = self.at_a_terminal(env, ["--client", "windsurf", "--install"], b"")
+        self.assertEqual(status, 0, said)
+        self.assertNotIn("[y/N]", said)
+        self.assertIn("Windsurf: created", said)
+
+    def at_a_terminal(self, env, args, typed):
+        """setup.py --no-tests `args` with a pseudo-terminal for its input and output, typed
+        `typed` once it asks: (what the terminal showed, the exit status)."""
+        import pty
+        import select
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests",
+                                 *args], stdin=slave, stdout=slave, stderr=slave, env=env,
+                                cwd=self.dir)
+        os.close(slave)
+        shown = b""
+        try:
+            while True:
+                if not select.select([master], [], [], 120)[0]:
+                    break  # a hung setup.py fails the test below
+                try:
+                    data = os.read(master, 4096)
+                except OSError:  # Linux: the other end is closed
+                    break
+                if not data:
+                    break
+                shown += data
+                if typed and shown.endswith(b"[y/N] "):
+                    os.write(master, typed)
+                    typed = b""
+        finally:
+            os.close(master)
+            if proc.poll() is None:
+                proc.kill()
+        return shown.decode("utf-8", "replace").replace("\r\n", "\n"), proc.wait(60)
 
 
 class PlatformTest(TempDirTest):
