@@ -1215,6 +1215,11 @@ def read_target(path):
         raise Refused(f"{path} is a link to {target}, which does not exist")
     if os.path.exists(target) and not os.path.isfile(target):
         raise Refused(f"{target} is not a file")
+    folder = os.path.dirname(target)
+    while folder and not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            raise Refused(f"{folder} is a file where a folder should be")
+        folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
     if not os.path.exists(target):
         return target, None, 0o600  # new: private, as such files come to hold tokens
     mode = os.stat(target).st_mode & 0o7777

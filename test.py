@@ -2845,6 +2845,13 @@ class InstallTest(TempDirTest):
                 self.assertEqual(self.install(client, env, remove=True)[:2],
                                  (0, f"{setup.CLIENTS[client]}: {path} has no flood-memory: "
                                      f"nothing changed.\n"))
+        # A file where the folder should be.
+        home, env = self.home(name="A File For A Folder")
+        self.write(os.path.join(home, ".cursor"), "")
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertIn(f"setup.py: {os.path.join(home, '.cursor')} is a file where a folder "
+                      f"should be; nothing was changed.", err)
 
     def test_an_old_entry_is_replaced_and_said_and_another_name_for_it_is_named(self):
         home, env = self.home()
@@ -2896,13 +2903,13 @@ class InstallTest(TempDirTest):
                                  f'[mcp_servers.flood-memory.env]\nFLOOD_MEMORY_DIR = "/old"\n\n'
                                  f'{kept}'),
                 ("quoted", f"{kept}\n[mcp_servers.'flood-memory']\n{old}"),
-                ("dotted keys", f'model = "o3"\n\n[mcp_servers]\nflood-memory.command = "/old"\n'
-                                f'flood-memory.env.FLOOD_MEMORY_DIR = "/old"\ndocs.command = '
-                                f'"npx"\n'),
-                ("inline", f'model = "o3"\n\n[mcp_servers]\nflood-memory = {{ command = "/old",'
-                           f' args = [] }}\ndocs = {{ command = "npx" }}\n'),
-                ("dotted from the top", f'model = "o3"\nmcp_servers.flood-memory.command = '
-                                        f'"/old"\nmcp_servers.docs.command = "npx"\n')):
+                ("dotted keys", 'model = "o3"\n\n[mcp_servers]\nflood-memory.command = "/old"\n'
+                                'flood-memory.env.FLOOD_MEMORY_DIR = "/old"\ndocs.command = '
+                                '"npx"\n'),
+                ("inline", 'model = "o3"\n\n[mcp_servers]\nflood-memory = { command = "/old", '
+                           'args = [] }\ndocs = { command = "npx" }\n'),
+                ("dotted from the top", 'model = "o3"\nmcp_servers.flood-memory.command = '
+                                        '"/old"\nmcp_servers.docs.command = "npx"\n')):
             with self.subTest(form=form):
                 self.write(path, text)
                 before = tomllib.loads(text)
@@ -3082,12 +3089,13 @@ class InstallTest(TempDirTest):
             renamed.append((os.path.dirname(source), target))
             return replace(source, target)
 
-        descriptors = os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else []
+        # The descriptors this process has open (Linux and macOS list them in /dev/fd).
+        descriptors = os.listdir("/dev/fd") if os.path.isdir("/dev/fd") else None
         with unittest.mock.patch.object(setup.os, "replace", recorded):
             self.assertEqual(self.install("copilot", env)[0], 0)
         self.assertEqual(renamed, [(os.path.dirname(path), path)])
-        if descriptors:
-            self.assertEqual(len(os.listdir("/proc/self/fd")), len(descriptors))
+        if descriptors is not None:
+            self.assertEqual(len(os.listdir("/dev/fd")), len(descriptors))
         # Nothing holds the files: Windows would refuse to move one held open.
         for name in os.listdir(os.path.dirname(path)):
             moved = os.path.join(self.dir, name)
