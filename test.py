@@ -2285,7 +2285,10 @@ sys.stdout.reconfigure(encoding="utf-8")
 sys.stderr.reconfigure(encoding="utf-8")
 name, args = sys.argv[1], sys.argv[2:]
 home = os.path.expanduser("~")
-codex_config = os.path.join(home, ".codex", "config.toml")
+codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+codex_config = os.path.join(codex_home, "config.toml")
+if name == "codex" and args != ["--version"] and not os.path.isdir(codex_home):
+    sys.exit(f"Error: CODEX_HOME points to {codex_home!r}, but that path does not exist")
 settings = os.path.join(home, ".claude.json" if name == "claude" else ".gemini/settings.json")
 
 
@@ -8885,6 +8888,8 @@ def check_client(name, exe, home):
     project, data_dir = os.path.join(home, "project"), os.path.join(home, "memory dir")
     os.makedirs(project)
     env = home_env(home)
+    # Codex refuses a CODEX_HOME that does not exist ("failed to resolve CODEX_HOME").
+    os.makedirs(env["CODEX_HOME"])
     said = []
     printed = subprocess.run(
         [sys.executable, os.path.join(HERE, "setup.py"), "--client", REAL_CLIENTS[name][0],
