@@ -1474,7 +1474,7 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
             print(f"To take {NAME} out by hand, edit {path}.", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"setup.py: cannot write {path}: {exc.strerror or exc}; nothing was changed.",
+        print(f"setup.py: cannot change {path}: {exc.strerror or exc}; nothing was changed.",
               file=sys.stderr)
         return 1
     linked = f" (through the link to {target})" if target != path else ""
@@ -1484,7 +1484,7 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         print(f"{title}: created {path} with {NAME} in it{linked}. There was no such file: to "
               f"undo, delete it or run {setup_command(system)} --client {client} --uninstall.")
     else:
-        move = ([r"Move-Item", "-Force", copy, target] if system == "Windows"
+        move = (["Move-Item", "-Force", copy, target] if system == "Windows"
                 else ["mv", copy, target])
         print(f"{title}: {done} {NAME} {where} {path}{linked}.")
         if was is not None and not remove:
