@@ -3,12 +3,20 @@
     python3 setup.py             # all three (on Windows: py setup.py)
     python3 setup.py --no-tests  # skip the test run
     python3 setup.py --client codex  # only what registers it in one client (see --help)
+    python3 setup.py --client codex --install    # register it there (--uninstall: undo)
 
-It changes nothing outside the data directory: the client configuration is printed, for
-you to paste where it says, with commands in the shell of this system (PowerShell on
-Windows). Before printing it, it starts the server exactly as a client will (the same
-command, in the bare environment a desktop app gives its servers) and checks that the
-server answers.
+Before anything else, it starts the server exactly as a client will (the same command, in
+the bare environment a desktop app gives its servers) and checks that the server answers.
+Without --install it changes nothing outside the data directory: the client configuration
+is printed, for you to paste where it says, with commands in the shell of this system
+(PowerShell on Windows); at a terminal, it then offers to add the server to each client
+it finds here.
+
+--install registers the server in one client: through the client's own command where the
+client keeps its configuration itself (Claude Code, Gemini CLI); else in the client's file,
+read and changed as text (everything else in it kept as it was, comments included), the
+result checked by reading it back, written beside the file and renamed over it, a copy of
+the file as it was kept under a new name.
 
 What differs between macOS, Windows and Linux is decided by small functions that take the
 system (platform.system()) and its environment as arguments, so that the tests can play
@@ -16,16 +24,21 @@ each system on any other.
 """
 
 import argparse
+import codecs
+import contextlib
 import glob
+import itertools
 import json
 import ntpath
 import os
 import platform
 import posixpath
+import re
 import secrets
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "flood-memory"
@@ -221,7 +234,13 @@ def desktop_config_files(system, environ, find):
     home = environ.get("HOME") or "~"
     if system == "Darwin":
         return [posixpath.join(home, "Library", "Application Support", "Claude", CONFIG_NAME)]
-    return [posixpath.join(home, ".config", "Claude", CONFIG_NAME)]
+    return [posixpath.join(_config_home(environ), "Claude", CONFIG_NAME)]
+
+
+def _config_home(environ):
+    """Where Linux apps keep their settings (Electron's, VS Code's among them)."""
+    return environ.get("XDG_CONFIG_HOME") or posixpath.join(environ.get("HOME") or "~",
+                                                            ".config")
 
 
 # Folders macOS keeps from apps the user has not allowed (TCC), under the home directory.
@@ -521,7 +540,8 @@ def client_file(client, system, environ):
     else:
         paths, home = posixpath, environ.get("HOME") or "~"
         code_user = (posixpath.join(home, "Library", "Application Support", "Code", "User")
-                     if system == "Darwin" else posixpath.join(home, ".config", "Code", "User"))
+                     if system == "Darwin" else posixpath.join(_config_home(environ), "Code",
+                                                               "User"))
     return {
         "claude-code": paths.join(home, ".claude.json"),
         "codex": paths.join(environ.get("CODEX_HOME") or paths.join(home, ".codex"),
@@ -638,6 +658,978 @@ def client_instructions(client, system, python, data_dir, environ, config_files,
 """
 
 
+# ----------------------------------------------------------------------------- a client's file
+
+
+class Refused(Exception):
+    """Why setup.py leaves a client's file as it was: one line that names the file, and the
+    line in it where one is to blame."""
+
+
+# What --install merges into itself: the client's file and the key of its servers there.
+SERVERS_KEY = {"claude-desktop": "mcpServers", "codex": "mcp_servers", "copilot": "mcpServers",
+               "vscode": "servers", "cursor": "mcpServers", "windsurf": "mcpServers"}
+# Those whose JSON may hold comments and trailing commas, as VS Code reads its settings (and
+# Gemini CLI its own, which setup.py only reads).
+COMMENTED = {"vscode", "cursor", "gemini"}
+# The clients that keep their configuration in files they manage themselves, and their
+# command, which --install runs instead of writing there.
+OWN_COMMAND = {"claude-code": "claude", "gemini": "gemini"}
+
+
+def _line(text, pos):
+    return text.count("\n", 0, pos) + 1
+
+
+def decode(data, path):
+    """The text of a client's file and the byte order mark it starts with (b"" if none).
+    UTF-16 (what Windows PowerShell 5 writes with > or Out-File) is refused, not mangled:
+    the clients read UTF-8 (Codex says "invalid utf-8" and starts no server at all)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\x00" in data[:4]:
+        raise Refused(f"{path} is UTF-16 text (as Windows PowerShell 5 writes with > or "
+                      f"Out-File), not the UTF-8 its client reads: save it as UTF-8 (Notepad: "
+                      f"File -> Save as, Encoding UTF-8) and run this again")
+    bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+    try:
+        return data[len(bom):].decode("utf-8"), bom
+    except UnicodeDecodeError as exc:
+        line = data[len(bom):len(bom) + exc.start].count(b"\n") + 1
+        raise Refused(f"{path}, line {line}: byte 0x{data[len(bom) + exc.start]:02x} is not "
+                      f"UTF-8, the encoding its client reads") from None
+
+
+_JSON_TOKEN = re.compile(r"""
+    (?P<space>[ \t\r\n]+)
+  | (?P<comment>//[^\r\n]*|/\*(?:[^*]|\*(?!/))*\*/)
+  | (?P<string>"(?:[^"\\\x00-\x1f]|\\.)*")
+  | (?P<number>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)
+  | (?P<word>true|false|null)
+  | (?P<mark>[{}\[\]:,])
+""", re.VERBOSE | re.DOTALL)
+
+# How deep a client's JSON may nest: far past any configuration, and short of Python's
+# recursion limit.
+_JSON_DEPTH = 200
+
+
+class JsonObject:
+    """An object of a JSON text: where it starts ({) and ends (after }), and its members,
+    each (key, where the key starts, where its value starts and ends, where the comma after
+    it is or None, the value: a JsonObject, a JsonArray or a plain value)."""
+
+    def __init__(self, start):
+        self.start, self.end, self.members = start, None, []
+
+    def plain(self):
+        return {key: _plain(value) for key, *_, value in self.members}
+
+    def member(self, key):
+        """The index of the member `key`, or None."""
+        return next((i for i, m in enumerate(self.members) if m[0] == key), None)
+
+
+class JsonArray:
+    def __init__(self, items):
+        self.items = items
+
+    def plain(self):
+        return [_plain(item) for item in self.items]
+
+
+def _plain(value):
+    return value.plain() if isinstance(value, (JsonObject, JsonArray)) else value
+
+
+class JsonText:
+    """A client's JSON file read as text, with where each member of each object is, so that
+    one member can be added, replaced or taken out by editing the text around it: the
+    other members, their order, indentation, line endings and comments stay as they were.
+
+    `commented` allows comments and trailing commas (JSON with comments, as VS Code reads
+    it); otherwise the text must be plain JSON. A key twice in one object is refused: the
+    client would read one of the two and setup.py might change the other. An empty text
+    (or one of comments only) is {}."""
+
+    def __init__(self, text, path, commented):
+        self.text, self.path = text, path
+        self.comments, tokens, pos = [], [], 0
+        while pos < len(text):
+            found = _JSON_TOKEN.match(text, pos)
+            if found is None:
+                what = ("a comment that is never closed" if text.startswith("/*", pos) else
+                        "a string not closed on its line" if text[pos] == '"' else
+                        f"unexpected {text[pos]!r}")
+                self.fail(pos, what)
+            if found.lastgroup == "comment":
+                if not commented:
+                    self.fail(pos, "a comment, which is not JSON (its client reads plain "
+                                   "JSON)")
+                self.comments.append((found.start(), found.end()))
+            elif found.lastgroup != "space":
+                tokens.append((found.lastgroup, found.start(), found.end()))
+            pos = found.end()
+        self.commented, self.tokens, self.at = commented, tokens, 0
+        self.top = None
+        if tokens:
+            self.top = self.value(0)
+            if self.at < len(tokens):
+                self.fail(tokens[self.at][1], "more text after the end of the JSON document")
+            if not isinstance(self.top, JsonObject):
+                self.fail(tokens[0][1], "the document is not a JSON object ({...})")
+
+    def fail(self, pos, what):
+        raise Refused(f"{self.path}, line {_line(self.text, pos)}: {what}")
+
+    def next(self, expected):
+        if self.at == len(self.tokens):
+            self.fail(len(self.text), f"the text ends where {expected} should follow")
+        token = self.tokens[self.at]
+        self.at += 1
+        return token
+
+    def value(self, depth):
+        kind, start, end = self.next("a value")
+        if depth > _JSON_DEPTH:
+            self.fail(start, f"nested more than {_JSON_DEPTH} levels deep")
+        source = self.text[start:end]
+        if kind in ("string", "number", "word"):
+            try:
+                return json.loads(source)
+            except ValueError:
+                self.fail(start, f"{source[:40]} is not a valid JSON string")
+        if source == "{":
+            return self.object(start, depth)
+        if source == "[":
+            items = []
+            while True:
+                if self.peek("]", items):
+                    return JsonArray(items)
+                items.append(self.value(depth + 1))
+                kind, start, end = self.next(", or ]")
+                if self.text[start] == "]":
+                    return JsonArray(items)
+                if self.text[start] != ",":
+                    self.fail(start, f"expected , or ] after an item, found "
+                                     f"{self.text[start:end][:40]}")
+        self.fail(start, f"expected a value, found {source[:40]}")
+
+    def peek(self, closing, before):
+        """Whether the next token closes the object or array (after a trailing comma only
+        where comments are allowed); if so it is taken."""
+        if self.at < len(self.tokens) and self.text[self.tokens[self.at][1]] == closing:
+            if before and not self.commented:
+                self.fail(self.tokens[self.at][1], f"a comma before {closing}, which is not "
+                                                   f"JSON (its client reads plain JSON)")
+            self.at += 1
+            return True
+        return False
+
+    def object(self, start, depth):
+        obj, first = JsonObject(start), {}
+        while True:
+            if self.peek("}", obj.members):
+                obj.end = self.tokens[self.at - 1][2]
+                return obj
+            kind, key_start, end = self.next("a key")
+            if kind != "string":
+                self.fail(key_start, f"expected a key in double quotes, found "
+                                     f"{self.text[key_start:end][:40]}")
+            key = self.value_of(key_start, end)
+            if key in first:
+                self.fail(key_start, f"the key {json.dumps(key)} is there twice in one object "
+                                     f"(first on line {_line(self.text, first[key])})")
+            first[key] = key_start
+            kind, colon, _ = self.next(":")
+            if self.text[colon] != ":":
+                self.fail(colon, f"expected : after the key {json.dumps(key)}")
+            value_start = self.tokens[self.at][1] if self.at < len(self.tokens) else colon
+            value = self.value(depth + 1)
+            value_end = self.tokens[self.at - 1][2]
+            kind, mark, _ = self.next(", or }")
+            comma = mark if self.text[mark] == "," else None
+            obj.members.append((key, key_start, value_start, value_end, comma, value))
+            if self.text[mark] == "}":
+                obj.end = mark + 1
+                return obj
+            if comma is None:
+                self.fail(mark, f"expected , or }} after the value of {json.dumps(key)}")
+
+    def value_of(self, start, end):
+        try:
+            return json.loads(self.text[start:end])
+        except ValueError:
+            self.fail(start, f"{self.text[start:end][:40]} is not a valid JSON string")
+
+    def plain(self):
+        return {} if self.top is None else self.top.plain()
+
+
+def toml_statements(text):
+    """The statements of a valid TOML document, in order: (kind, start, end, key, comments)
+    with kind "table" ([header]), "array" ([[header]]), "pair" (key = value) or "other" (a
+    blank or comment line); start and end cover whole lines, the line break included; key
+    the key's parts as tomllib reads them (a pair's relative to its table); comments the
+    (start, end) of each comment within. Multi-line strings and arrays are one statement."""
+    import tomllib
+    statements, pos = [], 0
+    while pos < len(text):
+        start, depth, comments, equals = pos, 0, [], None
+        while pos < len(text):
+            c = text[pos]
+            if c == "#":
+                end = text.find("\n", pos)
+                end = len(text) if end < 0 else end
+                comments.append((pos, end))
+                pos = end
+            elif c in "\"'":
+                pos = _toml_string_end(text, pos)
+            elif c in "[{":
+                depth, pos = depth + 1, pos + 1
+            elif c in "]}":
+                depth, pos = depth - 1, pos + 1
+            elif c == "=" and equals is None and depth == 0:
+                equals, pos = pos, pos + 1
+            elif c == "\n" and depth == 0:
+                pos += 1
+                break
+            else:
+                pos += 1
+        head = text[start:comments[0][0] if comments else pos].strip()
+        if not head:
+            statements.append(("other", start, pos, None, comments))
+        elif head.startswith("["):
+            kind = "array" if head.startswith("[[") else "table"
+            statements.append((kind, start, pos, _toml_key(tomllib.loads(head)), comments))
+        else:
+            key = tomllib.loads(text[start:equals].strip() + " = 0")
+            statements.append(("pair", start, pos, _toml_key(key), comments))
+    return statements
+
+
+def _toml_string_end(text, pos):
+    """Where the TOML string that starts at `pos` ends, after its closing quotes."""
+    quote = text[pos]
+    escapes = quote == '"'
+    if text.startswith(quote * 3, pos):
+        at = pos + 3
+        while not text.startswith(quote * 3, at):
+            at += 2 if escapes and text[at] == "\\" else 1
+        at += 3
+        # Up to two more quotes are the string's own: """say "hi"""" ends after all five.
+        for _ in range(2):
+            if text.startswith(quote, at):
+                at += 1
+        return at
+    at = pos + 1
+    while text[at] != quote:
+        at += 2 if escapes and text[at] == "\\" else 1
+    return at + 1
+
+
+def _toml_key(parsed):
+    """The parts of the one key a one-key document (`[a.b]` or `a.b = 0`) holds."""
+    key = []
+    while isinstance(parsed, (dict, list)) and parsed:
+        if isinstance(parsed, list):
+            parsed = parsed[-1]
+            continue
+        (name, parsed), = parsed.items()
+        key.append(name)
+    return tuple(key)
+
+
+# ----------------------------------------------------------------------------- changing it
+
+
+def _line_start(text, pos):
+    return text.rfind("\n", 0, pos) + 1
+
+
+def _leading(text, pos):
+    """The white space that starts the line holding `pos`."""
+    start = _line_start(text, pos)
+    return text[start:start + len(text[start:pos]) - len(text[start:pos].lstrip(" \t"))]
+
+
+def _alone(text, pos):
+    """Whether only white space precedes `pos` on its line."""
+    return text[_line_start(text, pos):pos].strip(" \t") == ""
+
+
+def _skip_blanks(text, pos):
+    while pos < len(text) and text[pos] in " \t":
+        pos += 1
+    return pos
+
+
+def _json_unit(text, node, outer=""):
+    """The indentation step of a JSON text: found at the first member or item that starts a
+    line of its own, deeper than the line of its object; None if there is none."""
+    if isinstance(node, JsonObject):
+        for _, key_start, _, _, _, value in node.members:
+            if _alone(text, key_start):
+                inner = _leading(text, key_start)
+                if len(inner) > len(outer) and inner.startswith(outer):
+                    return inner[len(outer):]
+            found = _json_unit(text, value, _leading(text, key_start))
+            if found:
+                return found
+    if isinstance(node, JsonArray):
+        for item in node.items:
+            found = _json_unit(text, item, outer)
+            if found:
+                return found
+    return None
+
+
+class JsonEdit:
+    """Changes to one member of a JsonText, as edits of its text: (start, end, new text)."""
+
+    def __init__(self, doc):
+        self.doc, self.text = doc, doc.text
+        self.nl = "\r\n" if "\r\n" in self.text else "\n"
+        self.unit = _json_unit(self.text, doc.top)
+
+    def render(self, value, indent, unit):
+        if unit is None:
+            return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, indent=unit, ensure_ascii=False).replace("\n", self.nl + indent)
+
+    def insert(self, obj, key, value):
+        """Edits that add the member `key` at the end of `obj`."""
+        text, nl = self.text, self.nl
+        outer = _leading(text, obj.start)
+        if not obj.members:
+            # An empty object opens up, in the file's indentation, or two spaces as the
+            # clients write theirs.
+            indent = outer + (self.unit or "  ")
+            member = json.dumps(key, ensure_ascii=False) + ": " + self.render(
+                value, indent, self.unit or "  ")
+            if text[obj.start + 1:obj.end - 1].strip() == "":
+                return [(obj.start + 1, obj.end - 1, nl + indent + member + nl + outer)]
+            return [(obj.start + 1, obj.start + 1, nl + indent + member)]
+        _, key_start, _, value_end, comma, _ = obj.members[-1]
+        after = value_end if comma is None else comma + 1
+        line_end = _skip_blanks(text, after)
+        for start, end in self.doc.comments:
+            if start == line_end and "\n" not in text[start:end]:
+                line_end = _skip_blanks(text, end)
+        multiline = "\n" in text[obj.start:obj.end] and self.unit is not None
+        if multiline and _alone(text, key_start) and (line_end == len(text) or
+                                                      text[line_end] in "\r\n"):
+            indent = _leading(text, key_start)
+            member = json.dumps(key, ensure_ascii=False) + ": " + self.render(value, indent,
+                                                                               self.unit)
+            edits = [(value_end, value_end, ",")] if comma is None else []
+            return edits + [(line_end, line_end, nl + indent + member + ("" if comma is None
+                                                                         else ","))]
+        # The object's members share a line: the new one joins them there.
+        member = json.dumps(key, ensure_ascii=False) + ": " + self.render(value, "", None)
+        if comma is None:
+            return [(value_end, value_end, ", " + member)]
+        return [(after, after, " " + member + ",")]
+
+    def replace(self, obj, index, value):
+        _, key_start, value_start, value_end, _, _ = obj.members[index]
+        multiline = "\n" in self.text[obj.start:obj.end] and self.unit is not None
+        return [(value_start, value_end, self.render(value, _leading(self.text, key_start),
+                                                     self.unit if multiline else None))]
+
+    def remove(self, obj, index):
+        """Edits that take out the member at `index`, with its line when it has one alone,
+        and the comma that went with it."""
+        text = self.text
+        _, key_start, _, value_end, comma, _ = obj.members[index]
+        alone = _alone(text, key_start)
+        begin = _line_start(text, key_start) if alone else key_start
+        if comma is not None:
+            end = _skip_blanks(text, comma + 1)
+            if alone and (end == len(text) or text[end] in "\r\n"):
+                end += 2 if text.startswith("\r\n", end) else 1 if end < len(text) else 0
+                return [(begin, end, "")]
+            return [(key_start, end, "")]
+        if index == 0:
+            inside = text[obj.start + 1:obj.end - 1]
+            if inside.strip() == text[key_start:value_end].strip():
+                return [(obj.start + 1, obj.end - 1, "")]
+            return [(key_start, value_end, "")]
+        previous_comma = obj.members[index - 1][4]
+        if alone:  # from the end of the line before, so that the closing } keeps its own
+            begin -= 2 if text[max(0, begin - 2):begin] == "\r\n" else 1
+        if not alone or previous_comma >= begin:
+            return [(previous_comma, value_end, "")]
+        return [(previous_comma, previous_comma + 1, ""), (begin, value_end, "")]
+
+
+def apply_edits(text, edits, comments, path, what):
+    """`text` with `edits` made; Refused if one would take out a comment (in `comments`)."""
+    for start, end, _ in edits:
+        for c_start, c_end in comments:
+            if c_start < end and c_end > start:
+                raise Refused(f"{path}, line {_line(text, c_start)}: a comment there would "
+                              f"be lost {what}")
+    # In order; edits at one place are made in the order given.
+    pieces, pos = [], 0
+    for start, end, new in sorted(edits, key=lambda edit: edit[0]):
+        pieces += [text[pos:start], new]
+        pos = max(pos, end)
+    return "".join(pieces) + text[pos:]
+
+
+def json_changed(client, text, path, entry):
+    """What `text`, the JSON of `client`'s file at `path`, becomes with the flood-memory entry
+    set to `entry` (taken out when None): (new text, the entry that was there or None, the
+    servers)."""
+    key = SERVERS_KEY[client]
+    doc = JsonText(text, path, client in COMMENTED)
+    document = doc.plain()
+    if key in document and not isinstance(document[key], dict):
+        at = doc.top.members[doc.top.member(key)][2]
+        raise Refused(f"{path}, line {_line(text, at)}: \"{key}\" is not an object ({{...}}) "
+                      f"of servers")
+    servers = document.get(key, {})
+    was = servers.get(NAME)
+    if (entry is None and NAME not in servers) or (entry is not None and was == entry):
+        return text, was, servers
+    if doc.top is None:
+        nl = "\r\n" if "\r\n" in text else "\n"
+        new = json.dumps({key: {NAME: entry}}, indent=2, ensure_ascii=False)
+        changed = (text.rstrip() + nl if text.strip() else "") + new.replace("\n", nl) + nl
+    else:
+        edit, top = JsonEdit(doc), doc.top
+        index = top.member(key)
+        if index is None:
+            edits = edit.insert(top, key, {NAME: entry})
+        else:
+            obj = top.members[index][5]
+            at = obj.member(NAME)
+            if entry is None:
+                edits = edit.remove(obj, at)
+            elif at is None:
+                edits = edit.insert(obj, NAME, entry)
+            else:
+                edits = edit.replace(obj, at, entry)
+        changed = apply_edits(text, edits, doc.comments, path, "with the flood-memory entry")
+    # The check before anything is written: the new text, read back, holds what the file
+    # held with this one change, in the same order.
+    expected = dict(document)
+    expected[key] = dict(servers)
+    if entry is None:
+        del expected[key][NAME]
+    else:
+        expected[key][NAME] = entry
+    try:
+        got = JsonText(changed, path, client in COMMENTED).plain()
+    except Refused:
+        got = None
+    if json.dumps(got) != json.dumps(expected):
+        raise Refused(f"{path}: setup.py could not make the change without changing "
+                      f"something else there")
+    return changed, was, servers
+
+
+def toml_changed(text, path, table):
+    """What `text`, the config.toml at `path`, becomes with the table of flood-memory set to
+    `table` (its text; taken out when None), whatever form the old one had (a table with
+    subtables, dotted keys, an inline table): (new text, the entry that was there or None,
+    the servers). The new table takes the old one's place when that was a [table], else it
+    goes at the end."""
+    import tomllib
+    document = _toml_read(text, path)
+    statements = toml_statements(text)
+    servers = document.get("mcp_servers", {})
+    if not isinstance(servers, dict):
+        start = next(s for _, s, _, key, _ in statements if key and key[0] == "mcp_servers")
+        raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is not a table of "
+                      f"servers")
+    was = servers.get(NAME)
+    entry = None if table is None else tomllib.loads(table)["mcp_servers"][NAME]
+    if (table is None and NAME not in servers) or (table is not None and was == entry):
+        return text, was, servers
+    nl = "\r\n" if "\r\n" in text else "\n"
+    ours, comments, current, block = [], [], (), None
+    for i, (kind, start, end, key, inside) in enumerate(statements):
+        comments += inside
+        if kind in ("table", "array"):
+            current, block = key, None
+            if key[:2] == ("mcp_servers", NAME):
+                block = [start, end, i]
+                ours.append(block)
+        elif kind == "pair":
+            full = current + key
+            if block is not None:
+                block[1:] = [end, i]
+            elif full[:2] == ("mcp_servers", NAME):
+                ours.append([start, end, None])
+            elif full == ("mcp_servers",):
+                raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is written as "
+                              f"one inline table, which setup.py cannot add to or take from "
+                              f"without rewriting it")
+    in_place = ours[0][0] if table and ours and ours[0][2] is not None else None
+    new = None if table is None else table.replace("\n", nl) + nl
+    if new is None:
+        taken = apply_edits(text, [(start, end, "") for start, end, _ in ours], [], path, "")
+        remains = _toml_read(taken, path, quiet=True)
+        if remains is not None and "mcp_servers" not in remains:
+            new, in_place = "[mcp_servers]" + nl, ours[0][0]  # the servers stay, as {}
+    starts = {start: i for i, (_, start, *_) in enumerate(statements)}
+    for block in ours:
+        # A [table] taken out takes the blank line that set it apart along: the one before
+        # it, or after it at the top of the file.
+        if block[2] is None or block[0] == in_place:
+            continue
+        at = starts[block[0]]
+        before = statements[at - 1] if at else None
+        after = statements[block[2] + 1] if block[2] + 1 < len(statements) else None
+        if before and before[0] == "other" and not before[4]:
+            block[0] = before[1]
+        elif not before and after and after[0] == "other" and not after[4]:
+            block[1] = after[2]
+        if block[1] == len(text) and not text.endswith("\n") and block[0]:
+            block[0] -= 2 if text.endswith("\r\n", 0, block[0]) else 1  # no final newline
+    edits = [(start, end, "") for start, end, _ in ours]
+    if new is not None and in_place is not None:
+        edits.append((in_place, in_place, new))
+    elif new is not None:
+        ends = text.endswith("\n") or not text
+        gap = "" if not text.strip() or text.endswith(("\n\n", "\n\r\n")) else nl
+        edits.append((len(text), len(text), ("" if ends else nl) + gap +
+                      (new if ends else new[:-len(nl)])))
+    changed = apply_edits(text, edits, comments, path, "with the flood-memory table")
+    expected = dict(document)
+    expected["mcp_servers"] = dict(servers)
+    if table is None:
+        del expected["mcp_servers"][NAME]
+    else:
+        expected["mcp_servers"][NAME] = entry
+    # TOML's tables have no order: the text's is kept by editing it.
+    if _toml_read(changed, path, quiet=True) != expected:
+        raise Refused(f"{path}: setup.py could not make the change without changing "
+                      f"something else there")
+    return changed, was, servers
+
+
+def _toml_read(text, path, quiet=False):
+    """The document `text` holds; Refused naming the line if it is not valid TOML (None
+    if `quiet`)."""
+    import tomllib
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        if quiet:
+            return None
+        found = re.search(r"^(.*) \(at line (\d+), column (\d+)\)$", str(exc))
+        if found:
+            raise Refused(f"{path}, line {found[2]}: not valid TOML ({found[1]}, column "
+                          f"{found[3]})") from None
+        raise Refused(f"{path}: not valid TOML ({exc})") from None
+
+
+# ----------------------------------------------------------------------------- writing it
+
+
+def read_target(path):
+    """The file to write for `path` (itself, or the file it links to: written through, so
+    the link stays), what it holds (None if it does not exist) and the mode to give it."""
+    # Only the file's own link is followed, so that paths are named as they were given.
+    target = path
+    for _ in range(40):
+        if not os.path.islink(target):
+            break
+        target = os.path.join(os.path.dirname(target), os.readlink(target))
+    else:
+        raise Refused(f"{path} is a link in a loop of links")
+    if target != path and not os.path.exists(target):
+        raise Refused(f"{path} is a link to {target}, which does not exist")
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise Refused(f"{target} is not a file")
+    folder = os.path.dirname(target)
+    while folder and not os.path.isdir(folder):
+        if os.path.lexists(folder):
+            raise Refused(f"{folder} is a file where a folder should be")
+        folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
+    if not os.path.exists(target):
+        return target, None, 0o600  # new: private, as such files come to hold tokens
+    mode = os.stat(target).st_mode & 0o7777
+    # Replacing a file needs only its folder to be writable: a file marked read-only (as a
+    # Nix or Home Manager store's are) would be replaced all the same, so it is refused.
+    if not mode & 0o222 or not os.access(target, os.W_OK):
+        linked = f" (the file {path} links to)" if target != path else ""
+        raise Refused(f"{target}{linked} is read-only: add the entry where it is made, or "
+                      f"make it writable")
+    with open(target, "rb") as f:
+        return target, f.read(), mode
+
+
+def _read_or_none(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
+def _set_mode(fd, mode):
+    if hasattr(os, "fchmod"):  # Windows has no file modes to keep
+        os.fchmod(fd, mode)
+
+
+def keep_copy(target, data, mode):
+    """A copy of `data`, what `target` held, beside it with the mode `mode`, under a name
+    that no earlier copy has: its path."""
+    for n in itertools.count(1):
+        copy = f"{target}.before-{NAME}" + (f"-{n}" if n > 1 else "")
+        try:
+            fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
+                         0o600)
+            break
+        except FileExistsError:
+            continue
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _set_mode(f.fileno(), mode)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(copy)
+        raise
+    return copy
+
+
+def replace_file(target, old, new, mode, client):
+    """Write `new` over `target`, which held `old` (None: there was no such file), as one
+    rename: a temporary file beside it, synced, with the mode `mode`, renamed over it if it
+    still holds `old`, and the folder synced. The copy of `old` kept beside it (None when
+    there was no file), made first; nothing stays of either if nothing was written."""
+    folder = os.path.dirname(target)
+    os.makedirs(folder, exist_ok=True)
+    copy = None if old is None else keep_copy(target, old, mode)
+    written = False
+    try:
+        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
+                                    suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                _set_mode(f.fileno(), mode)
+                f.write(new)
+                f.flush()
+                os.fsync(f.fileno())
+            if _read_or_none(target) != old:
+                raise Refused(f"{target} changed while setup.py was changing it (a running "
+                              f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run "
+                              f"this again")
+            os.replace(temp, target)
+            written = True
+        finally:
+            if not written:
+                with contextlib.suppress(OSError):
+                    os.remove(temp)
+    finally:
+        if not written and copy:
+            with contextlib.suppress(OSError):
+                os.remove(copy)
+    if os.name != "nt":  # Windows cannot open a folder to sync it
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return copy
+
+
+# ----------------------------------------------------------------------------- into the client
+
+
+# What each client needs once the server is in its configuration.
+AFTER_INSTALL = {
+    "claude-desktop": "Quit Claude Desktop (from its menu: closing the window leaves it "
+                      "running) and open it again; it reads the file when it starts.",
+    "claude-code": "`claude mcp list` shows flood-memory Connected; a claude session "
+                   "already running sees it once started again.",
+    "codex": "A new Codex session starts it: `codex mcp list` shows it, and /mcp in the "
+             "session its tools.",
+    "gemini": "Gemini CLI starts it only in a folder you trust (it asks the first time you "
+              "run gemini in one): there `gemini mcp list` shows flood-memory Connected.",
+    "copilot": "A new copilot session starts it: /mcp there shows whether it started.",
+    "vscode": "VS Code asks whether you trust the server the first time it starts it; MCP: "
+              "List Servers shows it.",
+    "cursor": "Restart Cursor; its settings then list flood-memory under MCP, to switch on "
+              "if it is off.",
+    "windsurf": "Restart Windsurf, or press Refresh in Cascade's MCP settings; flood-memory "
+                "is then listed there with its five tools.",
+}
+
+# Seconds a client's own command (claude mcp add) may take before it is stopped.
+CLIENT_COMMAND_TIMEOUT = 60
+
+
+def starts_server(entry, server):
+    """Whether a client's entry for a server starts `server` (this checkout's server.py)."""
+    args = entry.get("args") if isinstance(entry, dict) else None
+    if not isinstance(args, list):
+        return False
+    for arg in args:
+        if isinstance(arg, str) and (
+                os.path.normcase(os.path.normpath(arg)) == os.path.normcase(server) or
+                (os.path.isfile(arg) and os.path.isfile(server) and
+                 os.path.samefile(arg, server))):
+            return True
+    return False
+
+
+def own_settings(client, system, environ):
+    """The file where `client` (Claude Code, Gemini CLI) keeps the servers of its user
+    scope, which setup.py only reads."""
+    paths = ntpath if system == "Windows" else posixpath
+    if client == "claude-code" and environ.get("CLAUDE_CONFIG_DIR"):
+        return paths.join(environ["CLAUDE_CONFIG_DIR"], ".claude.json")
+    if client == "gemini" and environ.get("GEMINI_CLI_HOME"):
+        return paths.join(environ["GEMINI_CLI_HOME"], ".gemini", "settings.json")
+    return client_file(client, system, environ)
+
+
+def _servers_read_only(client, path):
+    """The servers `client` keeps in its own file at `path`, read only; {} when there are
+    none or the file cannot be read (the client's command then says why)."""
+    try:
+        with open(path, "rb") as f:
+            text, _ = decode(f.read(), path)
+        servers = JsonText(text, path, client in COMMENTED).plain().get("mcpServers")
+    except (OSError, Refused):
+        return {}
+    return servers if isinstance(servers, dict) else {}
+
+
+def run_client(exe, args, environ, timeout=None):
+    """Run a client's own command, `exe` with `args`, in the environment `environ`, with no
+    input and a time limit: (its exit status, None if it did not start or finish in time;
+    what it printed)."""
+    command = [exe, *args]
+    if os.name == "nt" and exe.lower().endswith((".cmd", ".bat")):
+        # npm's wrappers are batch files, which cmd.exe runs reading the whole command line
+        # as its own: quoted for it, after /s /c.
+        command = (f'"{environ.get("COMSPEC", "cmd.exe")}" /d /s /c '
+                   f'"{Cmd.run(command)}"')
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, env=dict(environ))
+        except OSError as exc:
+            return None, f"it did not start ({exc.strerror or exc})"
+        try:
+            code = proc.wait(timeout or CLIENT_COMMAND_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            if os.name == "nt":  # the batch file's node too
+                subprocess.run(["taskkill", "/F", "/T", "/PID", str(proc.pid)],
+                               capture_output=True)
+            proc.kill()
+            proc.wait()
+            code = None
+        out.seek(0)
+        said = out.read().decode("utf-8", "replace")
+    if code is None:
+        said = (f"it did not finish within {timeout or CLIENT_COMMAND_TIMEOUT} seconds and "
+                f"was stopped. " + said)
+    return code, said
+
+
+def _said(text):
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(f"    {line}" for line in lines[-8:]) or "    (nothing)"
+
+
+def install_file(client, system, environ, config_files):
+    """The file --install merges into for `client`: for Claude Desktop the one it reads
+    first (`config_files`, from desktop_config_files)."""
+    return config_files[0] if client == "claude-desktop" else client_file(client, system,
+                                                                          environ)
+
+
+def install(client, system, environ, python, data_dir, config_files, remove=False,
+            which=shutil.which, here=HERE):
+    """Register the server in `client` (--install), or take it out (`remove`, --uninstall):
+    through the client's own command for Claude Code and Gemini CLI, else in its file.
+    Prints what it did and what the client needs besides; 0 when the server is there (or
+    gone) as asked, 1 when nothing could be changed, with what to do instead."""
+    server = (ntpath if system == "Windows" else posixpath).join(here, "server.py")
+    if client in OWN_COMMAND:
+        return _install_by_command(client, system, environ, python, server, data_dir, remove,
+                                   which)
+    title, shell = CLIENTS[client], shell_for(system)
+    path = install_file(client, system, environ, config_files)
+    entry = by_hand = None
+    if not remove and client == "codex":
+        entry = by_hand = codex_table(python, server, data_dir)
+    elif not remove:
+        document = client_config(client, python, server, data_dir)
+        entry, by_hand = document[SERVERS_KEY[client]][NAME], json.dumps(document, indent=2)
+    try:
+        target, old, mode = read_target(path)
+        text, bom = decode(old, path) if old else ("", b"")
+        if client == "codex":
+            changed, was, servers = toml_changed(text, path, entry)
+        else:
+            changed, was, servers = json_changed(client, text, path, entry)
+        others = [name for name, other in servers.items()
+                  if name != NAME and starts_server(other, server)]
+        also = "".join(f"\n  ({name} there starts this server.py too; setup.py leaves it as "
+                       f"it is.)" for name in others)
+        if changed == text:
+            if remove:
+                print(f"{title}: {path} has no {NAME}: nothing changed.{also}")
+            else:
+                print(f"{title}: {path} already has {NAME} as setup.py would write it: "
+                      f"nothing changed.{also}")
+            return 0
+        if not remove and was is None and others:
+            print(f"{title}: {path} already has {others[0]}, which starts this server.py "
+                  f"({server}): no second entry was added. Remove {others[0]} there and run "
+                  f"this again to have {NAME} instead.")
+            return 0
+        try:
+            new = bom + changed.encode("utf-8")
+        except UnicodeEncodeError:
+            raise Refused(f"a path holds characters that UTF-8 cannot write ({server}, "
+                          f"{data_dir})") from None
+        copy = replace_file(target, old, new, mode, client)
+    except Refused as exc:
+        print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
+        if by_hand:
+            print(f"To add {NAME} by hand, merge this into {path}:\n{by_hand}", file=sys.stderr)
+        elif remove:
+            print(f"To take {NAME} out by hand, edit {path}.", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f"setup.py: cannot change {path}: {exc.strerror or exc}; nothing was changed.",
+              file=sys.stderr)
+        return 1
+    linked = f" (through the link to {target})" if target != path else ""
+    done = "took" if remove else "added"
+    where = "out of" if remove else "to"
+    if copy is None:
+        print(f"{title}: created {path} with {NAME} in it{linked}. There was no such file: to "
+              f"undo, delete it or run {setup_command(system)} --client {client} --uninstall.")
+    else:
+        move = (["Move-Item", "-Force", copy, target] if system == "Windows"
+                else ["mv", copy, target])
+        print(f"{title}: {done} {NAME} {where} {path}{linked}.")
+        if was is not None and not remove:
+            print(f"  It replaces the {NAME} that was there: "
+                  f"{json.dumps(was, ensure_ascii=False, default=str)}")
+        print(f"  The file as it was is kept as {copy}; to undo ({shell.name}):\n"
+              f"{shell.run(move)}")
+    if also:
+        print(also.lstrip("\n"))
+    if not remove:
+        print(AFTER_INSTALL[client])
+    return 0
+
+
+def _install_by_command(client, system, environ, python, server, data_dir, remove, which):
+    """install() for a client that keeps its configuration itself: its own command, run
+    where it is on PATH; nothing written to its files otherwise."""
+    cli, title, shell = OWN_COMMAND[client], CLIENTS[client], shell_for(system)
+    settings = own_settings(client, system, environ)
+    servers = _servers_read_only(client, settings)
+    was = servers.get(NAME)
+    others = [name for name, other in servers.items()
+              if name != NAME and starts_server(other, server)]
+    remove_words = [cli, "mcp", "remove", "--scope", "user", NAME]
+    if remove:
+        if was is None:
+            print(f"{title}: {settings} has no {NAME}: nothing changed.")
+            return 0
+        runs = [remove_words]
+    else:
+        entry = {"command": python, "args": [server], "env": {"FLOOD_MEMORY_DIR": data_dir}}
+        if isinstance(was, dict) and {k: v for k, v in was.items()
+                                      if (k, v) != ("type", "stdio")} == entry:
+            print(f"{title}: {NAME} is already there as setup.py would add it (in "
+                  f"{settings}): nothing changed.")
+            return 0
+        if was is None and others:
+            print(f"{title}: {others[0]} (in {settings}) already starts this server.py "
+                  f"({server}): no second entry was added. Remove it (`{cli} mcp remove "
+                  f"--scope user {others[0]}`) and run this again to have {NAME} instead.")
+            return 0
+        # Claude Code refuses to add a name it has; Gemini CLI's add replaces it.
+        runs = ([remove_words] if was is not None and client == "claude-code" else []) + [
+            add_command(client, python, server, data_dir)]
+    exe = which(cli, path=environ.get("PATH"))
+    if exe is None:
+        print(f"setup.py: {cli} is not on PATH; {title} keeps its configuration itself (in "
+              f"{settings}), so setup.py writes nothing there. Where {cli} is on PATH, run "
+              f"({shell.name}):\n" + "\n".join(shell.run(words) for words in runs),
+              file=sys.stderr)
+        return 1
+    for n, words in enumerate(runs):
+        code, said = run_client(exe, words[1:], environ)
+        if code != 0:
+            status = "it did not finish" if code is None else f"exit {code}"
+            gone = (f" (the {NAME} that was there was taken out first: "
+                    f"{json.dumps(was, ensure_ascii=False)})" if n else "")
+            print(f"setup.py: this failed ({status}){gone}:\n{shell.run(words)}\n  {cli} "
+                  f"said:\n{_said(said)}", file=sys.stderr)
+            return 1
+        print(f"{title}: ran {shell.run(words)}\n{_said(said)}")
+    if was is not None and not remove:
+        print(f"  It replaces the {NAME} that was there: {json.dumps(was, ensure_ascii=False)}")
+    if not remove:
+        print(AFTER_INSTALL[client])
+    return 0
+
+
+# The command of each client, and the folder that shows it is here.
+_COMMANDS = {"claude-code": "claude", "codex": "codex", "gemini": "gemini",
+             "copilot": "copilot", "vscode": "code", "cursor": "cursor",
+             "windsurf": "windsurf"}
+
+
+def clients_here(system, environ, config_files, which=shutil.which, isdir=os.path.isdir):
+    """The clients that look installed here, [(client, what shows it)]: their configuration
+    folder exists, or their command is on PATH."""
+    paths = ntpath if system == "Windows" else posixpath
+    home = (environ.get("USERPROFILE") if system == "Windows" else environ.get("HOME")) or "~"
+    folders = {
+        "claude-desktop": paths.dirname(config_files[0]),
+        "claude-code": paths.join(home, ".claude"),
+        "gemini": paths.join(home, ".gemini"),
+        "cursor": paths.join(home, ".cursor"),
+        "windsurf": paths.join(home, ".codeium", "windsurf"),
+    }
+    for client in ("codex", "copilot", "vscode"):
+        folders[client] = paths.dirname(client_file(client, system, environ))
+    found = []
+    for client in CLIENTS:
+        if isdir(folders[client]):
+            found.append((client, folders[client]))
+        elif client in _COMMANDS and which(_COMMANDS[client], path=environ.get("PATH")):
+            found.append((client, f"{_COMMANDS[client]} is on PATH"))
+    return found
+
+
+def offer(system, environ, python, data_dir, config_files):
+    """At a terminal: name the clients found here and ask, for each, whether to add the
+    server there. The exit status: 1 if an install that was asked for failed."""
+    found = clients_here(system, environ, config_files)
+    if not found:
+        return 0
+    print("Clients found here: " + "; ".join(f"{CLIENTS[c]} ({why})" for c, why in found))
+    status = 0
+    for client, _ in found:
+        try:
+            answer = input(f"Add {NAME} to {CLIENTS[client]}? [y/N] ")
+        except EOFError:
+            print()
+            break
+        if answer.strip().lower() in ("y", "yes"):
+            status = max(status, install(client, system, environ, python, data_dir,
+                                         config_files))
+    return status
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -653,17 +1645,40 @@ def main(argv=None):
     parser.add_argument("--client", choices=CLIENTS, metavar="NAME",
                         help="print what registers the server in this client only: "
                              + ", ".join(CLIENTS))
+    action = parser.add_mutually_exclusive_group()
+    action.add_argument("--install", action="store_true",
+                        help="with --client: register the server in that client (its own "
+                             "command for claude-code and gemini; else merged into its file, "
+                             "a copy of the file kept beside it)")
+    action.add_argument("--uninstall", action="store_true",
+                        help="with --client: take flood-memory out of that client again")
     args = parser.parse_args(argv)
+    if (args.install or args.uninstall) and not args.client:
+        parser.print_usage(sys.stderr)
+        print(f"setup.py: --{'install' if args.install else 'uninstall'} needs --client NAME, "
+              f"with NAME one of {', '.join(CLIENTS)}", file=sys.stderr)
+        return 2
     if sys.version_info < MIN_PYTHON:
         print(f"setup.py: Flood Memory needs Python {'.'.join(map(str, MIN_PYTHON))} or newer; "
               f"this is {platform.python_version()}", file=sys.stderr)
         return 1
+    try:
+        return _main(args)
+    except KeyboardInterrupt:
+        print("\nsetup.py: stopped (Ctrl+C).", file=sys.stderr)
+        return 130
 
+
+def _main(args):
     sys.path.insert(0, HERE)
     from server import risky_location
     from store import DEFAULT_DIR, StoreError, open_directory
 
     system, environ = platform.system(), os.environ
+    if args.uninstall:
+        # Taking the entry out needs no server, no interpreter and no data directory.
+        return install(args.client, system, environ, None, None,
+                       desktop_config_files(system, environ, glob.glob), remove=True)
     home = os.path.expanduser("~")
     data_dir = os.path.expanduser(environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR)
     if data_dir.startswith("~"):
@@ -709,10 +1724,16 @@ def main(argv=None):
     print(f"Checked: {python} starts the server with a desktop app's bare environment "
           f"({describe_environment(env)}), and it answers initialize and tools/list.")
     config_files = desktop_config_files(system, environ, glob.glob)
+    if args.install:
+        return install(args.client, system, environ, python, data_dir, config_files)
     if args.client:
         print(client_instructions(args.client, system, python, data_dir, environ, config_files))
-    else:
-        print(instructions(system, python, data_dir, config_files, secrets.token_urlsafe(32)))
+        return 0
+    print(instructions(system, python, data_dir, config_files, secrets.token_urlsafe(32)))
+    # Asked only of a person at a terminal: a script, a pipe or an editor's task gets
+    # the output above and nothing else.
+    if sys.stdin and sys.stdout and sys.stdin.isatty() and sys.stdout.isatty():
+        return offer(system, environ, python, data_dir, config_files)
     return 0
 
 

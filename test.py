@@ -6,7 +6,7 @@ crashes and concurrent writers; then the benchmarks of speed and of relevance.
     python3 test.py bench        # every tool timed through server.py (see the benchmark)
     python3 test.py relevance locomo10.json   # LoCoMo recall against plain FTS5 (see relevance)
     python3 test.py replication  # rounds of a lost machine under Litestream (see replication)
-    python3 test.py clients      # setup.py's lines in the real claude, codex, gemini on PATH
+    python3 test.py clients      # setup.py's lines and --install in the real claude, codex, gemini
 
 Where the test for a behaviour lives:
 
@@ -31,6 +31,10 @@ Where the test for a behaviour lives:
     setup.py: the data directory, the configuration it prints, each    SetupTest
       client's forms started as that client would; test.py clients
       with stand-ins for the clients
+    setup.py --install and --uninstall: each client's file merged      InstallTest
+      with the rest kept (comments, order, line endings, BOM, TOML
+      forms), the copy, modes, links, broken and changed files; the
+      own commands of Claude Code and Gemini CLI; the offer at a terminal
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
       messages, the test runner's closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
@@ -50,7 +54,8 @@ Where the test for a behaviour lives:
     timings at 10,000 to 1,000,000 memories (python3 test.py bench)    bench()
     recall@5 and @10 on LoCoMo (python3 test.py relevance FILE)        relevance()
     the real Claude Code, Codex and Gemini CLI report the server       clients()
-      connected (python3 test.py clients)
+      connected, from the printed line and from setup.py --install
+      (python3 test.py clients)
 
 Helpers shared by the tests come first: checks on a database file, the JSON-RPC builders,
 `unwrap` (what a tool call answered), `TempDirTest`, and `ServerProcess` (server.py in a
@@ -67,6 +72,7 @@ import contextlib
 import errno
 import fnmatch
 import functools
+import glob
 import http.client
 import http.server
 import itertools
@@ -84,6 +90,7 @@ import shutil
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import tempfile
@@ -3052,17 +3059,22 @@ def client_forms(client, printed, system):
 
 
 # A stand-in for the CLI of Claude Code, Codex or Gemini CLI (the first argument): as much of
-# its --version, mcp add, mcp list and app-server as python3 test.py clients uses, starting
-# the registered server as that client does. A client named in FAKE_CLIENT_FAILS reports
-# failure whatever the server answers; one named in FAKE_CLIENT_DROPS_ENV leaves out its env.
+# its --version, mcp add, mcp remove, mcp list and app-server as python3 test.py clients and
+# setup.py --install use, starting the registered server as that client does. A client named
+# in FAKE_CLIENT_FAILS reports failure whatever the server answers; one named in
+# FAKE_CLIENT_DROPS_ENV leaves out its env; in FAKE_CLIENT_REFUSES, its mcp add and remove
+# fail; in FAKE_CLIENT_HANGS, they never end.
 FAKE_CLIENT = """
-import json, os, subprocess, sys, tomllib
+import json, os, subprocess, sys, time, tomllib
 
 sys.stdout.reconfigure(encoding="utf-8")
 sys.stderr.reconfigure(encoding="utf-8")
 name, args = sys.argv[1], sys.argv[2:]
 home = os.path.expanduser("~")
-codex_config = os.path.join(home, ".codex", "config.toml")
+codex_home = os.environ.get("CODEX_HOME") or os.path.join(home, ".codex")
+codex_config = os.path.join(codex_home, "config.toml")
+if name == "codex" and args != ["--version"] and not os.path.isdir(codex_home):
+    sys.exit(f"Error: CODEX_HOME points to {codex_home!r}, but that path does not exist")
 settings = os.path.join(home, ".claude.json" if name == "claude" else ".gemini/settings.json")
 
 
@@ -3088,7 +3100,11 @@ def tools(entry, env, cwd):
 
 if args == ["--version"]:
     print(f"0.0.0 (fake {name})")
-elif args[:2] == ["mcp", "add"]:
+elif args[:2] in (["mcp", "add"], ["mcp", "remove"]):
+    if name in os.environ.get("FAKE_CLIENT_HANGS", "").split(","):
+        time.sleep(600)
+    if name in os.environ.get("FAKE_CLIENT_REFUSES", "").split(","):
+        sys.exit(f"fake {name}: cannot write its settings")
     options, words, rest = {}, [], iter(args[2:])
     for word in rest:
         if word == "--":
@@ -3105,10 +3121,27 @@ elif args[:2] == ["mcp", "add"]:
                     f"args = {json.dumps(words[2:])}\\nenv = {{ "
                     + ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items()) + " }\\n")
     else:
+        # As the real ones: the rest of the settings kept; Claude Code refuses to add a
+        # name it has and to remove one it has not, Gemini CLI replaces and shrugs.
+        document = {}
+        if os.path.exists(settings):
+            with open(settings, encoding="utf-8") as f:
+                document = json.load(f)
+        servers = document.setdefault("mcpServers", {})
+        if args[1] == "remove":
+            if words[0] not in servers:
+                print(f"No MCP server named {words[0]!r}", file=sys.stderr)
+                sys.exit(1 if name == "claude" else 0)
+            del servers[words[0]]
+        elif name == "claude" and words[0] in servers:
+            sys.exit(f"MCP server {words[0]} already exists in user config")
+        else:
+            servers[words[0]] = dict({"type": "stdio"} if name == "claude" else {},
+                                     command=words[1], args=words[2:], env=env)
         os.makedirs(os.path.dirname(settings), exist_ok=True)
-        with open(settings, "w") as f:
-            json.dump({"mcpServers": {words[0]: {"command": words[1], "args": words[2:],
-                                                 "env": env}}}, f)
+        with open(settings, "w", encoding="utf-8") as f:
+            json.dump(document, f, indent=2)
+        print(f"fake {name}: {args[1]} {words[0]}: done")
 elif args == ["mcp", "list"]:
     with open(settings) as f:
         servers = json.load(f)["mcpServers"]
@@ -3173,14 +3206,30 @@ def fake_clients(folder, names):
     return folder
 
 
+def home_env(home, **more):
+    """This process's environment with every variable that names where a client keeps its
+    configuration pointing into `home`, and those that name another place (CLIENT_HOMES)
+    left out, plus `more`: for each run of setup.py and of a client, so that none reads or
+    writes the real home (a plain setup.py runs this suite on the person's own machine)."""
+    env = {k: v for k, v in os.environ.items() if k not in CLIENT_HOMES}
+    env.update(HOME=home, USERPROFILE=home, APPDATA=os.path.join(home, "AppData", "Roaming"),
+               LOCALAPPDATA=os.path.join(home, "AppData", "Local"),
+               XDG_CONFIG_HOME=os.path.join(home, ".config"),
+               CODEX_HOME=os.path.join(home, ".codex"),
+               COPILOT_HOME=os.path.join(home, ".copilot"), **more)
+    return env
+
+
 class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
         # FLOOD_MEMORY_DIR is printed absolute, ~ expanded: clients start the server
         # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~.
+        home = os.path.join(self.dir, "home")
+        os.mkdir(home)
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              cwd=self.dir, env=dict(os.environ, FLOOD_MEMORY_DIR="relative-data"),
+                              cwd=self.dir, env=home_env(home, FLOOD_MEMORY_DIR="relative-data"),
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         data = os.path.join(os.path.realpath(self.dir), "relative-data")
@@ -3215,11 +3264,8 @@ class SetupTest(TempDirTest):
                          f"--client NAME, with NAME one of codex, copilot, vscode, cursor, "
                          f"windsurf, gemini.")
         # ~ comes out expanded.
-        home = os.path.join(self.dir, "home")
-        os.mkdir(home)
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              env=dict(os.environ, FLOOD_MEMORY_DIR="~/tilde-data", HOME=home,
-                                       USERPROFILE=home),
+                              env=home_env(home, FLOOD_MEMORY_DIR="~/tilde-data"),
                               cwd=self.dir, capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertNotIn("~/tilde-data", done.stdout)
@@ -3238,9 +3284,8 @@ class SetupTest(TempDirTest):
         data = os.path.join(home, "My Memories")
         os.mkdir(home)
         os.mkdir(temp)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
-        env.update(HOME=home, USERPROFILE=home, TMPDIR=temp, TEMP=temp, TMP=temp,
-                   FLOOD_MEMORY_DIR=data)
+        env = {k: v for k, v in home_env(home).items() if not k.startswith("FLOOD_MEMORY_")}
+        env.update(TMPDIR=temp, TEMP=temp, TMP=temp, FLOOD_MEMORY_DIR=data)
         python = spaced_python()
         done = subprocess.run([python, os.path.join(checkout, "setup.py"), "--no-tests"],
                               cwd=self.dir, env=env, capture_output=True, text=True, timeout=60)
@@ -3338,8 +3383,8 @@ class SetupTest(TempDirTest):
         data_dir = os.path.join(home, "flood memory")
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
                                "codex", "--no-tests"], cwd=self.dir, capture_output=True,
-                              env=dict(os.environ, HOME=home, USERPROFILE=home,
-                                       FLOOD_MEMORY_DIR=data_dir), text=True, timeout=60)
+                              env=home_env(home, FLOOD_MEMORY_DIR=data_dir), text=True,
+                              timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertIn("Checked: ", done.stdout)
         self.assertNotIn("Claude Desktop", done.stdout)
@@ -3350,7 +3395,8 @@ class SetupTest(TempDirTest):
             self.assertEqual(env, {"FLOOD_MEMORY_DIR": data_dir}, form)
             self.assertEqual(command[1:], [os.path.join(HERE, "server.py")], form)
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
-                               "claude"], capture_output=True, text=True, timeout=60)
+                               "claude"], capture_output=True, text=True, timeout=60,
+                              env=home_env(home))
         self.assertEqual(done.returncode, 2)
         self.assertEqual(done.stdout, "")
         self.assertIn("argument --client: invalid choice: 'claude' (choose from "
@@ -3387,6 +3433,15 @@ class SetupTest(TempDirTest):
         self.assertIn("  with the config.toml table instead: tools connections, forget, "
                       "recall, remember, update", lines)
         self.assertEqual(lines.count("  connected"), 3)
+        # Then setup.py --install and --uninstall, in a home of their own.
+        for client in ("claude-code", "codex", "gemini"):
+            for action in ("--install", "--uninstall"):
+                self.assertIn(f"  setup.py --client {client} {action}: exit 0", lines)
+        self.assertIn("  config.toml keeps what it held", lines)
+        self.assertIn("  --uninstall gave back config.toml byte for byte", lines)
+        for name in ("claude", "gemini"):
+            self.assertIn(f"  {name} mcp list after --uninstall: no flood-memory", lines)
+        self.assertEqual(lines.count("  installed"), 3)
         self.assertEqual(lines[-1], "3 of 3 clients found report flood-memory connected")
         # A client that says the server failed; one that starts it without the data directory
         # given, where it answers all the same; one not installed.
@@ -3398,12 +3453,623 @@ class SetupTest(TempDirTest):
         self.assertIn("(stdio) - Connected", done.stdout)
         self.assertIn("  but the server did not use the data directory", done.stdout)
         self.assertEqual(lines.count("  NOT CONNECTED"), 2)
+        self.assertEqual(lines.count("  NOT INSTALLED"), 2)
         self.assertIn("codex: not on PATH, skipped (npm package @openai/codex)", lines)
         self.assertEqual(lines[-1], "0 of 2 clients found report flood-memory connected")
         done = check()
         self.assertEqual(done.returncode, 2, done.stdout + done.stderr)
         self.assertIn("npm install --prefix ~/mcp-clients @anthropic-ai/claude-code "
                       "@openai/codex @google/gemini-cli", done.stdout)
+
+def jsonc_loads(text):
+    """JSON with comments and trailing commas, read as VS Code reads its files: a reader of
+    the tests' own, not setup.py's."""
+    string = r'("(?:[^"\\]|\\.)*")'
+    text = re.sub(string + r"|//[^\n]*|/\*.*?\*/", lambda m: m[1] or "", text, flags=re.S)
+    return json.loads(re.sub(string + r"|,(\s*[}\]])", lambda m: m[1] or m[2], text))
+
+
+# A client's file as a person's may be, with another server (holding a secret) and other
+# settings, for each client whose file setup.py --install merges into; line endings, an
+# indentation and a final newline of their own.
+OTHER_SERVERS = {
+    "claude-desktop": '{\n  "globalShortcut": "Alt+Space",\n  "mcpServers": {\n    "memory": {\n'
+                      '      "command": "npx",\n      "args": ["-y", "@modelcontextprotocol/'
+                      'server-memory"],\n      "env": {"API_KEY": "sk-secret"}\n    }\n  }\n}\n',
+    "cursor": '{\n    "mcpServers": {\n        "github": {\n            "url": "https://'
+              'example.invalid/mcp",\n            "headers": {"Authorization": "Bearer t0k"}\n'
+              '        }\n    }\n}',
+    "windsurf": '{\r\n\t"mcpServers": {\r\n\t\t"git": {"command": "uvx", "args": ["mcp-server-'
+                'git"]}\r\n\t},\r\n\t"telemetry": false\r\n}\r\n',
+    "vscode": '{\n  "inputs": [{"type": "promptString", "id": "key", "password": true}],\n'
+              '  "servers": {\n    "fetch": {"type": "stdio", "command": "uvx", "args": '
+              '["mcp-server-fetch"]}\n  }\n}\n',
+    "copilot": '{"mcpServers":{"playwright":{"type":"local","command":"npx","args":'
+               '["@playwright/mcp"],"tools":["*"]}},"trusted_folders":["/work"]}\n',
+    "codex": 'model = "o3"\napproval_policy = "on-request"\n\n[mcp_servers.docs]\ncommand = '
+             '"npx"\nargs = ["-y", "docs-mcp"]\n\n[mcp_servers.docs.env]\nAPI_KEY = '
+             '"sk-secret"\n\n[profiles.fast]\nmodel = "gpt-5-mini"\n',
+}
+
+
+class InstallTest(TempDirTest):
+    """python3 setup.py --client NAME --install and --uninstall: the server merged into each
+    client's file with everything else there kept, or registered through the client's own
+    command; and the offer of a plain setup.py at a terminal. Every run gets a home of its
+    own and every variable that names where a client keeps its configuration."""
+
+    def home(self, commands=(), name="Bob Smith"):
+        """A home (its path holding a space) and the environment that points every client
+        there, with PATH holding stand-ins for `commands` only: (home, environment)."""
+        home = os.path.join(self.dir, name)
+        os.makedirs(home)
+        folder = fake_clients(os.path.join(home, "bin"), commands)
+        path = [folder] + ([os.path.join(os.environ.get("SYSTEMROOT", r"C:\Windows"),
+                                         "System32")] if os.name == "nt" else [])
+        return home, home_env(home, PATH=os.pathsep.join(path),
+                              FLOOD_MEMORY_DIR=os.path.join(home, "memory"))
+
+    def setup_py(self, env, *args, **popen):
+        """python3 setup.py --no-tests `args`, run to its end."""
+        popen.setdefault("stdin", subprocess.DEVNULL)
+        return subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests",
+                               *args], env=env, cwd=self.dir, capture_output=True, text=True,
+                              encoding="utf-8", timeout=120, **popen)
+
+    @staticmethod
+    def file_of(client, env):
+        system = platform.system()
+        return setup.install_file(client, system, env,
+                                  setup.desktop_config_files(system, env, glob.glob))
+
+    def install(self, client, env, remove=False, system=None, python=sys.executable):
+        """setup.install() in this process: (exit status, what it printed, what it said on
+        standard error)."""
+        system = system or platform.system()
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = setup.install(client, system, env, python, env["FLOOD_MEMORY_DIR"],
+                                   [self.file_of("claude-desktop", env)], remove=remove)
+        return status, out.getvalue(), err.getvalue()
+
+    def write(self, path, data, mode=None):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        if mode is not None:
+            os.chmod(path, mode)
+
+    @staticmethod
+    def read(path):
+        with open(path, "rb") as f:
+            return f.read()
+
+    @staticmethod
+    def parsed(client, data):
+        text = data.decode("utf-8-sig")
+        return tomllib.loads(text) if client == "codex" else jsonc_loads(text)
+
+    def entry(self, client, env, python=sys.executable):
+        """The entry setup.py --client prints for `client`."""
+        server_py = os.path.join(HERE, "server.py")
+        if client == "codex":
+            table = setup.codex_table(python, server_py, env["FLOOD_MEMORY_DIR"])
+            return tomllib.loads(table)["mcp_servers"]["flood-memory"]
+        document = setup.client_config(client, python, server_py, env["FLOOD_MEMORY_DIR"])
+        return document[setup.SERVERS_KEY[client]]["flood-memory"]
+
+    def test_each_file_keeps_its_other_servers_and_settings_and_a_copy_as_it_was(self):
+        home, env = self.home()
+        started = set()
+        for client, original in OTHER_SERVERS.items():
+            with self.subTest(client=client):
+                path = self.file_of(client, env)
+                self.write(path, original, 0o640)
+                key = setup.SERVERS_KEY[client]
+                before = self.parsed(client, original.encode())
+                done = self.setup_py(env, "--client", client, "--install")
+                self.assertEqual((done.returncode, done.stderr), (0, ""), done.stdout)
+                data = self.read(path)
+                after = self.parsed(client, data)
+                entry = after[key].pop("flood-memory")
+                self.assertEqual(entry, self.entry(client, env))
+                self.assertEqual(after, before)  # every other server and setting as it was
+                self.assertEqual(list(after), list(before))
+                started.add((entry["command"], *entry["args"],
+                             *sorted(entry["env"].items())))
+                # The copy, named in the output, holds the file as it was, with its mode.
+                [copy] = re.findall(r"kept as (.+); to undo", done.stdout)
+                self.assertEqual(self.read(copy), original.encode())
+                self.assertEqual(os.path.dirname(copy), os.path.dirname(path))
+                if os.name != "nt":
+                    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o640)
+                    self.assertEqual(stat.S_IMODE(os.stat(copy).st_mode), 0o640)
+                # Undoing is the one command printed.
+                lines = done.stdout.splitlines()
+                undo = lines[lines.index(next(l for l in lines if "to undo (" in l)) + 1]
+                self.assertEqual(undo, setup.shell_for(platform.system()).run(
+                    ["Move-Item", "-Force", copy, path] if os.name == "nt" else
+                    ["mv", copy, path]))
+                self.assertIn(setup.AFTER_INSTALL[client], done.stdout)
+                # Again (in this process, as main() calls it, to spare a start): nothing
+                # changes, and no second copy is made.
+                files = sorted(os.listdir(os.path.dirname(path)))
+                status, out, err = self.install(client, env)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn("already has flood-memory as setup.py would write it: nothing "
+                              "changed.", out)
+                self.assertEqual(self.read(path), data)
+                self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
+                # --uninstall gives back the file as it was, byte for byte.
+                status, out, err = self.install(client, env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertEqual(self.read(path), original.encode())
+                self.assertIn("took flood-memory out of", out)
+                [copy] = re.findall(r"kept as (.+); to undo", out)
+                self.assertEqual(self.read(copy), data)
+        self.assertEqual(len(started), 1)  # the same entry everywhere
+        command, server_py, (_, data_dir) = started.pop()
+        bare = dict(setup.bare_environment(platform.system(), env), FLOOD_MEMORY_DIR=data_dir)
+        proc = self.server_process(command=[command, server_py], env=bare,
+                                   cwd=os.path.abspath(os.sep), timeout=60)
+        proc.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+        self.assertEqual(len(proc.send(request("tools/list"))["result"]["tools"]), 5)
+
+    def test_a_missing_file_and_folder_are_made_and_an_uninstall_leaves_no_servers(self):
+        home, env = self.home()
+        for client in OTHER_SERVERS:
+            with self.subTest(client=client):
+                path = self.file_of(client, env)
+                self.assertFalse(os.path.exists(os.path.dirname(path)), path)
+                status, out, err = self.install(client, env)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn(f"created {path} with flood-memory in it", out)
+                key = setup.SERVERS_KEY[client]
+                self.assertEqual(self.parsed(client, self.read(path)),
+                                 {key: {"flood-memory": self.entry(client, env)}})
+                if os.name != "nt":  # such files come to hold tokens
+                    self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+                self.assertEqual(self.install(client, env, remove=True)[0], 0)
+                self.assertEqual(self.parsed(client, self.read(path)), {key: {}})
+                self.assertEqual(self.install(client, env, remove=True)[:2],
+                                 (0, f"{setup.CLIENTS[client]}: {path} has no flood-memory: "
+                                     f"nothing changed.\n"))
+        # A file where the folder should be.
+        home, env = self.home(name="A File For A Folder")
+        self.write(os.path.join(home, ".cursor"), "")
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertIn(f"setup.py: {os.path.join(home, '.cursor')} is a file where a folder "
+                      f"should be; nothing was changed.", err)
+
+    def test_an_old_entry_is_replaced_and_said_and_another_name_for_it_is_named(self):
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        old = {"command": "/usr/bin/python3", "args": ["/old/checkout/server.py"],
+               "env": {"FLOOD_MEMORY_DIR": "/old/memory"}}
+        self.write(path, json.dumps({"mcpServers": {"flood-memory": old, "x": {"command": "y"}},
+                                     "other": 1}, indent=2))
+        status, out, _ = self.install("cursor", env)
+        self.assertEqual(status, 0)
+        self.assertIn(f"It replaces the flood-memory that was there: {json.dumps(old)}", out)
+        document = jsonc_loads(self.read(path).decode())
+        self.assertEqual(document, {"mcpServers": {"flood-memory": self.entry("cursor", env),
+                                                   "x": {"command": "y"}}, "other": 1})
+        # The same entry written otherwise (its keys in another order, on one line): nothing
+        # changes.
+        same = dict(reversed(self.entry("cursor", env).items()))
+        self.write(path, json.dumps({"mcpServers": {"flood-memory": same}}, separators=",:"))
+        data = self.read(path)
+        status, out, _ = self.install("cursor", env)
+        self.assertEqual(status, 0)
+        self.assertIn("already has flood-memory as setup.py would write it: nothing changed", out)
+        self.assertEqual(self.read(path), data)
+        # Under another name and starting this server.py (as it was pasted by hand): named,
+        # and no second one added.
+        mine = dict(self.entry("cursor", env), env={"FLOOD_MEMORY_DIR": "/elsewhere"})
+        self.write(path, json.dumps({"mcpServers": {"memory": mine}}))
+        files = os.listdir(os.path.dirname(path))
+        status, out, _ = self.install("cursor", env)
+        self.assertEqual(status, 0)
+        self.assertIn(f"already has memory, which starts this server.py "
+                      f"({os.path.join(HERE, 'server.py')}): no second entry was added", out)
+        self.assertEqual(jsonc_loads(self.read(path).decode()), {"mcpServers": {"memory": mine}})
+        self.assertEqual(os.listdir(os.path.dirname(path)), files)
+        status, out, _ = self.install("cursor", env, remove=True)
+        self.assertEqual(status, 0)
+        self.assertIn("(memory there starts this server.py too; setup.py leaves it as it is.)",
+                      out)
+
+    def test_every_form_of_an_old_codex_table_is_replaced_whole(self):
+        home, env = self.home()
+        path = self.file_of("codex", env)
+        old = ('command = "/old/python"\nargs = ["/old/server.py"]\n'
+               'env = { FLOOD_MEMORY_DIR = "/old" }\n')
+        kept = 'model = "o3"\n\n[mcp_servers.docs]\ncommand = "npx"\n'
+        for form, text in (
+                ("table", f'{kept}\n[mcp_servers.flood-memory]\n{old}'),
+                ("env subtable", f'[mcp_servers.flood-memory]\ncommand = "/old/python"\n\n'
+                                 f'[mcp_servers.flood-memory.env]\nFLOOD_MEMORY_DIR = "/old"\n\n'
+                                 f'{kept}'),
+                ("quoted", f"{kept}\n[mcp_servers.'flood-memory']\n{old}"),
+                ("dotted keys", 'model = "o3"\n\n[mcp_servers]\nflood-memory.command = "/old"\n'
+                                'flood-memory.env.FLOOD_MEMORY_DIR = "/old"\ndocs.command = '
+                                '"npx"\n'),
+                ("inline", 'model = "o3"\n\n[mcp_servers]\nflood-memory = { command = "/old", '
+                           'args = [] }\ndocs = { command = "npx" }\n'),
+                ("dotted from the top", 'model = "o3"\nmcp_servers.flood-memory.command = '
+                                        '"/old"\nmcp_servers.docs.command = "npx"\n')):
+            with self.subTest(form=form):
+                self.write(path, text)
+                before = tomllib.loads(text)
+                status, out, err = self.install("codex", env)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn("It replaces the flood-memory that was there: "
+                              + json.dumps(before["mcp_servers"]["flood-memory"]), out)
+                after = tomllib.loads(self.read(path).decode())
+                before["mcp_servers"]["flood-memory"] = self.entry("codex", env)
+                self.assertEqual(after, before)
+                self.assertEqual(self.install("codex", env)[1].count("nothing changed"), 1)
+
+    def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
+        home, env = self.home()
+        for client, data, said in (
+                ("claude-desktop", '{\n  "mcpServers": {\n    "a": {}\n    "b": {}\n  }\n}\n',
+                 'line 4: expected , or } after the value of "a"'),
+                ("claude-desktop", '{\n  "mcpServers": {},\n  "mcpServers": {}\n}',
+                 'line 3: the key "mcpServers" is there twice in one object (first on line 2)'),
+                ("windsurf", '{"mcpServers": [\n]}', 'line 1: "mcpServers" is not an object'),
+                ("copilot", '[{"mcpServers": {}}]', "line 1: the document is not a JSON object"),
+                ("copilot", '{\n  // mine\n  "mcpServers": {}\n}',
+                 "line 2: a comment, which is not JSON"),
+                ("claude-desktop", '{\n  "mcpServers": {},\n}',
+                 "line 3: a comma before }, which is not JSON"),
+                ("vscode", '{\n  "servers": {\n    "x": {"command": "a\\q"}\n  }\n}',
+                 'line 3: "a\\q" is not a valid JSON string'),
+                ("cursor", "\ufeff{\r\n  \"mcpServers\": {\r\n}".encode("utf-16"),
+                 "is UTF-16 text (as Windows PowerShell 5 writes with > or Out-File)"),
+                ("cursor", b'{\n  "mcpServers": {},\n  "caf\xe9": 1\n}',
+                 "line 3: byte 0xe9 is not UTF-8"),
+                ("codex", 'model = "o3"\n[mcp_servers.x]\ncommand = \n',
+                 "line 3: not valid TOML (Invalid value, column 11)"),
+                ("codex", 'mcp_servers = { docs = { command = "npx" } }\n',
+                 "line 1: mcp_servers is written as one inline table"),
+                ("codex", '[mcp_servers.flood-memory]\n# my own\ncommand = "x"\n',
+                 "line 2: a comment there would be lost with the flood-memory table")):
+            with self.subTest(client=client, said=said):
+                path = self.file_of(client, env)
+                self.write(path, data)
+                data = self.read(path)
+                files = sorted(os.listdir(os.path.dirname(path)))
+                status, out, err = self.install(client, env)
+                self.assertEqual((status, out), (1, ""))
+                self.assertTrue(err.startswith(f"setup.py: {path}"), err)
+                self.assertIn(said, err.splitlines()[0])
+                self.assertTrue(err.splitlines()[0].endswith("; nothing was changed."), err)
+                self.assertIn(f"To add flood-memory by hand, merge this into {path}:", err)
+                self.assertEqual(self.read(path), data)
+                self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
+        # The same from the command line: one message, exit 1, no traceback.
+        done = self.setup_py(env, "--client", "codex", "--install")
+        self.assertEqual(done.returncode, 1)
+        self.assertTrue(done.stderr.startswith(f"setup.py: {path}, line 2: a comment"),
+                        done.stderr)
+        self.assertNotIn("Traceback", done.stderr)
+
+    def test_comments_trailing_commas_bom_and_line_endings_are_kept(self):
+        home, env = self.home()
+        path = self.file_of("vscode", env)
+        original = ('\ufeff// VS Code: my servers\r\n{\r\n  /* fetch: the web */\r\n'
+                    '  "servers": {\r\n    "fetch": {"command": "uvx", "args": ["x"],}, '
+                    '// trailing\r\n  },\r\n  "inputs": [],\r\n}')
+        self.write(path, original)
+        status, out, err = self.install("vscode", env)
+        self.assertEqual((status, err), (0, ""))
+        text = self.read(path).decode("utf-8")
+        self.assertTrue(text.startswith("\ufeff// VS Code: my servers\r\n"))
+        self.assertNotIn("\n", text.replace("\r\n", ""))
+        self.assertTrue(text.endswith("\r\n}"))  # no final newline, as before
+        for comment in ("/* fetch: the web */", "// trailing"):
+            self.assertIn(comment, text)
+        document = jsonc_loads(text[1:])
+        self.assertEqual(document["servers"]["flood-memory"], self.entry("vscode", env))
+        self.assertEqual(self.install("vscode", env, remove=True)[0], 0)
+        self.assertEqual(self.read(path).decode("utf-8"), original)
+        # A comment inside an old flood-memory entry would be lost: the file is left as it
+        # was, and the entry printed to add by hand.
+        cursor = self.file_of("cursor", env)
+        self.write(cursor, '{\n  "mcpServers": {\n    "flood-memory": {\n      // my data\n'
+                           '      "command": "python3", "args": ["server.py"],\n    },\n  },\n}\n')
+        data = self.read(cursor)
+        status, out, err = self.install("cursor", env)
+        self.assertEqual(status, 1)
+        self.assertIn(f"{cursor}, line 4: a comment there would be lost with the flood-memory "
+                      f"entry; nothing was changed.", err)
+        printed = err.split("merge this into", 1)[1]
+        printed, _ = json.JSONDecoder().raw_decode(printed[printed.index("{"):])
+        self.assertEqual(printed["mcpServers"]["flood-memory"], self.entry("cursor", env))
+        self.assertEqual(self.read(cursor), data)
+        # A byte order mark in config.toml (Codex reads it) stays.
+        codex = self.file_of("codex", env)
+        self.write(codex, b'\xef\xbb\xbfmodel = "o3"\n')
+        self.assertEqual(self.install("codex", env)[0], 0)
+        self.assertTrue(self.read(codex).startswith(b'\xef\xbb\xbfmodel = "o3"\n\n[mcp_servers.'))
+
+    @unittest.skipIf(os.name == "nt", "Windows has no file modes")
+    def test_a_private_file_stays_private_and_a_read_only_one_is_left(self):
+        home, env = self.home()
+        path = self.file_of("windsurf", env)
+        self.write(path, '{"mcpServers": {}}', 0o600)
+        status, out, _ = self.install("windsurf", env)
+        self.assertEqual(status, 0)
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        for made in (path, copy):
+            self.assertEqual(stat.S_IMODE(os.stat(made).st_mode), 0o600, made)
+        # A file marked read-only would be replaced all the same by a rename: it is left.
+        os.chmod(path, 0o444)
+        data = self.read(path)
+        status, _, err = self.install("windsurf", env, remove=True)
+        self.assertEqual(status, 1)
+        self.assertIn(f"setup.py: {path} is read-only", err)
+        self.assertEqual(self.read(path), data)
+
+    @unittest.skipUnless(can_symlink(), "this process may not make symbolic links")
+    def test_a_file_behind_a_link_is_written_through_it_or_left(self):
+        home, env = self.home()
+        path = self.file_of("claude-desktop", env)
+        dotfiles = os.path.join(home, "dotfiles")
+        target = os.path.join(dotfiles, "claude.json")
+        self.write(target, '{"mcpServers": {"a": {"command": "b"}}}\n')
+        os.makedirs(os.path.dirname(path))
+        os.symlink(target, path)
+        status, out, err = self.install("claude-desktop", env)
+        self.assertEqual((status, err), (0, ""))
+        self.assertTrue(os.path.islink(path))
+        self.assertEqual(os.readlink(path), target)
+        self.assertIn(f"added flood-memory to {path} (through the link to {target})", out)
+        self.assertIn("flood-memory", jsonc_loads(self.read(target).decode())["mcpServers"])
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        self.assertEqual(os.path.dirname(copy), dotfiles)
+        self.assertIn(shlex.join(["mv", copy, target]) if os.name != "nt" else target, out)
+        # A link into a store that is read-only (Nix's, Home Manager's) is refused.
+        store_file = os.path.join(home, "store", "claude.json")
+        self.write(store_file, '{"mcpServers": {}}')
+        os.chmod(store_file, 0o444)
+        os.remove(path)
+        os.symlink(store_file, path)
+        status, _, err = self.install("claude-desktop", env)
+        self.assertEqual(status, 1)
+        self.assertIn(f"{store_file} (the file {path} links to) is read-only", err)
+        self.assertEqual(self.read(store_file), b'{"mcpServers": {}}')
+        # And one whose file is not there.
+        os.remove(path)
+        os.symlink(os.path.join(home, "gone.json"), path)
+        status, _, err = self.install("claude-desktop", env)
+        self.assertEqual(status, 1)
+        self.assertIn(f"{path} is a link to {os.path.join(home, 'gone.json')}, which does not "
+                      f"exist", err)
+
+    def test_a_file_a_running_client_saves_meanwhile_is_not_written(self):
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        self.write(path, '{"mcpServers": {}}')
+        saved = b'{"mcpServers": {}, "saved": "by Cursor"}'
+        read = setup._read_or_none
+
+        def client_saves(target):  # just before setup.py reads the file again
+            self.write(target, saved)
+            return read(target)
+
+        with unittest.mock.patch.object(setup, "_read_or_none", client_saves):
+            status, out, err = self.install("cursor", env)
+        self.assertEqual(status, 1)
+        self.assertIn(f"{path} changed while setup.py was changing it (a running Cursor saves "
+                      f"it): quit Cursor and run this again; nothing was changed.", err)
+        self.assertEqual(self.read(path), saved)
+        self.assertEqual(os.listdir(os.path.dirname(path)), ["mcp.json"])  # no copy, no temp
+
+    def test_the_new_file_is_renamed_over_the_old_and_nothing_stays_open(self):
+        home, env = self.home()
+        path = self.file_of("copilot", env)
+        self.write(path, OTHER_SERVERS["copilot"])
+        renamed, replace = [], os.replace
+
+        def recorded(source, target):
+            renamed.append((os.path.dirname(source), target))
+            return replace(source, target)
+
+        # The descriptors this process has open (Linux and macOS list them in /dev/fd).
+        descriptors = os.listdir("/dev/fd") if os.path.isdir("/dev/fd") else None
+        with unittest.mock.patch.object(setup.os, "replace", recorded):
+            self.assertEqual(self.install("copilot", env)[0], 0)
+        self.assertEqual(renamed, [(os.path.dirname(path), path)])
+        if descriptors is not None:
+            self.assertEqual(len(os.listdir("/dev/fd")), len(descriptors))
+        # Nothing holds the files: Windows would refuse to move one held open.
+        for name in os.listdir(os.path.dirname(path)):
+            moved = os.path.join(self.dir, name)
+            os.replace(os.path.join(os.path.dirname(path), name), moved)
+            os.remove(moved)
+
+    def test_claude_code_and_gemini_are_changed_by_their_own_command_or_not_at_all(self):
+        home, env = self.home(commands=("claude", "gemini"))
+        server_py = os.path.join(HERE, "server.py")
+        settings = {"claude-code": os.path.join(home, ".claude.json"),
+                    "gemini": os.path.join(home, ".gemini", "settings.json")}
+        self.write(settings["claude-code"], '{"userID": "u", "mcpServers": {}}')
+        done = self.setup_py(env, "--client", "claude-code", "--install")
+        self.assertEqual((done.returncode, done.stderr), (0, ""), done.stdout)
+        for client, cli in setup.OWN_COMMAND.items():
+            with self.subTest(client=client):
+                out = done.stdout if cli == "claude" else self.install(client, env)[1]
+                line = setup.shell_for(platform.system()).run(
+                    setup.add_command(client, sys.executable, server_py,
+                                      env["FLOOD_MEMORY_DIR"]))
+                self.assertIn(f"{setup.CLIENTS[client]}: ran {line}\n    fake {cli}: add "
+                              f"flood-memory: done", out)
+                self.assertIn(setup.AFTER_INSTALL[client], out)
+                with open(settings[client]) as f:
+                    entry = json.load(f)["mcpServers"]["flood-memory"]
+                self.assertEqual(entry.pop("type", "stdio"), "stdio")
+                self.assertEqual(entry, {"command": sys.executable, "args": [server_py],
+                                         "env": {"FLOOD_MEMORY_DIR": env["FLOOD_MEMORY_DIR"]}})
+                status, out, _ = self.install(client, env)
+                self.assertEqual(status, 0)
+                self.assertIn("is already there as setup.py would add it", out)
+                self.assertNotIn(": ran ", out)
+                # Another data directory: replaced (Claude Code's add refuses a name it has,
+                # so it is removed first) and said.
+                elsewhere = dict(env, FLOOD_MEMORY_DIR=os.path.join(home, "other memory"))
+                status, out, err = self.install(client, elsewhere)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn("It replaces the flood-memory that was there: ", out)
+                self.assertEqual(out.count(": ran "), 2 if cli == "claude" else 1)
+                status, out, err = self.install(client, env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn(f"ran {cli} mcp remove --scope user flood-memory", out)
+                with open(settings[client]) as f:
+                    self.assertEqual(json.load(f)["mcpServers"], {})
+        with open(settings["claude-code"]) as f:
+            self.assertEqual(json.load(f)["userID"], "u")
+        # Not on PATH, or failing: nothing is written to their files, and the command to run
+        # is printed with what went wrong.
+        bare_home, bare = self.home(name="No Clients")
+        done = self.setup_py(bare, "--client", "gemini", "--install")
+        self.assertEqual(done.returncode, 1)
+        self.assertTrue(done.stderr.startswith("setup.py: gemini is not on PATH; Gemini CLI "
+                                               "keeps its configuration itself"), done.stderr)
+        refusing = dict(env, FAKE_CLIENT_REFUSES="claude,gemini")
+        for client, cli in setup.OWN_COMMAND.items():
+            for run_env, said in ((bare, f"setup.py: {cli} is not on PATH; "
+                                         f"{setup.CLIENTS[client]} keeps its configuration "
+                                         f"itself"),
+                                  (refusing, "setup.py: this failed (exit 1):\n")):
+                with self.subTest(client=client, said=said):
+                    before = {p: os.path.exists(p) and self.read(p)
+                              for p in (*settings.values(), os.path.join(bare_home,
+                                                                         ".claude.json"))}
+                    status, out, err = self.install(client, run_env)
+                    self.assertEqual((status, out), (1, ""))
+                    self.assertTrue(err.startswith(said), err)
+                    self.assertIn(f"{cli} mcp add ", err)
+                    if run_env is refusing:
+                        self.assertIn(f"  {cli} said:\n    fake {cli}: cannot write its "
+                                      f"settings", err)
+                    self.assertEqual({p: os.path.exists(p) and self.read(p) for p in before},
+                                     before)
+        # A command that never ends is stopped at the time limit.
+        hanging = fake_clients(os.path.join(self.dir, "hanging"), ["claude"])
+        code, said = setup.run_client(shutil.which("claude", path=hanging),
+                                      ["mcp", "add", "x", "y"],
+                                      dict(env, FAKE_CLIENT_HANGS="claude"), timeout=1)
+        self.assertIsNone(code)
+        self.assertTrue(said.startswith("it did not finish within 1 seconds and was stopped"))
+
+    def test_install_and_uninstall_need_a_client(self):
+        home, env = self.home()
+        for option in ("--install", "--uninstall"):
+            done = self.setup_py(env, option)
+            self.assertEqual((done.returncode, done.stdout), (2, ""))
+            self.assertEqual(done.stderr.splitlines()[-1],
+                             f"setup.py: {option} needs --client NAME, with NAME one of "
+                             f"claude-desktop, claude-code, codex, copilot, vscode, cursor, "
+                             f"windsurf, gemini")
+
+    def test_on_windows_the_undo_is_a_powershell_line_and_messages_say_py(self):
+        home, env = self.home()
+        path = self.file_of("claude-desktop", env)
+        self.write(path, "{}")
+        status, out, _ = self.install("claude-desktop", env, system="Windows")
+        self.assertEqual(status, 0)
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        self.assertIn(f"to undo (PowerShell):\nMove-Item -Force {setup.PowerShell.quote(copy)} "
+                      f"{setup.PowerShell.quote(path)}\n", out)
+        os.remove(path)
+        status, out, _ = self.install("claude-desktop", env, system="Windows")
+        self.assertIn("to undo, delete it or run py setup.py --client claude-desktop "
+                      "--uninstall.", out)
+
+    def test_clients_found_here_on_each_system(self):
+        # Simulated: which folders exist and which commands are on PATH.
+        for system, environ, folders, commands, found in (
+                ("Linux", {"HOME": "/home/bob", "XDG_CONFIG_HOME": "/home/bob/.xdg"},
+                 {"/home/bob/.cursor", "/home/bob/.xdg/Code/User"}, {"claude"},
+                 {"cursor": "/home/bob/.cursor", "vscode": "/home/bob/.xdg/Code/User",
+                  "claude-code": "claude is on PATH"}),
+                ("Darwin", {"HOME": "/Users/bob"},
+                 {"/Users/bob/Library/Application Support/Claude", "/Users/bob/.codex"},
+                 {"windsurf"},
+                 {"claude-desktop": "/Users/bob/Library/Application Support/Claude",
+                  "codex": "/Users/bob/.codex", "windsurf": "windsurf is on PATH"}),
+                ("Windows", dict(PlatformTest.WINDOWS_ENV, COPILOT_HOME=r"D:\copilot"),
+                 {PlatformTest.MSIX + r"\LocalCache\Roaming\Claude", r"D:\copilot",
+                  r"C:\Users\Bob\.gemini"}, {"code"},
+                 {"claude-desktop": PlatformTest.MSIX + r"\LocalCache\Roaming\Claude",
+                  "copilot": r"D:\copilot", "gemini": r"C:\Users\Bob\.gemini",
+                  "vscode": "code is on PATH"})):
+            with self.subTest(system=system):
+                configs = setup.desktop_config_files(
+                    system, environ, lambda p: fnmatch.filter([PlatformTest.MSIX], p))
+                self.assertEqual(dict(setup.clients_here(system, environ, configs,
+                                                         which=lambda name, path:
+                                                         name in commands,
+                                                         isdir=folders.__contains__)), found)
+
+    def test_a_plain_setup_offers_the_clients_it_finds_only_at_a_terminal(self):
+        home, env = self.home()
+        os.mkdir(os.path.join(home, ".cursor"))
+        cursor = self.file_of("cursor", env)
+        done = self.setup_py(env)  # no terminal: what it printed before, and no question
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertNotIn("[y/N]", done.stdout)
+        self.assertNotIn("Clients found here", done.stdout)
+        self.assertFalse(os.path.exists(cursor))
+        if os.name == "nt":
+            self.skipTest("Windows has no pseudo-terminal to give setup.py")
+        said, status = self.at_a_terminal(env, [], b"y\n")
+        self.assertEqual(status, 0, said)
+        self.assertIn(f"Clients found here: Cursor ({os.path.join(home, '.cursor')})", said)
+        self.assertEqual(said.count("[y/N]"), 1, said)
+        self.assertIn("Add flood-memory to Cursor? [y/N] y", said)
+        self.assertIn(f"Cursor: created {cursor} with flood-memory in it", said)
+        self.assertEqual(jsonc_loads(self.read(cursor).decode())["mcpServers"]["flood-memory"],
+                         self.entry("cursor", env))
+        said, status = self.at_a_terminal(env, ["--client", "windsurf", "--install"], b"")
+        self.assertEqual(status, 0, said)
+        self.assertNotIn("[y/N]", said)
+        self.assertIn("Windsurf: created", said)
+
+    def at_a_terminal(self, env, args, typed):
+        """setup.py --no-tests `args` with a pseudo-terminal for its input and output, typed
+        `typed` once it asks: (what the terminal showed, the exit status)."""
+        import pty
+        import select
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests",
+                                 *args], stdin=slave, stdout=slave, stderr=slave, env=env,
+                                cwd=self.dir)
+        os.close(slave)
+        shown = b""
+        try:
+            while True:
+                if not select.select([master], [], [], 120)[0]:
+                    break  # a hung setup.py fails the test below
+                try:
+                    data = os.read(master, 4096)
+                except OSError:  # Linux: the other end is closed
+                    break
+                if not data:
+                    break
+                shown += data
+                if typed and shown.endswith(b"[y/N] "):
+                    os.write(master, typed)
+                    typed = b""
+        finally:
+            os.close(master)
+            if proc.poll() is None:
+                proc.kill()
+        return shown.decode("utf-8", "replace").replace("\r\n", "\n"), proc.wait(60)
+
 
 class PlatformTest(TempDirTest):
     """What macOS and Windows do differently, simulated here: the platform, its paths and its
@@ -3826,6 +4492,13 @@ class PlatformTest(TempDirTest):
                          "/c x/config.toml")
         self.assertEqual(setup.client_file("copilot", "Windows", {"COPILOT_HOME": r"D:\c"}),
                          r"D:\c\mcp-config.json")
+        # On Linux, VS Code and Claude Desktop (Electron) keep theirs in XDG_CONFIG_HOME.
+        xdg = {"HOME": "/h", "XDG_CONFIG_HOME": "/x"}
+        self.assertEqual(setup.client_file("vscode", "Linux", xdg), "/x/Code/User/mcp.json")
+        self.assertEqual(setup.desktop_config_files("Linux", xdg, None),
+                         ["/x/Claude/claude_desktop_config.json"])
+        self.assertEqual(setup.client_file("vscode", "Linux", {"HOME": "/h"}),
+                         "/h/.config/Code/User/mcp.json")
 
     def test_a_toml_string_reads_back_as_the_text_written(self):
         for text in (r"C:\Program Files\Python313\python.exe", "Bob's \"code\"", "tab\there",
@@ -9065,8 +9738,9 @@ def check_client(name, exe, home):
     it said, line by line)."""
     project, data_dir = os.path.join(home, "project"), os.path.join(home, "memory dir")
     os.makedirs(project)
-    env = {k: v for k, v in os.environ.items() if k not in CLIENT_HOMES}
-    env.update(HOME=home, USERPROFILE=home)
+    env = home_env(home)
+    # Codex refuses a CODEX_HOME that does not exist ("failed to resolve CODEX_HOME").
+    os.makedirs(env["CODEX_HOME"])
     said = []
     printed = subprocess.run(
         [sys.executable, os.path.join(HERE, "setup.py"), "--client", REAL_CLIENTS[name][0],
@@ -9097,7 +9771,7 @@ def check_client(name, exe, home):
         with open(os.path.join(other, ".codex", "config.toml"), "w", encoding="utf-8") as f:
             f.write(f"[mcp_servers.flood-memory]\n{table}\n")
         shutil.rmtree(data_dir, ignore_errors=True)
-        tools, error = ask_codex(exe, dict(env, HOME=other, USERPROFILE=other), project)
+        tools, error = ask_codex(exe, home_env(other), project)
         said.append(f"with the config.toml table instead: tools {', '.join(tools) or 'none'}"
                     + (f"; error: {error}" if error else ""))
         return connected and tools == sorted(server.TOOLS) and used(data_dir, said), said
@@ -9115,14 +9789,93 @@ def check_client(name, exe, home):
     return bool(CONNECTED.search(output)) and used(data_dir, said), said
 
 
+# What a person's config.toml may hold besides: setup.py --install must keep it. The other
+# server is switched off, so that Codex does not try to start it.
+CODEX_KEPT = ('approval_policy = "on-request"\n\n[mcp_servers.other]\ncommand = "npx"\n'
+              'args = ["-y", "other-mcp"]\nenabled = false\n\n[mcp_servers.other.env]\n'
+              'API_KEY = "sk-secret"\n')
+
+
+def check_install(name, exe, home):
+    """setup.py --client NAME --install in the temporary home `home`, then the client asked
+    as check_client asks it; then --uninstall, after which the client no longer lists it:
+    (whether all went so, what was seen, line by line). Every variable that names where a
+    client keeps its configuration points into `home`."""
+    client = REAL_CLIENTS[name][0]
+    project, data_dir = os.path.join(home, "project"), os.path.join(home, "memory dir")
+    os.makedirs(project)
+    env = home_env(home)
+    config = os.path.join(home, ".codex", "config.toml")
+    if name == "codex":
+        os.makedirs(os.path.dirname(config))
+        with open(config, "w", encoding="utf-8") as f:
+            f.write(CODEX_KEPT)
+
+    def setup_py(action):
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--client",
+                               client, action, "--no-tests"], capture_output=True,
+                              env=dict(env, FLOOD_MEMORY_DIR=data_dir), text=True,
+                              encoding="utf-8", errors="replace", timeout=300,
+                              stdin=subprocess.DEVNULL)
+        said.append(f"setup.py --client {client} {action}: exit {done.returncode}"
+                    + ("" if done.returncode == 0 else f": {one_line(done.stderr)}"))
+        return done.returncode == 0
+
+    def listed():
+        if name == "codex":
+            tools, error = ask_codex(exe, env, project)
+            said.append(f"app-server, mcpServerStatus/list: tools {', '.join(tools) or 'none'}"
+                        + (f"; error: {error}" if error else ""))
+            return tools == sorted(server.TOOLS)
+        shown = subprocess.run([exe, "mcp", "list"], env=env, cwd=project, capture_output=True,
+                               text=True, encoding="utf-8", errors="replace", timeout=120)
+        output = shown.stdout + shown.stderr
+        lines = [l.strip() for l in output.splitlines() if "flood-memory" in l]
+        said.append(f"{name} mcp list: " + (" | ".join(lines) or one_line(output)))
+        return bool(CONNECTED.search(output))
+
+    said = []
+    if name == "gemini":  # a trusted folder, as in check_client
+        os.makedirs(os.path.join(home, ".gemini"))
+        with open(os.path.join(home, ".gemini", "trustedFolders.json"), "w") as f:
+            json.dump({project: "TRUST_FOLDER"}, f)
+    ok = setup_py("--install")
+    # setup.py made the data directory: made again only if the client gives the server it.
+    shutil.rmtree(data_dir, ignore_errors=True)
+    ok = ok and listed() and used(data_dir, said)
+    if name == "codex":
+        with open(config, "rb") as f:
+            kept = tomllib.load(f)
+        kept["mcp_servers"].pop("flood-memory", None)
+        same = kept == tomllib.loads(CODEX_KEPT)
+        said.append("config.toml keeps what it held" if same else
+                    "config.toml lost or changed what it held")
+        ok = ok and same
+    ok = setup_py("--uninstall") and ok
+    if name == "codex":
+        with open(config, encoding="utf-8") as f:
+            back = f.read() == CODEX_KEPT
+        said.append("--uninstall gave back config.toml byte for byte" if back else
+                    "--uninstall did not give back config.toml as it was")
+        return ok and back, said
+    shown = subprocess.run([exe, "mcp", "list"], env=env, cwd=project, capture_output=True,
+                           text=True, encoding="utf-8", errors="replace", timeout=120)
+    gone = "flood-memory" not in shown.stdout + shown.stderr
+    said.append(f"{name} mcp list after --uninstall: " + ("no flood-memory" if gone else
+                                                          one_line(shown.stdout + shown.stderr)))
+    return ok and gone, said
+
+
 def clients(argv):
-    """python3 test.py clients: the line setup.py prints registers a server that Claude Code,
-    Codex and Gemini CLI, where they are on PATH, report connected. Exit status 0 when every
-    client found did, 1 when one did not, 2 when none was found."""
+    """python3 test.py clients: the line setup.py prints, and setup.py --install, register a
+    server that Claude Code, Codex and Gemini CLI, where they are on PATH, report connected.
+    Exit status 0 when every client found did both ways, 1 when one did not, 2 when none
+    was found."""
     argparse.ArgumentParser(prog="python3 test.py clients", description=(
         "Register the server in each of claude, codex and gemini found on PATH, with the "
-        "line `setup.py --client` prints, in a temporary home, and check that the client "
-        "reports it connected. Installs nothing.")).parse_args(argv)
+        "line `setup.py --client` prints and with `setup.py --client NAME --install`, each "
+        "in a temporary home, and check that the client reports it connected (and no "
+        "longer lists it after --uninstall). Installs no client.")).parse_args(argv)
     # A client's check marks (✔) reach a Windows console that may not hold them.
     sys.stdout.reconfigure(errors="backslashreplace")
     found = failed = 0
@@ -9133,20 +9886,27 @@ def clients(argv):
                   flush=True)
             continue
         found += 1
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True,
-                                 encoding="utf-8", errors="replace", timeout=120)
-        version = (version.stdout.strip().splitlines() or ["version unknown"])[-1]
-        print(f"{name} ({version}, {exe}):", flush=True)
         # A space in the home, the data directory and the project, as many users have.
-        home = tempfile.mkdtemp(prefix="flood clients ")
+        home, other = (tempfile.mkdtemp(prefix="flood clients ") for _ in range(2))
         try:
+            # Codex and Gemini CLI write into their home even for --version.
+            version = subprocess.run([exe, "--version"], capture_output=True, text=True,
+                                     encoding="utf-8", errors="replace", timeout=120,
+                                     env=home_env(home))
+            version = (version.stdout.strip().splitlines() or ["version unknown"])[-1]
+            print(f"{name} ({version}, {exe}):", flush=True)
             connected, said = check_client(name, exe, home)
+            for line in said:
+                print(f"  {line}")
+            print(f"  {'connected' if connected else 'NOT CONNECTED'}", flush=True)
+            installed, said = check_install(name, exe, other)
         finally:
             shutil.rmtree(home, ignore_errors=True)
+            shutil.rmtree(other, ignore_errors=True)
         for line in said:
             print(f"  {line}")
-        print(f"  {'connected' if connected else 'NOT CONNECTED'}", flush=True)
-        failed += not connected
+        print(f"  {'installed' if installed else 'NOT INSTALLED'}", flush=True)
+        failed += not (connected and installed)
     if not found:
         print(CLIENTS_HOW)
         return 2
