@@ -21,7 +21,8 @@ The module reads top down:
 - store: `Store`, links both ways, traversal, access counting, checking, loads, backup and
   restore
 - command line: `python3 store.py list | search | show | edit | forget | tags | stats |
-  check | export | import | backup | restore`, and the official memory server's format
+  check | export | import | backup | restore`, the official memory server's format, and
+  what other memory servers leave (mcp-memory-service)
 """
 
 import argparse
@@ -51,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
 from datetime import datetime, timezone
 
@@ -3132,7 +3134,7 @@ def official_records(entries, source, report):
                 if name in entities:
                     report["skipped", "entity line", "entity lines",
                            "repeating a name (observations merged)"] += 1
-                created = _official_time(value)
+                created = _when(value.get("createdAt"))
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
@@ -3152,7 +3154,7 @@ def official_records(entries, source, report):
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:
                     report["skipped", "repeated relation", "repeated relations", ""] += 1
-                relations.setdefault(key, _official_time(value))
+                relations.setdefault(key, _when(value.get("createdAt")))
             else:
                 report["skipped", "line", "lines", "with no type" if kind is None else
                        f"of another type ({_shorten(kind, 30)})"] += 1
@@ -3181,7 +3183,7 @@ def _official_memories(entities, relations, source, report):
             if name not in seen:
                 seen[name] = name
                 if len(name) > MAX_TAG_LENGTH or _CONTROL.search(name):
-                    seen[name] = _CONTROL.sub(" ", name).strip()[:MAX_TAG_LENGTH].rstrip()
+                    seen[name] = _as_tag(name)
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
         return _tags([seen[name] for name in names])
@@ -3221,19 +3223,29 @@ def _official_memories(entities, relations, source, report):
                      created or now, created or now, 0)
 
 
-def _official_summary(report):
-    """What an official import held, what it skipped and why, what it changed, and what it
-    kept as text only, in one line. Each is counted under ("skipped", "changed" or "kept as
-    text only", singular, plural, the rest of the reason)."""
-    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
-        ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
+def _summary(report, held, where="the file"):
+    """What an import held (`held`: (key of `report`, its singular) of each thing counted),
+    what it skipped and why, what it changed, and what it kept as text only, in one line.
+    Each is counted under ("skipped", "changed" or "kept as text only", singular, plural,
+    the rest of the reason)."""
+    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in held)
     said = {"skipped": [], "changed": [], "kept as text only": []}
     for key, n in report.items():
         if isinstance(key, tuple) and n:
             what, one, many, why = key
             said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
-    return f"flood-memory: the file held {made}" + "".join(
+    return f"flood-memory: {where} held {made}" + "".join(
         f"; {what}: {'; '.join(items)}" for what, items in said.items() if items)
+
+
+OFFICIAL_HELD = (("entities", "entity"), ("observations", "observation"),
+                 ("relations", "relation"))
+
+
+def _as_tag(text):
+    """`text` made a tag that remember takes: control characters made spaces, cut to
+    MAX_TAG_LENGTH characters; empty if nothing is left."""
+    return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
 def _official_name(value, key):
@@ -3251,16 +3263,338 @@ def _official_name(value, key):
     return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
-def _official_time(value):
-    """A fork's createdAt, in the stored form, or None."""
-    created = value.get("createdAt")
-    if created is None:
+def _when(created):
+    """A time another program wrote (ISO 8601 text, or seconds or milliseconds since 1970),
+    in the stored form, or None: a field in some other form is not ours to refuse a file
+    for."""
+    if created is None or isinstance(created, bool):
         return None
     try:
         return _utc(created) if isinstance(created, str) else _format_time(
             datetime.fromtimestamp(created / (1000 if created > 1e11 else 1), timezone.utc))
     except (ValueError, TypeError, OverflowError, OSError):
-        return None  # a field of a fork in some other form: not ours to refuse the file for
+        return None
+
+
+# ----------------------------------------------------------------------------- other memory servers
+#
+# What other memory servers leave on disk, read as they left it and never written:
+# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a
+#   mode=ro URI (a normal connection would checkpoint their log into their file) by the
+#   standard sqlite3 module, which cannot load their vector extension and need not: only the
+#   `memories` table is read, never the vec0 one. Or its JSON export ({"export_metadata":
+#   ..., "memories": [...]}, read an item at a time). A row deleted (deleted_at) or replaced
+#   by a newer version (superseded_by) is not imported. Key: content_hash.
+#
+# Ids are made from the keys as the official import makes its own (the format's name first),
+# so that importing a source again stores what is new in it only, and no key holds a path:
+# a folder moved elsewhere is the same source.
+
+PEER_HELD = (("memories", "memory"),)
+
+
+class _Shaper:
+    """The Records of one import from another memory server, made by the official import's
+    rules: content too long is cut with a note, tags are cleaned, what was changed and what
+    was skipped is counted in `report`, and a key that came before is skipped."""
+
+    def __init__(self, report, format_name):
+        self.report, self.format = report, format_name
+        self.seen = set()  # ids made so far
+
+    def record(self, key, content, tags, created, source, links=()):
+        """The Record made from `key` (a tuple of strings) and the rest, or None when there
+        is nothing to keep (counted)."""
+        node_id = _official_id("\0".join((self.format, *key)))
+        if node_id in self.seen:
+            self.report["skipped", "memory", "memories", "repeated in the source"] += 1
+            return None
+        try:
+            content = _text(content, "content").strip()
+            tags = [_text(t, "a tag") for t in tags]
+        except InvalidInput:
+            self.report["skipped", "memory", "memories", "with text that is not valid "
+                        "Unicode"] += 1
+            return None
+        if not content:
+            self.report["skipped", "memory", "memories", "with no text"] += 1
+            return None
+        if len(content) > MAX_CONTENT:
+            kept = content[:MAX_CONTENT - 60].rstrip()
+            content = f"{kept} [cut: {len(content) - len(kept):,} more characters in the source]"
+            self.report["changed", "memory", "memories", f"cut to {MAX_CONTENT:,} characters, "
+                        f"with a note"] += 1
+        made = {}
+        for tag in tags:
+            cleaned = _as_tag(tag)
+            if cleaned != tag.strip():
+                self.report["changed", "tag", "tags", "made shorter, or without control "
+                            "characters"] += 1
+            if cleaned:
+                made.setdefault(cleaned.casefold(), cleaned)
+        if len(made) > MAX_TAGS:
+            self.report["changed", "memory", "memories", f"with more than {MAX_TAGS} tags "
+                        f"(the first kept)"] += 1
+        self.seen.add(node_id)
+        created = created or _now()
+        return Record(node_id, content, list(made.values())[:MAX_TAGS], list(links),
+                      source[:MAX_SOURCE], created, created, 0)
+
+
+def _source_name(format_name, path):
+    """The source of the memories of an import: the format and the file's or folder's name
+    (never its whole path: a folder moved elsewhere is the same source)."""
+    return f"{format_name}: {os.path.basename(os.path.normpath(os.path.abspath(path)))}"
+
+
+def _read_only(path):
+    """A connection to the SQLite file `path` that cannot write it; bytes for text, so that
+    a value that is not UTF-8 reads as what it is."""
+    where = os.path.abspath(path).replace(os.sep, "/")
+    where = where if where.startswith("/") else "/" + where  # C:/... on Windows
+    db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
+    db.text_factory = bytes
+    return db
+
+
+def _decoded(value):
+    """The text of a column value read as bytes, or None when it is not UTF-8 text."""
+    if isinstance(value, str) or value is None:
+        return value
+    if isinstance(value, bytes):
+        with contextlib.suppress(UnicodeDecodeError):
+            return value.decode("utf-8")
+        return None
+    return str(value)
+
+
+def _split_tags(value):
+    """mcp-memory-service's tags: comma-separated text, or a JSON array (older versions)."""
+    if isinstance(value, list):
+        return [t for t in value if isinstance(t, str)]
+    if not isinstance(value, str):
+        return []
+    if value.lstrip().startswith("["):
+        with contextlib.suppress(ValueError):
+            return _split_tags(json.loads(value))
+    return [t for t in value.split(",") if t.strip()]
+
+
+def mcp_memory_service_records(path, report):
+    """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
+    shaper, source = _Shaper(report, "mcp-memory-service"), _source_name("mcp-memory-service",
+                                                                         path)
+    try:
+        db = _read_only(path)
+        try:
+            columns = {row[1].decode() for row in db.execute("PRAGMA table_info(memories)")}
+            if not {"content_hash", "content"} <= columns:
+                raise InvalidInput(f"{os.path.basename(path)} is a SQLite database, but not "
+                                   f"mcp-memory-service's: it has no memories table with a "
+                                   f"content_hash")
+            wanted = ("content_hash", "content", "tags", "created_at", "created_at_iso",
+                      "deleted_at", "superseded_by")
+            cursor = db.execute("SELECT " + ", ".join(c if c in columns else "NULL"
+                                                      for c in wanted) + " FROM memories")
+            while rows := cursor.fetchmany(500):
+                for key, content, tags, created, created_iso, deleted, newer in rows:
+                    report["memories"] += 1
+                    if deleted is not None:
+                        report["skipped", "memory", "memories", "deleted there"] += 1
+                        continue
+                    if newer:
+                        report["skipped", "memory", "memories", "replaced there by a newer "
+                               "version"] += 1
+                        continue
+                    texts = [_decoded(v) for v in (key, content, tags)]
+                    if None in texts[:2] or tags is not None and texts[2] is None:
+                        report["skipped", "memory", "memories", "with no content_hash or "
+                               "content, or text that is not UTF-8"] += 1
+                        continue
+                    key, content, tags = texts
+                    record = shaper.record((key,), content, _split_tags(tags), _when(
+                        created) or _when(_decoded(created_iso)), source)
+                    if record:
+                        yield record
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
+                           f"database: {exc}") from None
+
+
+def _text_stream(binary):
+    """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 when it starts
+    with that byte order mark, as the official import reads a file."""
+    head = binary.peek(2)[:2]
+    utf16 = head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
+
+
+def _json_members(stream, arrays, keys=None):
+    """(key, value) of each member of the JSON object the text stream `stream` holds, read
+    a piece at a time; a member named in `arrays` whose value is an array gives (key, item)
+    for each of its items instead, so that a large one is never whole in memory (and the
+    set `keys` is given each key). InvalidInput where it is not JSON."""
+    text, at, done, base = "", 0, False, 0  # base: where `text` starts in the stream
+
+    def more():
+        nonlocal text, at, done, base
+        try:
+            chunk = stream.read(1 << 20)
+        except UnicodeDecodeError:
+            raise InvalidInput("the file is not UTF-8 text") from None
+        base += at
+        text, at, done = text[at:] + chunk, 0, not chunk
+        return chunk
+
+    def space():
+        nonlocal at
+        while True:
+            at = _JSON_SPACE.match(text, at).end()
+            if at < len(text) or not more():
+                return text[at:at + 1]
+
+    def expect(marks):
+        nonlocal at
+        found = space()
+        if not found or found not in marks:
+            raise InvalidInput(f"the file is not JSON at character {base + at + 1:,}: "
+                               f"expected {' or '.join(repr(m) for m in marks)}")
+        at += 1
+        return found
+
+    def value():
+        nonlocal at
+        space()
+        while True:
+            try:
+                item, end = _DECODER.raw_decode(text, at)
+            except json.JSONDecodeError as exc:
+                if done:
+                    raise InvalidInput(f"the file is not JSON at character {base + exc.pos + 1:,}"
+                                       f": {exc.msg}") from None
+                more()  # cut by the end of what was read, or wrong: more text tells
+                continue
+            except RecursionError:
+                raise InvalidInput(f"the JSON value at character {base + at + 1:,} is nested "
+                                   f"too deeply") from None
+            if end < len(text) or done or not more():  # a number may go on in the next piece
+                at = end
+                return item
+
+    expect("{")
+    if space() == "}":
+        return
+    while True:
+        key = value()
+        if not isinstance(key, str):
+            raise InvalidInput(f"the file is not JSON at character {base + at:,}: a key "
+                               f"must be a string")
+        if keys is not None:
+            keys.add(key)
+        expect(":")
+        if key in arrays and space() == "[":
+            at += 1
+            if space() != "]":
+                while True:
+                    yield key, value()
+                    if expect(",]") == "]":
+                        break
+            else:
+                at += 1
+        else:
+            yield key, value()
+        if expect(",}") == "}":
+            return
+
+
+def _json_export_records(binary, name, report):
+    """The Records of mcp-memory-service's JSON export, read from the binary stream
+    `binary`, as an iterator."""
+    shaper, source = _Shaper(report, "mcp-memory-service"), f"mcp-memory-service: {name}"
+    keys = set()
+    for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
+        if key != "memories":
+            continue
+        if not isinstance(item, dict):
+            raise InvalidInput("the export's memories must be an array of objects")
+        report["memories"] += 1
+        tags, content_hash = item.get("tags"), item.get("content_hash")
+        if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
+            report["skipped", "memory", "memories", "without content_hash or content"] += 1
+            continue
+        record = shaper.record((content_hash,), item["content"], _split_tags(tags),
+                               _when(item.get("created_at")) or _when(
+                                   item.get("created_at_iso")), source)
+        if record:
+            yield record
+    if "memories" not in keys:
+        raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s '
+                           'export')
+
+
+FORMATS = {  # --format NAME: what it reads
+    "flood": "Flood Memory's export",
+    "official": "the official memory server's memory.jsonl",
+    "mcp-memory-service": "mcp-memory-service's sqlite_vec.db, or its JSON export",
+}
+_EXPORT_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"(?:export_metadata|memories)"\s*:')
+
+
+def _folder_format(path):
+    """The format of the folder `path`, told from what it holds."""
+    if os.path.isfile(os.path.join(path, "sqlite_vec.db")):
+        return "mcp-memory-service"
+    raise InvalidInput(f"{os.path.basename(os.path.abspath(path))} is a folder of no kind "
+                       f"import reads: expected one holding mcp-memory-service's sqlite_vec.db")
+
+
+def _import_source(args, stack):
+    """(format, what it is, its Records as an iterator, report) of what `store.py import`
+    reads: the format as --format names it, or told from the content. `report` counts what
+    was held, skipped and changed (None for Flood Memory's export)."""
+    path, format_name, report = args.file, args.format, collections.Counter()
+    if path != "-" and os.path.isdir(path):
+        format_name = format_name or _folder_format(path)
+        if format_name != "mcp-memory-service":
+            raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
+        path = os.path.join(path, "sqlite_vec.db")
+    if path == "-" and sys.stdin is None:
+        raise StoreError("standard input is closed: give the FILE to import")
+    source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
+    head = source.peek(512)[:512]
+    database = head.startswith(b"SQLite format 3\0")
+    if head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):  # as PowerShell writes text
+        head = head[:len(head) // 2 * 2].decode("utf-16", "replace").encode()
+    if format_name in (None, "mcp-memory-service") and (database or _EXPORT_START.match(head)):
+        format_name = "mcp-memory-service"
+    if database and path == "-":
+        raise InvalidInput("a database cannot be read from standard input: give its path")
+    name = "standard input" if path == "-" else os.path.basename(path)
+    if format_name == "mcp-memory-service" and database:
+        return (format_name, "mcp-memory-service's database",
+                mcp_memory_service_records(path, report), report)
+    if format_name == "mcp-memory-service":
+        return (format_name, "mcp-memory-service's export",
+                _json_export_records(source, name, report), report)
+    try:  # a file that is none of the formats fails here, at its first value
+        graph, entries = read_entries(utf8_lines(source))
+        first = next(entries, None)
+        if format_name is None and first and not graph and not is_official(first[1]) and \
+                not (isinstance(first[1], dict) and {"id", "content"} & first[1].keys()):
+            _record(first[1], 1)  # not a memory: says why
+    except InvalidInput as exc:
+        raise InvalidInput(f"{exc}: expected {_EXPECTED}" if format_name is None else exc)
+    entries = itertools.chain([first] if first else [], entries)
+    if format_name == "official" or format_name is None and (
+            graph or first and is_official(first[1])):
+        return "official", FORMATS["official"], official_records(entries, name, report), report
+    return "flood", FORMATS["flood"], _checked(value for _, value in entries), None
+
+
+_EXPECTED = ("Flood Memory's export or the official memory server's memory.jsonl (JSON), "
+             "or mcp-memory-service's sqlite_vec.db or JSON export")
 
 
 def _memories(n):
@@ -3275,9 +3609,15 @@ class _Spool:
     def __init__(self, records, file):
         self.file = file
         self.n = 0
+        self.first = []  # the first three, for samples
         for self.n, record in enumerate(records, 1):
             data = marshal.dumps(tuple(record))
-            file.write(len(data).to_bytes(4, "little") + data)
+            if self.n <= 3:
+                self.first.append(record)
+            try:
+                file.write(len(data).to_bytes(4, "little") + data)
+            except OSError as exc:
+                raise StoreError(f"cannot write a temporary file: {exc.strerror}") from exc
 
     def __iter__(self):
         self.file.seek(0)
@@ -3371,13 +3711,17 @@ def _parser():
     sub = command("export", "every memory as a JSON line, oldest first, keys in a fixed order")
     sub.add_argument("file", nargs="?", default="-", metavar="FILE", type=file_name,
                      help="where to write them (standard output without it, or with -)")
-    sub = command("import", "load memories from an export, or from the official memory "
-                            "server's memory.jsonl; the file is checked whole first, and what "
-                            "is stored already is skipped")
-    sub.add_argument("file", metavar="FILE", type=file_name,
-                     help="the file (- reads standard input)")
-    sub.add_argument("--format", choices=("flood", "official"),
-                     help="the file's format (told from its content otherwise)")
+    sub = command("import", "load memories from an export, the official memory server's "
+                            "memory.jsonl, or another memory server's data: mcp-memory-service "
+                            "(sqlite_vec.db, or its JSON export); all of it is read first, and what is "
+                            "stored already is skipped")
+    sub.add_argument("file", metavar="PATH", type=file_name,
+                     help="the file or folder (- reads standard input)")
+    sub.add_argument("--format", choices=tuple(FORMATS),
+                     help="its format (told from its content otherwise): " + "; ".join(
+                         f"{name}: {what}" for name, what in FORMATS.items()))
+    sub.add_argument("--dry-run", action="store_true",
+                     help="say what it holds, with three samples, and write nothing")
     sub.add_argument("--update", action="store_true",
                      help="memories stored already that the file gives otherwise take its "
                           "content and tags (skipped otherwise)")
@@ -3741,10 +4085,25 @@ def _restore(store, args, directory):
     return 0
 
 
-def _import(store, args, records, report):
+def _found(format_name, kind, records, report):
+    """Say what an import read: its kind, how many memories, three samples, and what was
+    held, skipped and changed."""
+    width = _width() - 4
+    _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
+         (", such as:" if records.first else ""))
+    for record in records.first:
+        text = _visible(" ".join(record.content.split()))
+        _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
+    if report is not None:
+        _say(_summary(report, *{
+            "official": (OFFICIAL_HELD,),
+        }.get(format_name, (PEER_HELD, "it"))))
+
+
+def _import(store, args, records):
     done = store.load(records, checked=True, update=args.update)
     _say(f"flood-memory: imported {_memories(done['loaded'])}, skipped {done['skipped']:,} "
-         f"stored already")
+         f"stored already" + ("" if done["loaded"] or done["differ"] else ": nothing new"))
     if done["differ"] and args.update:
         _say(f"flood-memory: {_memories(done['differ'])} stored already took the file's "
              f"content and tags")
@@ -3755,8 +4114,6 @@ def _import(store, args, records, report):
              f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
-    if report is not None:
-        _say(_official_summary(report))
     return 0
 
 
@@ -3782,39 +4139,28 @@ def main(argv=None, environ=None):
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
             raise StoreError(f"there is no memory database in {directory}")
         with contextlib.ExitStack() as stack:
-            records = report = None
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
                 # cycles: the collector's passes over them would find nothing to free.
                 gc.disable()
                 stack.callback(gc.enable)
-                # The whole file is read and checked before the store is opened, so that a
-                # wrong or broken file creates nothing and servers never wait for the
+                # The whole source is read and checked before the store is opened, so that
+                # a wrong or broken one creates nothing and servers never wait for the
                 # parsing: the checked records wait in a temporary file.
-                if args.file == "-" and sys.stdin is None:
-                    raise StoreError("standard input is closed: give the FILE to import")
-                source = stack.enter_context(sys.stdin.buffer if args.file == "-" else
-                                             open(args.file, "rb"))
                 failed = "write a temporary file"
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
-                graph, entries = read_entries(utf8_lines(source))
-                first = next(entries, None)
-                entries = itertools.chain([first] if first else [], entries)
-                if args.format == "official" or args.format is None and (
-                        graph or first and is_official(first[1])):
-                    report = collections.Counter()
-                    name = "standard input" if args.file == "-" else os.path.basename(args.file)
-                    records = official_records(entries, name, report)
-                else:
-                    records = _checked(value for _, value in entries)
-                failed = "write a temporary file"
+                format_name, kind, records, report = _import_source(args, stack)
                 records = _Spool(records, spool)
+                _found(format_name, kind, records, report)
+                if args.dry_run:
+                    _say("flood-memory: a dry run: nothing was written")
+                    return 0
             failed = "open the database"
             store = stack.enter_context(open_directory(directory))
             failed = "write"
             if command == "import":
-                return _import(store, args, records, report)
+                return _import(store, args, records)
             if command in ("list", "search"):
                 searched = {}
                 nodes = store.newest(args.tag, args.since, args.until, args.limit) \

@@ -41,6 +41,8 @@ Where the test for a behaviour lives:
     random messages and arguments (a seeded fuzzer)                    FuzzTest
     export, import, backup, restore, private files                     BackupTest
     import from the official MCP memory server's memory.jsonl          OfficialImportTest
+    import from other memory servers: mcp-memory-service's database    PeerImportTest
+      and export
     loads in whole batches, interrupted at any moment, killed          LoadTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL, and synced before replies   KillTest
@@ -64,6 +66,7 @@ import contextlib
 import errno
 import fnmatch
 import functools
+import hashlib
 import http.client
 import http.server
 import itertools
@@ -6681,6 +6684,175 @@ class OfficialImportTest(TempDirTest):
         self.assertEqual(done.returncode, 1)
         self.assertIn(b"the file holds no entity and no relation", done.stderr)
         self.assertEqual(self.run_store("import", "x", "--format", "yaml").returncode, 2)
+
+
+class PeerImportTest(TempDirTest):
+    """python3 store.py import of what other memory servers leave: mcp-memory-service's
+    database and export, made here as its server writes them."""
+
+    def imported(self, path, *options, data_dir=None):
+        """(exit code, standard error) of `store.py import path` run in this process."""
+        err = io.StringIO()
+        with unittest.mock.patch.dict(os.environ, FLOOD_MEMORY_DIR=data_dir or self.dir), \
+                unittest.mock.patch.object(logging, "basicConfig"), \
+                contextlib.redirect_stderr(err):
+            code = store.main(["import", path, *options])
+        return code, err.getvalue()
+
+    def source(self, *parts):
+        path = os.path.join(self.dir, "source", *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def by_text(self):
+        return {r["content"]: r for r in self.open_store().records()}
+
+    def mcp_memory_service(self, rows, path=None):
+        """mcp-memory-service's sqlite_vec.db holding `rows` ((content, tags, created_at,
+        deleted_at) each), with its vec0 table declared, left as a process killed after
+        writing leaves it: the last rows in the write-ahead log only."""
+        path = path or self.source("sqlite_vec.db")
+        script = f"""if True:
+            import hashlib, os, sqlite3, sys
+            db = sqlite3.connect({path!r}, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript('''CREATE TABLE memories (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                content_hash TEXT UNIQUE NOT NULL, content TEXT NOT NULL, tags TEXT,
+                memory_type TEXT, metadata TEXT, created_at REAL, updated_at REAL,
+                created_at_iso TEXT, updated_at_iso TEXT, deleted_at REAL DEFAULT NULL,
+                superseded_by TEXT);
+                PRAGMA writable_schema = ON;
+                INSERT INTO sqlite_master VALUES ('table', 'memory_embeddings',
+                    'memory_embeddings', 0, 'CREATE VIRTUAL TABLE memory_embeddings USING
+                    vec0(content_embedding FLOAT[384] distance_metric=cosine)');
+                PRAGMA writable_schema = OFF;''')
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+            for content, tags, created, deleted in {rows!r}:
+                if isinstance(content, str):
+                    content = content.encode()
+                db.execute("INSERT INTO memories (content_hash, content, tags, created_at, "
+                           "deleted_at) VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+                           (hashlib.sha256(content).hexdigest(), content, tags, created,
+                            deleted))
+            os._exit(0)  # as a killed server: the log is not checkpointed into the file
+        """
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+        return path
+
+    ROWS = [("Margaret lives in Lisbon and teaches marine biology", "family,lisbon",
+             1795834294.226, None),
+            ("The cat Biscuit is allergic to chicken", "pets,health", 1795834295.0,
+             1795834298.7),
+            ("Deploys to staging go through the ship-it workflow", "infra, ci ,", 1700000000.5,
+             None),
+            ("a NUL \x00 stays as remember keeps it", "odd\x01tag", None, None),
+            (b"not UTF-8 \xff text", "x", None, None),
+            ("long " * 20_010, "", None, None)]
+
+    def test_mcp_memory_service_database_read_only_without_its_extension(self):
+        path = self.mcp_memory_service(self.ROWS)
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            with self.assertRaisesRegex(sqlite3.OperationalError, "no such module: vec0"):
+                db.execute("SELECT * FROM memory_embeddings")
+        with open(path, "rb") as f:
+            before = f.read()
+        log = os.path.getsize(path + "-wal")
+        # A dry run says what it found, and writes nothing.
+        code, dry = self.imported(path, "--dry-run")
+        self.assertEqual(code, 0, dry)
+        self.assertTrue(dry.endswith("a dry run: nothing was written\n"), dry)
+        self.assertFalse(os.path.exists(self.path))
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(err.splitlines()[:-1], dry.splitlines()[:-1])
+        self.assertEqual(err.splitlines()[:4], [  # three samples, shown as a terminal can
+            "flood-memory: found mcp-memory-service's database: 4 memories, such as:",
+            "  Margaret lives in Lisbon and teaches marine biology",
+            "  Deploys to staging go through the ship-it workflow",
+            "  a NUL \\x00 stays as remember keeps it"])
+        self.assertIn("it held 6 memories; skipped: 1 memory deleted there; 1 memory with "
+                      "no content_hash or content, or text that is not UTF-8; changed: 1 "
+                      "tag made shorter, or without control characters; 1 memory cut to "
+                      "100,000 characters, with a note", err)
+        self.assertIn("imported 4 memories, skipped 0 stored already", err)
+        # Their file is as it was: no checkpoint moved their log into it.
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(os.path.getsize(path + "-wal"), log)
+        by_text = self.by_text()
+        long = max(by_text, key=len)
+        self.assertLessEqual(len(long), store.MAX_CONTENT)
+        self.assertTrue(long.endswith("long [cut: 110 more characters in the source]"))
+        self.assertEqual(set(by_text) - {long}, {
+            "Margaret lives in Lisbon and teaches marine biology",
+            "Deploys to staging go through the ship-it workflow",
+            "a NUL \x00 stays as remember keeps it"})
+        margaret = by_text["Margaret lives in Lisbon and teaches marine biology"]
+        self.assertEqual((margaret["tags"], margaret["created_at"], margaret["source"]),
+                         (["family", "lisbon"], "2026-11-28T02:51:34.226Z",
+                          "mcp-memory-service: sqlite_vec.db"))
+        deploys = by_text["Deploys to staging go through the ship-it workflow"]
+        self.assertEqual((deploys["tags"], deploys["created_at"]),
+                         (["infra", "ci"], "2023-11-14T22:13:20.500Z"))
+        self.assertEqual(by_text["a NUL \x00 stays as remember keeps it"]["tags"], ["odd tag"])
+        s = self.open_store()
+        self.assertEqual(s.search("where does Margaret live?")[0]["id"], margaret["id"])
+        self.assertEqual([n["id"] for n in s.newest(tags=["CI"])], [deploys["id"]])
+        self.assertEqual(check_problems(self.path), [])
+        # Its folder (a default one holds sqlite_vec.db) and its JSON export give the same
+        # memories, under the same ids: nothing new.
+        code, err = self.imported(os.path.dirname(path))
+        self.assertIn("imported 0 memories, skipped 4 stored already: nothing new", err)
+        export = {"export_metadata": {"source_machine": "kim", "total_memories": 2},
+                  "memories": [{"content": c, "content_hash": hashlib.sha256(
+                      c.encode()).hexdigest(), "tags": t.split(","), "created_at": when,
+                      "memory_type": "note", "metadata": {}} for c, t, when, _ in self.ROWS[:3:2]]}
+        for name, data in (("export.json", json.dumps(export, indent=2).encode()),
+                           ("bom.json", codecs.BOM_UTF8 + json.dumps(export).encode()),
+                           ("utf16.json", json.dumps(export).encode("utf-16"))):
+            with self.subTest(name=name):
+                with open(self.source(name), "wb") as f:
+                    f.write(data)
+                code, err = self.imported(self.source(name))
+                self.assertEqual(code, 0, err)
+                self.assertIn("found mcp-memory-service's export: 2 memories", err)
+                self.assertIn("imported 0 memories, skipped 2 stored already: nothing new", err)
+
+    def test_a_json_export_is_read_an_item_at_a_time(self):
+        value = {"export_metadata": {"n": [1, 2.5e3, None, True]}, "memories": [
+            {"content": "x" * 50, "n": 1234567, "t": ["a", "b"]}, 12345, "s\\"]}
+        text = json.dumps(value, indent=2)
+
+        class Trickle:  # a stream that gives a few characters at a time
+            def __init__(self, text):
+                self.text, self.at = text, 0
+
+            def read(self, n):
+                piece = self.text[self.at:self.at + random.randint(1, 7)]
+                self.at += len(piece)
+                return piece
+        random.seed(44)
+        for _ in range(20):
+            got = list(store._json_members(Trickle(text), {"memories"}))
+            self.assertEqual(got, [("export_metadata", value["export_metadata"])] +
+                             [("memories", item) for item in value["memories"]])
+        for broken, message in (('{"memories": [1, 2', "expected ',' or ']'"),
+                                ('{"memories": [1, }]}', "Expecting value"),
+                                ('[1]', "expected '{'")):
+            with self.subTest(broken=broken):
+                with self.assertRaisesRegex(InvalidInput, message):
+                    list(store._json_members(Trickle(broken), {"memories"}))
+        # A file that breaks off, or holds no memories, is refused in one line.
+        for text, message in (
+                ('{"export_metadata": {}, "memories": [{"content": "a", "conte',
+                 "the file is not JSON at character 55: Unterminated string"),
+                ('{"export_metadata": {"memories": []}}', 'the file has no "memories"')):
+            with open(self.source("broken.json"), "w") as f:
+                f.write(text)
+            code, err = self.imported(self.source("broken.json"))
+            self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+            self.assertIn(message, err)
+        self.assertFalse(os.path.exists(self.path))
 
 
 class ConcurrencyTest(TempDirTest):
