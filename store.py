@@ -22,7 +22,7 @@ The module reads top down:
   restore
 - command line: `python3 store.py list | search | show | edit | forget | tags | stats |
   check | export | import | backup | restore`, the official memory server's format, and
-  what other memory servers leave (mcp-memory-service)
+  what other memory servers leave (mcp-memory-service, basic-memory)
 """
 
 import argparse
@@ -1893,6 +1893,14 @@ class Store:
             finally:
                 db.close()
 
+    def ids_from(self, sources):
+        """The ids of the memories whose source is one of `sources`, oldest first: what
+        imports of another memory server's data brought."""
+        sources = list(sources)
+        with self.db.errors("read the memories"), self.db.read() as db:
+            return [i for chunk in _chunks(sources) for (i,) in db.execute(
+                f"SELECT id FROM nodes WHERE source IN ({_marks(chunk)}) ORDER BY rowid", chunk)]
+
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
         least, in any case): one, none, or several (11 at most) when it is ambiguous."""
@@ -3285,12 +3293,22 @@ def _when(created):
 #   `memories` table is read, never the vec0 one. Or its JSON export ({"export_metadata":
 #   ..., "memories": [...]}, read an item at a time). A row deleted (deleted_at) or replaced
 #   by a newer version (superseded_by) is not imported. Key: content_hash.
+# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag
+#   (context)") becomes a memory, "Title: text", tagged with the note's tags and its own; a
+#   note without one becomes one memory of its text. Relations ("- relation_type
+#   [[Target]]", and [[links]] in the text, as its parser reads them) become memories linked
+#   as the official import links a relation: to every memory of both notes, or to a note's
+#   own memory when it has more than OFFICIAL_LINKED observations (then it has one,
+#   linked to each). Key: the permalink with the category and the text.
 #
 # Ids are made from the keys as the official import makes its own (the format's name first),
 # so that importing a source again stores what is new in it only, and no key holds a path:
-# a folder moved elsewhere is the same source.
+# a folder moved elsewhere is the same source. What changed there under the same key takes
+# the new content and tags; what is gone from it is listed, never deleted.
 
 PEER_HELD = (("memories", "memory"),)
+BASIC_MEMORY_HELD = (("notes", "note"), ("observations", "observation"),
+                     ("relations", "relation"))
 
 
 class _Shaper:
@@ -3534,10 +3552,333 @@ def _json_export_records(binary, name, report):
                            'export')
 
 
+def _files(folder, report):
+    """(path, path relative to `folder` with /) of each file under `folder`, in order.
+    Hidden files and folders (.git, .obsidian) are skipped, and a folder reached again
+    through a symbolic link (a loop) is skipped too, counted."""
+    seen, stack = set(), [(folder, "")]
+    while stack:
+        path, relative = stack.pop()
+        try:
+            status = os.stat(path)
+            entries = sorted(os.scandir(path), key=lambda e: e.name, reverse=True)
+        except OSError:
+            report["skipped", "folder", "folders", "that could not be read"] += 1
+            continue
+        if (status.st_dev, status.st_ino) in seen:
+            report["skipped", "folder", "folders", "reached again through a link"] += 1
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        files = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                report["skipped", "hidden file or folder", "hidden files and folders",
+                       ""] += 1
+            elif entry.is_dir():
+                stack.append((entry.path, relative + entry.name + "/"))
+            elif entry.is_file():
+                files.append((entry.path, relative + entry.name))
+            else:
+                report["skipped", "broken link or special file", "broken links and "
+                       "special files", ""] += 1
+        yield from reversed(files)
+
+
+def _markdown(path, report):
+    """The text of the markdown file at `path` (UTF-8, or UTF-16 with its byte order mark),
+    line breaks as \\n; None when it cannot be read or is not such text (counted)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        report["skipped", "file", "files", "that could not be read"] += 1
+        return None
+    try:
+        text = data.decode("utf-16" if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+                           else "utf-8-sig")
+    except UnicodeDecodeError:
+        report["skipped", "file", "files", "not UTF-8 text"] += 1
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
+_YAML_KEY = re.compile(r"([^\s:#-][^:]*?):(?:[ \t]+(.*))?$")
+_LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
+
+
+def _front_matter(text):
+    """({field: value}, the text after it) of a markdown text with YAML front matter: plain
+    and quoted values, lists (- item, or [a, b]), block texts (| and >) and one level of
+    nested fields (metadata: with type: under it), which is what notes hold. ({}, text) when
+    it has none."""
+    found = _FRONT_MATTER.match(text)
+    if not found:
+        return {}, text
+    fields, key, parent, block = {}, None, None, None
+    for line in (found.group(1) or "").split("\n"):
+        indent = len(line) - len(line.lstrip())
+        if block is not None:
+            if not line.strip() or indent > block[1]:
+                block[2].append(line.strip())
+                continue
+            owner, _, lines, folded = block
+            owner[key] = (" " if folded else "\n").join(lines).strip()
+            block = None
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        item = _LIST_ITEM.match(line) if line.lstrip()[:1] == "-" else None
+        owner = fields[parent] if indent and isinstance(fields.get(parent), dict) else fields
+        if item and key is not None:
+            if not isinstance(owner.get(key), list):
+                owner[key] = []
+            owner[key].append(_yaml_value(item.group(1) or ""))
+            continue
+        pair = _YAML_KEY.match(line.strip())
+        if not pair:
+            continue
+        if indent and fields.get(parent, 0) is None:
+            fields[parent] = owner = {}
+        elif indent and owner is fields:
+            continue  # a line of a value this reading does not take apart
+        elif not indent:
+            parent, owner = pair.group(1).strip(), fields
+        key, value = pair.group(1).strip(), (pair.group(2) or "").strip()
+        if value and value[0] in "|>" and not value[1:].strip("+-0123456789"):
+            block = (owner, indent, [], value[:1] == ">")
+            owner[key] = ""
+        else:
+            owner[key] = _yaml_value(value) if value else None
+    if block is not None:
+        block[0][key] = (" " if block[3] else "\n").join(block[2]).strip()
+    return fields, text[found.end():]
+
+
+def _yaml_value(text):
+    """A YAML scalar or flow list as a string or a list of strings (what notes hold)."""
+    text = text.strip()
+    if text[:1] == "[" and text[-1:] == "]":
+        return [v for v in (_yaml_value(p) for p in text[1:-1].split(",")) if v]
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1].replace("''", "'") if text[0] == "'" else text[1:-1]
+    return re.sub(r"\s+#.*", "", text)
+
+
+def _field_text(value):
+    """A front matter field as text, or None."""
+    if isinstance(value, list):
+        value = ", ".join(v for v in value if isinstance(v, str))
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _field_tags(value):
+    """A front matter's tags (a list, or text of tags parted by commas), without #."""
+    values = value if isinstance(value, list) else [value] if isinstance(value, str) else []
+    return [t.strip().lstrip("#") for v in values if isinstance(v, str)
+            for t in v.split(",") if t.strip().lstrip("#")]
+
+
+def _mtime(path):
+    with contextlib.suppress(OSError, ValueError, OverflowError):
+        return _format_time(datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc))
+    return None
+
+
+_HEADING = re.compile(r" {0,3}#{1,6}(?:\s|$)")
+_RULE = re.compile(r" {0,3}(?:(?:\*\s*){3,}|(?:_\s*){3,}|(?:-\s*){3,}|=+\s*)$")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _blocks(text):
+    """(kind, text) of the blocks of a markdown text, in order: "item" (a list item, with
+    the lines that go on from it), "paragraph", "quote" (> lines) and "code" (a fenced
+    block, fences and all); headings and blank lines part them and are left out."""
+    kind, lines, fence = None, [], None
+    for line in io.StringIO(text):  # a line at a time: a file may hold millions
+        line = line.rstrip("\n")
+        if fence:
+            lines.append(line)
+            if line.strip().startswith(fence):
+                yield "code", "\n".join(lines)
+                kind, lines, fence = None, [], None
+            continue
+        opened = _FENCE.match(line)
+        item = _LIST_ITEM.match(line)
+        quote = line.lstrip().startswith(">")
+        rule = _RULE.match(line)
+        if lines and (opened or not line.strip() or _HEADING.match(line) or item or rule
+                      or quote != (kind == "quote")):
+            if not (rule and line.strip()[0] in "=-" and kind == "paragraph"):
+                yield kind, (" " if kind != "quote" else "\n").join(lines)
+            kind, lines = None, []  # else the paragraph was a heading, underlined
+        if opened:
+            kind, lines, fence = "code", [line], opened.group(1)
+        elif item and not rule:
+            kind, lines = "item", [item.group(1) or ""]
+        elif line.strip() and not _HEADING.match(line) and not rule:
+            kind = kind or ("quote" if quote else "paragraph")
+            lines.append(line.strip().lstrip(">").strip() if quote else line.strip())
+    if lines:
+        yield kind, ("\n" if kind in ("code", "quote") else " ").join(lines)
+
+
+# basic-memory's markdown/plugins.py, as of 0.23: a category is [text] but for a clock
+# time and a task's mark; a relation's type is one word, or quoted.
+_OBSERVATION = re.compile(r"\[([^\[\]()]+)\]\s+(.+)", re.S)
+_CLOCK = re.compile(r"\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?"
+                    r"(?:\s+-\s+\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?)?")
+_WIKI_LINK = re.compile(r"\[\[([^\[\]]+)\]\]")
+_LINKS_TO = re.compile(r"\s+#bm:links_to\s*$")
+
+
+def _note_parts(body):
+    """([(category, text, context, tags)], [(relation type, target)]) of a note's text, as
+    basic-memory's parser reads them: an observation is a list item or paragraph that
+    starts with [category] or holds a #tag (not a task, - [ ]); a relation is a list item
+    "type [[Target]] (context)", and each other [[Target]] one of type links_to. Quoted
+    blocks (Obsidian's callouts) hold no observation, fenced code nothing."""
+    observations, relations = [], []
+    for kind, text in _blocks(body):
+        if kind == "code":
+            continue
+        bare = _LINKS_TO.sub("", text.strip())
+        explicit = _explicit_relation(bare) if kind == "item" and bare == text.strip() \
+            else None
+        if explicit:
+            relations.append(explicit)
+        else:
+            relations += (("links_to", t.strip()) for t in _WIKI_LINK.findall(bare)
+                          if t.strip())
+        observation = _observation(bare) if kind != "quote" else None
+        if observation:
+            observations.append(observation)
+    return observations, relations
+
+
+def _explicit_relation(text):
+    """(type, target) of the relation "type [[Target]] (context)", or None."""
+    before, link, rest = text.partition("[[")
+    target, closed, after = rest.partition("]]")
+    before, target, after = before.strip(), target.strip(), after.strip()
+    if not (link and closed and before and target):
+        return None
+    if len(before) > 1 and before[0] in "'\"" and before[-1] == before[0]:
+        before = before[1:-1].strip()
+    elif any(c.isspace() for c in before):
+        return None  # a sentence holding a link (its links are links_to)
+    if after and not (after[0] == "(" and _closes_at_end(after)):
+        return None
+    return (before, target) if before else None
+
+
+def _closes_at_end(text):
+    """Whether the ( that `text` starts with is closed by its last character."""
+    depth = 0
+    for at, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0:
+            return at == len(text) - 1
+    return False
+
+
+def _observation(text):
+    """(category, text, context, #tags) of an observation, or None if `text` is none."""
+    if text.startswith(("[ ]", "[x]", "[-]")) or re.fullmatch(r"\[\[.*?\]\]|\[.*?\]\(.*?\)",
+                                                              text, re.S):
+        return None
+    found = _OBSERVATION.match(text)
+    category = found.group(1).strip() if found else ""
+    if found and (_CLOCK.fullmatch(category) or len(category) == 1 and (
+            category in "xX" or not category.isalnum())):
+        found, category = None, ""
+    if not found and not any(part.startswith("#") for part in text.split()):
+        return None
+    content = found.group(2).strip() if found else re.sub(r"^\[\]\s+", "", text)
+    context = None
+    if content.endswith(")") and "(" in content:
+        start = content.rfind("(")
+        content, context = content[:start].strip(), content[start + 1:-1].strip() or None
+    tags = [t for part in content.split() if part.startswith("#")
+            for t in part.split("#") if t]
+    return (category, content, context, tags) if content else None
+
+
+def basic_memory_records(folder, report):
+    """The Records of the basic-memory notes under `folder`, as an iterator."""
+    shaper, source = _Shaper(report, "basic-memory"), _source_name("basic-memory", folder)
+    notes, named = [], {}  # [(permalink, title, created, reach, relations)]; name -> note
+    for path, relative in _files(folder, report):
+        if not relative.lower().endswith(".md"):
+            report["skipped", "attachment", "attachments", ""] += 1
+            continue
+        text = _markdown(path, report)
+        if text is None:
+            continue
+        report["notes"] += 1
+        fields, body = _front_matter(text)
+        stem = relative[:-3]
+        title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
+        permalink = _field_text(fields.get("permalink")) or re.sub(
+            r"[\s_]+", "-", stem.lower())
+        tags = _field_tags(fields.get("tags"))
+        created = _when(_field_text(fields.get("created"))) or _mtime(path)
+        observations, relations = _note_parts(body)
+        report["observations"] += len(observations)
+        hub = len(observations) > OFFICIAL_LINKED
+        own = None
+        if hub or not observations:
+            # Its text, but for a first heading that only repeats the title.
+            body = re.sub(r"\A\s*#\s+(.*)\n", lambda m: "" if m.group(1).strip() == title
+                          else m.group(0), body)
+            own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
+                                not hub else title, tags, created, source)
+            if own:
+                yield own
+        reach = {}
+        for category, content, context, own_tags in observations:
+            record = shaper.record((permalink, category, content), f"{title}: {content}" + (
+                f" ({context})" if context else ""), tags + own_tags, created, source,
+                [own.id] if own else ())
+            if record:
+                reach[record.id] = None
+                yield record
+        note = (permalink, title, created, [own.id] if own else list(reach), relations)
+        notes.append(note)
+        for name in (title, permalink, permalink.split("/", 1)[-1], stem, stem.rsplit("/")[-1]):
+            named.setdefault(name.casefold(), note)
+    for permalink, title, created, reach, relations in notes:
+        for kind, target in relations:
+            other = named.get(target.casefold()) or named.get(
+                re.sub(r"[\s_]+", "-", target.casefold()))
+            report["relations"] += 1
+            if other is None:
+                report["skipped", "relation", "relations", "to a note not in the folder"] += 1
+                continue
+            record = shaper.record((permalink, kind, other[0]),
+                                   f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
+                                   created, source, dict.fromkeys(reach + other[3]))
+            if record:
+                yield record
+
+
+def is_basic_memory(folder):
+    """Whether `folder` holds basic-memory's notes: one at least whose front matter has
+    the title, type and permalink that basic-memory writes."""
+    for path, relative in _files(folder, collections.Counter()):
+        if relative.lower().endswith(".md"):
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                head = f.read(1 << 16).decode("utf-8", "replace").replace("\r\n", "\n")
+                fields = _front_matter(head)[0]
+                if {"title", "type", "permalink"} <= fields.keys():
+                    return True
+    return False
+
+
 FORMATS = {  # --format NAME: what it reads
     "flood": "Flood Memory's export",
     "official": "the official memory server's memory.jsonl",
     "mcp-memory-service": "mcp-memory-service's sqlite_vec.db, or its JSON export",
+    "basic-memory": "a folder of basic-memory's notes",
 }
 _EXPORT_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"(?:export_metadata|memories)"\s*:')
 
@@ -3546,8 +3887,12 @@ def _folder_format(path):
     """The format of the folder `path`, told from what it holds."""
     if os.path.isfile(os.path.join(path, "sqlite_vec.db")):
         return "mcp-memory-service"
+    if is_basic_memory(path):
+        return "basic-memory"
     raise InvalidInput(f"{os.path.basename(os.path.abspath(path))} is a folder of no kind "
-                       f"import reads: expected one holding mcp-memory-service's sqlite_vec.db")
+                       f"import reads: expected a folder of basic-memory's notes (front "
+                       f"matter with title, type and permalink), or one holding "
+                       f"mcp-memory-service's sqlite_vec.db")
 
 
 def _import_source(args, stack):
@@ -3557,9 +3902,12 @@ def _import_source(args, stack):
     path, format_name, report = args.file, args.format, collections.Counter()
     if path != "-" and os.path.isdir(path):
         format_name = format_name or _folder_format(path)
-        if format_name != "mcp-memory-service":
+        if format_name == "mcp-memory-service":
+            path = os.path.join(path, "sqlite_vec.db")
+        elif format_name != "basic-memory":
             raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
-        path = os.path.join(path, "sqlite_vec.db")
+    if path != "-" and os.path.isdir(path):
+        return format_name, FORMATS[format_name], basic_memory_records(path, report), report
     if path == "-" and sys.stdin is None:
         raise StoreError("standard input is closed: give the FILE to import")
     source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
@@ -3578,6 +3926,8 @@ def _import_source(args, stack):
     if format_name == "mcp-memory-service":
         return (format_name, "mcp-memory-service's export",
                 _json_export_records(source, name, report), report)
+    if format_name == "basic-memory":
+        raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
     try:  # a file that is none of the formats fails here, at its first value
         graph, entries = read_entries(utf8_lines(source))
         first = next(entries, None)
@@ -3594,7 +3944,7 @@ def _import_source(args, stack):
 
 
 _EXPECTED = ("Flood Memory's export or the official memory server's memory.jsonl (JSON), "
-             "or mcp-memory-service's sqlite_vec.db or JSON export")
+             "mcp-memory-service's sqlite_vec.db or JSON export or a folder of basic-memory's notes")
 
 
 def _memories(n):
@@ -3610,10 +3960,12 @@ class _Spool:
         self.file = file
         self.n = 0
         self.first = []  # the first three, for samples
+        self.sources = set()  # the sources they name
         for self.n, record in enumerate(records, 1):
             data = marshal.dumps(tuple(record))
             if self.n <= 3:
                 self.first.append(record)
+            self.sources.add(record.source)
             try:
                 file.write(len(data).to_bytes(4, "little") + data)
             except OSError as exc:
@@ -3713,7 +4065,8 @@ def _parser():
                      help="where to write them (standard output without it, or with -)")
     sub = command("import", "load memories from an export, the official memory server's "
                             "memory.jsonl, or another memory server's data: mcp-memory-service "
-                            "(sqlite_vec.db, or its JSON export); all of it is read first, and what is "
+                            "(sqlite_vec.db, or its JSON export), basic-memory (a folder of "
+                            "notes); all of it is read first, and what is "
                             "stored already is skipped")
     sub.add_argument("file", metavar="PATH", type=file_name,
                      help="the file or folder (- reads standard input)")
@@ -3724,7 +4077,8 @@ def _parser():
                      help="say what it holds, with three samples, and write nothing")
     sub.add_argument("--update", action="store_true",
                      help="memories stored already that the file gives otherwise take its "
-                          "content and tags (skipped otherwise)")
+                          "content and tags (skipped otherwise); another memory server's "
+                          "data always updates what changed there")
     sub = command("backup", "copy the database, consistently, while servers keep writing")
     sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
@@ -4096,17 +4450,18 @@ def _found(format_name, kind, records, report):
         _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
     if report is not None:
         _say(_summary(report, *{
-            "official": (OFFICIAL_HELD,),
+            "official": (OFFICIAL_HELD,), "basic-memory": (BASIC_MEMORY_HELD, "the folder"),
         }.get(format_name, (PEER_HELD, "it"))))
 
 
-def _import(store, args, records):
-    done = store.load(records, checked=True, update=args.update)
+def _import(store, args, records, peer):
+    update = args.update or peer  # another server's source says what changed there since
+    done = store.load(records, checked=True, update=update)
     _say(f"flood-memory: imported {_memories(done['loaded'])}, skipped {done['skipped']:,} "
          f"stored already" + ("" if done["loaded"] or done["differ"] else ": nothing new"))
-    if done["differ"] and args.update:
-        _say(f"flood-memory: {_memories(done['differ'])} stored already took the file's "
-             f"content and tags")
+    if done["differ"] and update:
+        _say(f"flood-memory: {_memories(done['differ'])} stored already took the "
+             f"{'source' if peer else 'file'}'s content and tags")
     elif done["differ"]:
         shown = done["differ_ids"][:10]
         _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
@@ -4114,7 +4469,30 @@ def _import(store, args, records):
              f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
+    if peer:
+        _say_gone(store, records)
     return 0
+
+
+def _say_gone(store, records):
+    """List the memories an import of the same source brought before that it no longer
+    holds: kept, for the person to forget or not."""
+    gone = dict.fromkeys(store.ids_from(records.sources))
+    for record in records:
+        gone.pop(record.id, None)
+    if not gone:
+        return
+    shown = store.peek(list(gone)[:10])
+    shorts, width = store.short_ids(list(shown)), _width() - 14
+    _say(f"flood-memory: {_memories(len(gone))} imported before from "
+         f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no longer "
+         f"there; kept (forget with {store_py_command()} forget ID):")
+    for node_id, node in shown.items():
+        text = _visible(" ".join(node["content"].split()))
+        _say(f"  {shorts[node_id]:<10}  " + (text if len(text) <= width else
+                                             text[:width - 3] + "..."))
+    if len(gone) > len(shown):
+        _say(f"  and {len(gone) - len(shown):,} more")
 
 
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
@@ -4160,7 +4538,7 @@ def main(argv=None, environ=None):
             store = stack.enter_context(open_directory(directory))
             failed = "write"
             if command == "import":
-                return _import(store, args, records)
+                return _import(store, args, records, format_name not in ("flood", "official"))
             if command in ("list", "search"):
                 searched = {}
                 nodes = store.newest(args.tag, args.since, args.until, args.limit) \

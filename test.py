@@ -42,7 +42,7 @@ Where the test for a behaviour lives:
     export, import, backup, restore, private files                     BackupTest
     import from the official MCP memory server's memory.jsonl          OfficialImportTest
     import from other memory servers: mcp-memory-service's database    PeerImportTest
-      and export
+      and export, basic-memory's notes
     loads in whole batches, interrupted at any moment, killed          LoadTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL, and synced before replies   KillTest
@@ -6688,7 +6688,7 @@ class OfficialImportTest(TempDirTest):
 
 class PeerImportTest(TempDirTest):
     """python3 store.py import of what other memory servers leave: mcp-memory-service's
-    database and export, made here as its server writes them."""
+    database and export, and basic-memory's notes, each made here as its server writes it."""
 
     def imported(self, path, *options, data_dir=None):
         """(exit code, standard error) of `store.py import path` run in this process."""
@@ -6853,6 +6853,138 @@ class PeerImportTest(TempDirTest):
             self.assertEqual((code, len(err.splitlines())), (1, 1), err)
             self.assertIn(message, err)
         self.assertFalse(os.path.exists(self.path))
+
+    def basic_memory(self):
+        """A basic-memory folder as its write_note leaves it, with what else a folder of
+        notes holds: hidden folders, attachments, a link loop, text in other encodings."""
+        notes = {
+            "coffee/Coffee Brewing Methods.md": (
+                "---\ntitle: Coffee Brewing Methods\ntype: note\npermalink: main/coffee/"
+                "coffee-brewing-methods\ntags:\n- coffee\n- brewing\ncreated: "
+                "2025-04-01T10:00:00Z\n---\n\n# Coffee Brewing Methods\n\n## Observations\n"
+                "- [method] Pour over with a Hario V60 gives the cleanest cup #pourover\n"
+                "- [technique] Bloom the grounds for thirty seconds (before the main pour)\n"
+                "- [ ] buy new paper filters\n- [12:30] a timecode #transcript\n"
+                "> - [quote] a callout holds no observation\n\n## Relations\n"
+                "- relates_to [[Coffee Bean Origins]]\n- inspired_by [[Tokyo Cafe Visit]]\n"),
+            "coffee/Coffee Bean Origins.md": (
+                "---\ntitle: Coffee Bean Origins\ntype: note\npermalink: main/coffee/"
+                "coffee-bean-origins\ntags: [coffee, origins]\n---\n\n"
+                "- [origin] Yirgacheffe beans grow above nineteen hundred metres #ethiopia\n"
+                "- [origin] Yirgacheffe beans grow above nineteen hundred metres #ethiopia\n"),
+            "garden/Garden Journal.md": (
+                "---\ntitle: Garden Journal\ntype: note\npermalink: main/garden/garden-journal"
+                "\ntags: garden, allotment\n---\n\n# Garden Journal\n\nThe soil near the shed "
+                "stays waterlogged after rain,\nso the raised beds went on the south side.\n"
+                "See [[Coffee Brewing Methods]] for the compost of used grounds.\n"),
+            "lang/Quenya.md": (
+                "---\ntitle: Quenya Study Plan\ntype: note\npermalink: main/lang/quenya\n---\n"
+                + "".join(f"- [reading] Chapter {i} covers declension number {i}\n"
+                          for i in range(1, 23)) + "- uses [[coffee/coffee-brewing-methods]]\n"),
+        }
+        for name, text in notes.items():
+            with open(self.source("notes", name), "w", encoding="utf-8") as f:
+                f.write(text)
+        with open(self.source("notes", "utf16.md"), "wb") as f:
+            f.write("---\ntitle: Wide\ntype: note\npermalink: main/wide\n---\n- [fact] "
+                    "Notepad saved this note as UTF-16\n".encode("utf-16"))
+        with open(self.source("notes", "cp1252.md"), "wb") as f:
+            f.write("- [fact] caf\u00e9 in cp1252\n".encode("cp1252"))
+        with open(self.source("notes", "coffee", "v60.png"), "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n")
+        for hidden in (".git/HEAD.md", ".obsidian/workspace.md", ".trash/old.md"):
+            with open(self.source("notes", hidden), "w") as f:
+                f.write("- [secret] never imported #x\n")
+        os.utime(self.source("notes", "garden", "Garden Journal.md"), (1715000000, 1715000000))
+        if can_symlink():
+            os.symlink("..", self.source("notes", "garden", "loop"), target_is_directory=True)
+        return os.path.dirname(self.source("notes", "x"))
+
+    def test_basic_memory_notes_become_observations_linked_by_their_relations(self):
+        folder = self.basic_memory()
+        code, err = self.imported(folder)
+        self.assertEqual(code, 0, err)
+        self.assertIn("found a folder of basic-memory's notes: 32 memories", err)
+        self.assertIn("the folder held 5 notes, 28 observations, 4 relations; skipped: ", err)
+        for skipped in ("1 relation to a note not in the folder", "1 memory repeated in the "
+                        "source", "3 hidden files and folders", "1 attachment", "1 file not UTF-8 text") + (
+                            ("1 folder reached again through a link",) if can_symlink() else ()):
+            self.assertIn(skipped, err.splitlines()[-2].split("skipped: ")[1].split("; "))
+        by_text = self.by_text()
+        self.assertNotIn("secret", " ".join(by_text))
+        pour = by_text["Coffee Brewing Methods: Pour over with a Hario V60 gives the cleanest "
+                       "cup #pourover"]
+        self.assertEqual((pour["tags"], pour["created_at"], pour["source"]),
+                         (["coffee", "brewing", "pourover"], "2025-04-01T10:00:00.000Z",
+                          "basic-memory: notes"))
+        self.assertIn("Coffee Brewing Methods: Bloom the grounds for thirty seconds (before "
+                      "the main pour)", by_text)
+        self.assertIn("Coffee Brewing Methods: [12:30] a timecode #transcript", by_text)
+        self.assertIn("Wide: Notepad saved this note as UTF-16", by_text)
+        self.assertFalse([t for t in by_text if "filters" in t or "callout" in t])
+        # A note without observations is one memory of its text; its tags as written.
+        garden = by_text["Garden Journal: The soil near the shed stays waterlogged after "
+                         "rain,\nso the raised beds went on the south side.\nSee [[Coffee "
+                         "Brewing Methods]] for the compost of used grounds."]
+        self.assertEqual(garden["tags"], ["garden", "allotment"])
+        self.assertEqual(garden["created_at"], "2024-05-06T12:53:20.000Z")  # the file's time
+        # Relations are memories linked to both notes' memories, never observation to
+        # observation; a note of more than 20 observations meets them by a memory of its own.
+        s = self.open_store()
+        relates = by_text["Coffee Brewing Methods relates to Coffee Bean Origins"]
+        self.assertEqual({by_id["content"].split(":")[0] for by_id in
+                          (s.get(i) for i in relates["links"])},
+                         {"Coffee Brewing Methods", "Coffee Bean Origins"})
+        self.assertEqual(len(relates["links"]), 4)
+        self.assertEqual({s.get(i)["content"] for i in pour["links"]}, {
+            "Coffee Brewing Methods relates to Coffee Bean Origins",
+            "Garden Journal links to Coffee Brewing Methods",
+            "Quenya Study Plan uses Coffee Brewing Methods"})
+        quenya = by_text["Quenya Study Plan"]
+        self.assertEqual(len(quenya["links"]), 23)  # its 22 observations and its relation
+        chapter = by_text["Quenya Study Plan: Chapter 7 covers declension number 7"]
+        self.assertEqual(chapter["links"], [quenya["id"]])
+        near = {n["content"] for n in s.neighbors(chapter["id"], 3)["nodes"]}
+        self.assertIn(pour["content"], near)
+        self.assertEqual(s.search("which beans grow above nineteen hundred metres?")[0]["tags"],
+                         ["coffee", "origins", "ethiopia"])
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertEqual(check_problems(self.path), [])
+
+    def test_importing_again_adds_nothing_updates_what_changed_and_lists_what_is_gone(self):
+        folder = self.basic_memory()
+        self.assertEqual(self.imported(folder)[0], 0)
+        before = nodes_table(self.path)
+        code, err = self.imported(folder)
+        self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
+        self.assertEqual(nodes_table(self.path), before)
+        # The same folder elsewhere is the same source: no key holds a path.
+        moved = os.path.join(self.dir, "elsewhere", "notes")
+        shutil.copytree(folder, moved, symlinks=True)
+        code, err = self.imported(moved)
+        self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
+        self.assertEqual(nodes_table(self.path), before)
+        # Changed since: an observation added, a note's tags changed, a note deleted.
+        path = os.path.join(moved, "coffee", "Coffee Bean Origins.md")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace("tags: [coffee, origins]", "tags: [coffee, beans]") +
+                    "- [origin] Huila lots taste of caramel and red apple\n")
+        os.remove(os.path.join(moved, "garden", "Garden Journal.md"))
+        code, err = self.imported(moved)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 1 memory, skipped 30 stored already", err)
+        self.assertIn("1 memory stored already took the source's content and tags", err)
+        self.assertIn("2 memories imported before from basic-memory: notes are no longer "
+                      "there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
+        by_text = self.by_text()
+        self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
+                                 "hundred metres #ethiopia"]["tags"],
+                         ["coffee", "beans", "ethiopia"])
+        self.assertEqual(len(by_text), 33)  # what is gone is kept
+        self.assertTrue(links_are_mutual(self.path))
 
 
 class ConcurrencyTest(TempDirTest):
