@@ -22,7 +22,7 @@ The module reads top down:
   restore
 - command line: `python3 store.py list | search | show | edit | forget | tags | stats |
   check | export | import | backup | restore`, the official memory server's format, and
-  what other memory servers leave (mcp-memory-service, basic-memory)
+  what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory)
 """
 
 import argparse
@@ -54,6 +54,8 @@ import threading
 import time
 import urllib.parse
 import uuid
+import zipfile
+import zlib
 from datetime import datetime, timezone
 
 log = logging.getLogger("flood-memory.store")
@@ -3300,12 +3302,17 @@ def _when(created):
 #   as the official import links a relation: to every memory of both notes, or to a note's
 #   own memory when it has more than OFFICIAL_LINKED observations (then it has one,
 #   linked to each). Key: the permalink with the category and the text.
+# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/
+#   backup.py in mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories
+#   name their app and categories by id. Active and paused memories are imported. Key: its
+#   memory id.
 #
 # Ids are made from the keys as the official import makes its own (the format's name first),
 # so that importing a source again stores what is new in it only, and no key holds a path:
 # a folder moved elsewhere is the same source. What changed there under the same key takes
 # the new content and tags; what is gone from it is listed, never deleted.
 
+UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
 PEER_HELD = (("memories", "memory"),)
 BASIC_MEMORY_HELD = (("notes", "note"), ("observations", "observation"),
                      ("relations", "relation"))
@@ -3550,6 +3557,63 @@ def _json_export_records(binary, name, report):
     if "memories" not in keys:
         raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s '
                            'export')
+
+
+def openmemory_records(path, report):
+    """The Records of the OpenMemory export zip at `path`, as an iterator."""
+    shaper, source = _Shaper(report, "openmemory"), _source_name("openmemory", path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            member = next((i for i in archive.infolist() if not i.is_dir() and
+                           i.filename.rsplit("/", 1)[-1] == "memories.json"), None)
+            if member is None:
+                raise InvalidInput(f"{os.path.basename(path)} holds no memories.json: it is not "
+                                   f"an OpenMemory export")
+            # zipfile gives no more than the size the header says (then fails its CRC).
+            if member.file_size > UNZIP_MAX:
+                raise InvalidInput(f"memories.json would decompress to {member.file_size:,} "
+                                   f"bytes, more than the {UNZIP_MAX:,} an import reads")
+
+            def members():
+                return _json_members(_text_stream(archive.open(member)), {"memories"})
+            names = {"apps": None, "categories": None}  # id -> name, once read
+            later = False  # whether the memories came before the names (not as backup.py wrote)
+            for key, value in members():
+                if key in names and isinstance(value, list):
+                    names[key] = {i.get("id"): i.get("name") for i in value
+                                  if isinstance(i, dict) and isinstance(i.get("name"), str)}
+                elif key == "memories" and None in names.values():
+                    later = True
+                elif key == "memories":
+                    yield from _openmemory_record(shaper, value, names, source, report)
+            for key, value in members() if later else ():
+                if key == "memories":
+                    yield from _openmemory_record(shaper, value, names, source, report)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
+            NotImplementedError, RuntimeError) as exc:
+        raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
+
+
+def _openmemory_record(shaper, memory, names, source, report):
+    """The Record of one memory of memories.json, if it is kept (as a list, for yield from)."""
+    if not isinstance(memory, dict):
+        raise InvalidInput("memories.json's memories must be an array of objects")
+    report["memories"] += 1
+    state = memory.get("state")
+    if state not in ("active", "paused"):
+        report["skipped", "memory", "memories", f"{state} there"
+               if state in ("archived", "deleted") else "in no state it knows"] += 1
+        return []
+    if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
+        report["skipped", "memory", "memories", "without id or content"] += 1
+        return []
+    categories = memory.get("category_ids")
+    tags = [(names["categories"] or {}).get(c) for c in categories
+            if isinstance(c, str)] if isinstance(categories, list) else []
+    tags.append((names["apps"] or {}).get(memory.get("app_id")))
+    record = shaper.record((memory["id"],), memory["content"],
+                           [t for t in tags if t], _when(memory.get("created_at")), source)
+    return [record] if record else []
 
 
 def _files(folder, report):
@@ -3879,6 +3943,7 @@ FORMATS = {  # --format NAME: what it reads
     "official": "the official memory server's memory.jsonl",
     "mcp-memory-service": "mcp-memory-service's sqlite_vec.db, or its JSON export",
     "basic-memory": "a folder of basic-memory's notes",
+    "openmemory": "OpenMemory's export zip",
 }
 _EXPORT_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"(?:export_metadata|memories)"\s*:')
 
@@ -3912,13 +3977,16 @@ def _import_source(args, stack):
         raise StoreError("standard input is closed: give the FILE to import")
     source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
     head = source.peek(512)[:512]
-    database = head.startswith(b"SQLite format 3\0")
+    database, archive = head.startswith(b"SQLite format 3\0"), head.startswith(b"PK")
     if head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):  # as PowerShell writes text
         head = head[:len(head) // 2 * 2].decode("utf-16", "replace").encode()
     if format_name in (None, "mcp-memory-service") and (database or _EXPORT_START.match(head)):
         format_name = "mcp-memory-service"
-    if database and path == "-":
-        raise InvalidInput("a database cannot be read from standard input: give its path")
+    elif format_name is None and archive:
+        format_name = "openmemory"
+    if (database or archive) and path == "-":
+        raise InvalidInput("a database or a zip cannot be read from standard input: give "
+                           "its path")
     name = "standard input" if path == "-" else os.path.basename(path)
     if format_name == "mcp-memory-service" and database:
         return (format_name, "mcp-memory-service's database",
@@ -3928,6 +3996,8 @@ def _import_source(args, stack):
                 _json_export_records(source, name, report), report)
     if format_name == "basic-memory":
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
+    if format_name == "openmemory":
+        return format_name, FORMATS[format_name], openmemory_records(path, report), report
     try:  # a file that is none of the formats fails here, at its first value
         graph, entries = read_entries(utf8_lines(source))
         first = next(entries, None)
@@ -3944,7 +4014,7 @@ def _import_source(args, stack):
 
 
 _EXPECTED = ("Flood Memory's export or the official memory server's memory.jsonl (JSON), "
-             "mcp-memory-service's sqlite_vec.db or JSON export or a folder of basic-memory's notes")
+             "mcp-memory-service's sqlite_vec.db or JSON export, a folder of basic-memory's notes or OpenMemory's export zip")
 
 
 def _memories(n):
@@ -4066,7 +4136,7 @@ def _parser():
     sub = command("import", "load memories from an export, the official memory server's "
                             "memory.jsonl, or another memory server's data: mcp-memory-service "
                             "(sqlite_vec.db, or its JSON export), basic-memory (a folder of "
-                            "notes); all of it is read first, and what is "
+                            "notes), OpenMemory (its export zip); all of it is read first, and what is "
                             "stored already is skipped")
     sub.add_argument("file", metavar="PATH", type=file_name,
                      help="the file or folder (- reads standard input)")

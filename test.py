@@ -42,7 +42,7 @@ Where the test for a behaviour lives:
     export, import, backup, restore, private files                     BackupTest
     import from the official MCP memory server's memory.jsonl          OfficialImportTest
     import from other memory servers: mcp-memory-service's database    PeerImportTest
-      and export, basic-memory's notes
+      and export, basic-memory's notes, OpenMemory's zip
     loads in whole batches, interrupted at any moment, killed          LoadTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL, and synced before replies   KillTest
@@ -66,6 +66,7 @@ import contextlib
 import errno
 import fnmatch
 import functools
+import gzip
 import hashlib
 import http.client
 import http.server
@@ -94,6 +95,7 @@ import types
 import unittest
 import unittest.mock
 import uuid
+import zipfile
 from datetime import datetime, timedelta, timezone
 
 import server
@@ -6688,7 +6690,8 @@ class OfficialImportTest(TempDirTest):
 
 class PeerImportTest(TempDirTest):
     """python3 store.py import of what other memory servers leave: mcp-memory-service's
-    database and export, and basic-memory's notes, each made here as its server writes it."""
+    database and export, basic-memory's notes and OpenMemory's zip, each made here as its
+    server writes it."""
 
     def imported(self, path, *options, data_dir=None):
         """(exit code, standard error) of `store.py import path` run in this process."""
@@ -6985,6 +6988,83 @@ class PeerImportTest(TempDirTest):
                          ["coffee", "beans", "ethiopia"])
         self.assertEqual(len(by_text), 33)  # what is gone is kept
         self.assertTrue(links_are_mutual(self.path))
+
+    def openmemory_zip(self, memories, path=None, names_first=True):
+        """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
+        and memories.jsonl.gz), for the memories (content, state, app, categories)."""
+        apps = {name: str(uuid.uuid4()) for name in ("claude", "openmemory")}
+        categories = {name: str(uuid.uuid4()) for name in ("work", "family", "travel")}
+        payload = {"user": {"id": str(uuid.uuid4()), "user_id": "kim"}}
+        part = {"apps": [{"id": i, "name": n, "is_active": True} for n, i in apps.items()],
+                "categories": [{"id": i, "name": n} for n, i in categories.items()]}
+        listed = {"memories": [{
+            "id": str(uuid.UUID(int=n + 1)), "user_id": "u", "app_id": apps[app],
+            "content": content, "metadata": {}, "state": state,
+            "created_at": f"2025-03-0{n + 1}T09:30:15+00:00", "updated_at": None,
+            "archived_at": None, "deleted_at": None,
+            "category_ids": [categories[c] for c in cats]}
+            for n, (content, state, app, cats) in enumerate(memories)]}
+        payload.update({**part, **listed} if names_first else {**listed, **part})
+        payload.update({"memory_categories": [], "status_history": [], "access_controls": [],
+                        "export_meta": {"version": "1"}})
+        path = path or self.source("memories_export_kim.zip")
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("memories.json", json.dumps(payload, indent=2))
+            archive.writestr("memories.jsonl.gz", gzip.compress(b"{}\n"))
+        return path
+
+    MEM0 = [("Kim's sister Anneliese works as a glassblower in Murano", "active", "claude",
+             ["family", "work"]),
+            ("Kim is learning Rust by rewriting a chess engine", "paused", "openmemory", []),
+            ("Kim used to work at a bakery before university", "archived", "claude", ["work"]),
+            ("Kim no longer owns the red Vespa scooter", "deleted", "openmemory", []),
+            ("Kim has a flight to Reykjavik booked for January", "active", "openmemory",
+             ["travel"])]
+
+    def test_openmemory_zip_imports_active_and_paused_memories_tagged_by_app_and_category(self):
+        for names_first in (True, False):  # the memories before the names: read twice
+            with self.subTest(names_first=names_first):
+                directory = os.path.join(self.dir, f"data {names_first}")
+                path = self.openmemory_zip(self.MEM0, names_first=names_first)
+                code, err = self.imported(path, data_dir=directory)
+                self.assertEqual(code, 0, err)
+                self.assertIn("found OpenMemory's export zip: 3 memories", err)
+                self.assertIn("it held 5 memories; skipped: 1 memory archived there; 1 memory "
+                              "deleted there", err)
+                with Store(os.path.join(directory, store.DB_NAME)) as s:
+                    by_text = {r["content"]: r for r in s.records()}
+                    self.assertEqual(by_text[self.MEM0[0][0]]["tags"],
+                                     ["family", "work", "claude"])
+                    self.assertEqual(by_text[self.MEM0[1][0]]["created_at"],
+                                     "2025-03-02T09:30:15.000Z")
+                    self.assertEqual(s.search("when is Kim's flight?")[0]["content"],
+                                     self.MEM0[4][0])
+                    self.assertEqual(len(by_text), 3)
+        code, err = self.imported(path, data_dir=directory)
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+
+    def test_a_zip_is_read_within_a_limit_and_a_damaged_one_is_refused(self):
+        path = self.openmemory_zip(self.MEM0 + [("x" * 5000, "active", "claude", [])] * 2)
+        with unittest.mock.patch.object(store, "UNZIP_MAX", 4000):
+            code, err = self.imported(path)
+        self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+        self.assertRegex(err, r"memories.json would decompress to [\d,]+ bytes, more than "
+                              r"the 4,000 an import reads")
+        # A header that understates the size: no more than it says comes out.
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        entry = data.index(b"PK\x01\x02")  # the central directory's first: memories.json
+        data[entry + 24:entry + 28] = (100).to_bytes(4, "little")
+        for name, data in (("lying.zip", data), ("cut.zip", data[:300]),
+                           ("other.zip", b"PK\x05\x06" + b"\0" * 18)):
+            with open(self.source(name), "wb") as f:
+                f.write(data)
+            code, err = self.imported(self.source(name))
+            self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+            if name == "lying.zip":
+                self.assertIn("lying.zip cannot be read as a zip: Bad CRC-32", err)
+        self.assertIn("other.zip holds no memories.json: it is not an OpenMemory export", err)
+        self.assertFalse(os.path.exists(self.path))
 
 
 class ConcurrencyTest(TempDirTest):
