@@ -22,7 +22,8 @@ The module reads top down:
   restore
 - command line: `python3 store.py list | search | show | edit | forget | tags | stats |
   check | export | import | backup | restore`, the official memory server's format, and
-  what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory)
+  what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory, Claude Code,
+  Gemini CLI)
 """
 
 import argparse
@@ -3306,6 +3307,10 @@ def _when(created):
 #   backup.py in mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories
 #   name their app and categories by id. Active and paused memories are imported. Key: its
 #   memory id.
+# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with
+#   front matter, and MEMORY.md, an index read only for the titles its links give), one
+#   memory a statement; Gemini CLI's GEMINI.md, the items of the section its save_memory
+#   tool appends to. Key: the project, the file's name and the statement.
 #
 # Ids are made from the keys as the official import makes its own (the format's name first),
 # so that importing a source again stores what is new in it only, and no key holds a path:
@@ -3753,13 +3758,23 @@ _RULE = re.compile(r" {0,3}(?:(?:\*\s*){3,}|(?:_\s*){3,}|(?:-\s*){3,}|=+\s*)$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 
 
+def _lines(text):
+    """The lines of `text`, one at a time: a list of a file's millions would be many times
+    its size."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
 def _blocks(text):
     """(kind, text) of the blocks of a markdown text, in order: "item" (a list item, with
     the lines that go on from it), "paragraph", "quote" (> lines) and "code" (a fenced
     block, fences and all); headings and blank lines part them and are left out."""
     kind, lines, fence = None, [], None
-    for line in io.StringIO(text):  # a line at a time: a file may hold millions
-        line = line.rstrip("\n")
+    for line in _lines(text):
         if fence:
             lines.append(line)
             if line.strip().startswith(fence):
@@ -3938,26 +3953,135 @@ def is_basic_memory(folder):
     return False
 
 
+def claude_code_folders(path):
+    """The Claude Code memory folders at `path`: itself when it holds MEMORY.md, its memory
+    folder (a project's), or those of the projects under it (~/.claude/projects, ~/.claude)."""
+    for pattern in ("", "memory", os.path.join("*", "memory"),
+                    os.path.join("projects", "*", "memory")):
+        found = [p for p in glob.glob(os.path.join(glob.escape(path), pattern))
+                 if os.path.isfile(os.path.join(p, "MEMORY.md"))]
+        if found:
+            return sorted(found)
+    return []
+
+
+def _claude_project(memory_folder):
+    """A project's name from its folder in ~/.claude/projects, which is the project's path
+    with each character other than a letter or digit made "-": without the home folder's
+    part (/home/kim/, /Users/kim/, C:\\Users\\kim\\), so that it holds no absolute path."""
+    slug = os.path.basename(os.path.dirname(os.path.abspath(memory_folder)))
+    home = re.sub(r"[^A-Za-z0-9]", "-", os.path.expanduser("~"))
+    if slug == home:
+        return "home"
+    if slug.startswith(home + "-"):
+        return slug[len(home) + 1:]
+    return re.sub(r"^(?:[A-Za-z]--|-)(?:Users|home)-[^-]+-(?=.)|^-root-(?=.)", "", slug)
+
+
+_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(<?([^)>]+?\.md)>?\)|\[\[([^\]|]+)(?:\|[^\]]*)?\]\]")
+
+
+def claude_code_records(path, report):
+    """The Records of the Claude Code memory folders at `path`, as an iterator."""
+    shaper = _Shaper(report, "claude-code")
+    for folder in claude_code_folders(path) or [path]:
+        project = _claude_project(folder)
+        source = f"claude-code: {project}"
+        titles = {}  # file name -> the title MEMORY.md's link gives it
+        index = _markdown(os.path.join(folder, "MEMORY.md"), collections.Counter())
+        for text, target, wiki in _MARKDOWN_LINK.findall(index or ""):
+            name = urllib.parse.unquote(target or wiki + ".md").strip().lstrip("./")
+            titles.setdefault(name, text.strip() or name[:-3])
+        found = set()
+        for file, relative in _files(folder, report):
+            if relative == "MEMORY.md":
+                continue  # an index: read for its links only
+            if not relative.lower().endswith(".md"):
+                report["skipped", "file other than a topic file", "files other than "
+                       "topic files", ""] += 1
+                continue
+            found.add(relative)
+            text = _markdown(file, report)
+            if text is None:
+                continue
+            report["topic files"] += 1
+            fields, body = _front_matter(text)
+            metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
+            kind = _field_text(fields.get("type")) or _field_text(metadata.get("type"))
+            title = _field_text(fields.get("name")) or titles.get(relative) or relative[:-3]
+            created = _when(_field_text(fields.get("created"))) or _mtime(file)
+            statements = [s for kind_of, s in _blocks(body) if s.strip()] or \
+                [_field_text(fields.get("description")) or ""]
+            first = None
+            for statement in statements:
+                record = shaper.record((project, relative, statement.strip()),
+                                       f"{title}: {statement.strip()}", [kind or "", project],
+                                       created, source, [first] if first else ())
+                if record:
+                    report["memories"] += 1
+                    first = first or record.id
+                    yield record
+        missing = sum(1 for name in titles if name not in found)
+        report["skipped", "link of MEMORY.md", "links of MEMORY.md", "to a file not in the "
+               "folder"] += missing
+
+
+def gemini_records(path, report):
+    """The Records of the items of the "## Gemini Added Memories" section of a GEMINI.md
+    (at `path`, or in the folder `path`), as an iterator."""
+    file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
+    text = _markdown(file, report)
+    if text is None:
+        raise InvalidInput(f"{os.path.basename(file)} cannot be read as UTF-8 text")
+    section = _GEMINI_SECTION.search(text)
+    if not section:
+        raise InvalidInput(f'{os.path.basename(file)} has no "## Gemini Added Memories" '
+                           f'section: it holds nothing that Gemini CLI\'s save_memory saved')
+    folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
+    project = "global" if folder == ".gemini" else folder
+    shaper, source = _Shaper(report, "gemini"), f"gemini: {project}"
+    created = _mtime(file)
+    for kind, item in _blocks(section.group(1)):
+        if kind == "item" and item.strip():
+            report["memories"] += 1
+            record = shaper.record((project, os.path.basename(file), item.strip()), item,
+                                   ["gemini"] + [project] * (project != "global"), created,
+                                   source)
+            if record:
+                yield record
+
+
+_GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
+                             re.S | re.M)
+
+
 FORMATS = {  # --format NAME: what it reads
     "flood": "Flood Memory's export",
     "official": "the official memory server's memory.jsonl",
     "mcp-memory-service": "mcp-memory-service's sqlite_vec.db, or its JSON export",
     "basic-memory": "a folder of basic-memory's notes",
     "openmemory": "OpenMemory's export zip",
+    "claude-code": "Claude Code's memory folders",
+    "gemini": "Gemini CLI's GEMINI.md",
 }
 _EXPORT_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"(?:export_metadata|memories)"\s*:')
 
 
 def _folder_format(path):
     """The format of the folder `path`, told from what it holds."""
+    if claude_code_folders(path):
+        return "claude-code"
     if os.path.isfile(os.path.join(path, "sqlite_vec.db")):
         return "mcp-memory-service"
+    if os.path.isfile(os.path.join(path, "GEMINI.md")):
+        return "gemini"
     if is_basic_memory(path):
         return "basic-memory"
     raise InvalidInput(f"{os.path.basename(os.path.abspath(path))} is a folder of no kind "
                        f"import reads: expected a folder of basic-memory's notes (front "
-                       f"matter with title, type and permalink), or one holding "
-                       f"mcp-memory-service's sqlite_vec.db")
+                       f"matter with title, type and permalink), a Claude Code memory folder "
+                       f"(with MEMORY.md), or one holding mcp-memory-service's sqlite_vec.db "
+                       f"or Gemini CLI's GEMINI.md")
 
 
 def _import_source(args, stack):
@@ -3969,10 +4093,12 @@ def _import_source(args, stack):
         format_name = format_name or _folder_format(path)
         if format_name == "mcp-memory-service":
             path = os.path.join(path, "sqlite_vec.db")
-        elif format_name != "basic-memory":
+        elif format_name not in ("basic-memory", "claude-code", "gemini"):
             raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
     if path != "-" and os.path.isdir(path):
-        return format_name, FORMATS[format_name], basic_memory_records(path, report), report
+        reader = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
+                  "gemini": gemini_records}[format_name]
+        return format_name, FORMATS[format_name], reader(path, report), report
     if path == "-" and sys.stdin is None:
         raise StoreError("standard input is closed: give the FILE to import")
     source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
@@ -3984,6 +4110,8 @@ def _import_source(args, stack):
         format_name = "mcp-memory-service"
     elif format_name is None and archive:
         format_name = "openmemory"
+    elif format_name is None and path.lower().endswith((".md", ".markdown")):
+        format_name = "gemini"
     if (database or archive) and path == "-":
         raise InvalidInput("a database or a zip cannot be read from standard input: give "
                            "its path")
@@ -3994,10 +4122,11 @@ def _import_source(args, stack):
     if format_name == "mcp-memory-service":
         return (format_name, "mcp-memory-service's export",
                 _json_export_records(source, name, report), report)
-    if format_name == "basic-memory":
+    if format_name in ("basic-memory", "claude-code"):
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
-    if format_name == "openmemory":
-        return format_name, FORMATS[format_name], openmemory_records(path, report), report
+    if format_name in ("openmemory", "gemini"):
+        reader = openmemory_records if format_name == "openmemory" else gemini_records
+        return format_name, FORMATS[format_name], reader(path, report), report
     try:  # a file that is none of the formats fails here, at its first value
         graph, entries = read_entries(utf8_lines(source))
         first = next(entries, None)
@@ -4014,7 +4143,9 @@ def _import_source(args, stack):
 
 
 _EXPECTED = ("Flood Memory's export or the official memory server's memory.jsonl (JSON), "
-             "mcp-memory-service's sqlite_vec.db or JSON export, a folder of basic-memory's notes or OpenMemory's export zip")
+             "mcp-memory-service's sqlite_vec.db or JSON export, OpenMemory's export zip, a "
+             "folder of basic-memory's notes, a Claude Code memory folder or Gemini CLI's "
+             "GEMINI.md")
 
 
 def _memories(n):
@@ -4136,8 +4267,9 @@ def _parser():
     sub = command("import", "load memories from an export, the official memory server's "
                             "memory.jsonl, or another memory server's data: mcp-memory-service "
                             "(sqlite_vec.db, or its JSON export), basic-memory (a folder of "
-                            "notes), OpenMemory (its export zip); all of it is read first, and what is "
-                            "stored already is skipped")
+                            "notes), OpenMemory (its export zip), Claude Code (memory "
+                            "folders), Gemini CLI (GEMINI.md); all of it is read first, and "
+                            "what is stored already is skipped")
     sub.add_argument("file", metavar="PATH", type=file_name,
                      help="the file or folder (- reads standard input)")
     sub.add_argument("--format", choices=tuple(FORMATS),
@@ -4521,6 +4653,7 @@ def _found(format_name, kind, records, report):
     if report is not None:
         _say(_summary(report, *{
             "official": (OFFICIAL_HELD,), "basic-memory": (BASIC_MEMORY_HELD, "the folder"),
+            "claude-code": ((("topic files", "topic file"),), "the folders"),
         }.get(format_name, (PEER_HELD, "it"))))
 
 

@@ -42,7 +42,8 @@ Where the test for a behaviour lives:
     export, import, backup, restore, private files                     BackupTest
     import from the official MCP memory server's memory.jsonl          OfficialImportTest
     import from other memory servers: mcp-memory-service's database    PeerImportTest
-      and export, basic-memory's notes, OpenMemory's zip
+      and export, basic-memory's notes, OpenMemory's zip, Claude
+      Code's memory folders, Gemini CLI's GEMINI.md
     loads in whole batches, interrupted at any moment, killed          LoadTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL, and synced before replies   KillTest
@@ -6690,8 +6691,8 @@ class OfficialImportTest(TempDirTest):
 
 class PeerImportTest(TempDirTest):
     """python3 store.py import of what other memory servers leave: mcp-memory-service's
-    database and export, basic-memory's notes and OpenMemory's zip, each made here as its
-    server writes it."""
+    database and export, basic-memory's notes, OpenMemory's zip, Claude Code's memory
+    folders and Gemini CLI's GEMINI.md, each made here as its server writes it."""
 
     def imported(self, path, *options, data_dir=None):
         """(exit code, standard error) of `store.py import path` run in this process."""
@@ -7065,6 +7066,115 @@ class PeerImportTest(TempDirTest):
                 self.assertIn("lying.zip cannot be read as a zip: Bad CRC-32", err)
         self.assertIn("other.zip holds no memories.json: it is not an OpenMemory export", err)
         self.assertFalse(os.path.exists(self.path))
+
+    def test_claude_code_memory_folders_and_gemini_saved_memories(self):
+        projects = os.path.join(self.dir, "claude", "projects")
+        # A project's folder is named after its path: the home folder's part is not kept
+        # (a home of any shape; /home/NAME and /Users/NAME elsewhere too).
+        home = "/srv/users/kim.lee"
+        self.enterContext(unittest.mock.patch.object(
+            os.path, "expanduser", lambda p: home + p[1:] if p.startswith("~") else p))
+        for project, files in (("-srv-users-kim-lee-code-app", {
+                "MEMORY.md": "- [User role](user_role.md) - who Kim is\n"
+                             "- [Testing](feedback_testing.md) - real databases\n"
+                             "- [Gone](gone.md) - removed since\n",
+                "user_role.md": "---\nname: User role\ndescription: who Kim is\ntype: user\n"
+                                "---\n\nKim is a data engineer working in Python and SQL.\n",
+                "feedback_testing.md": "---\ndescription: >\n  real databases,\n  not mocks\n"
+                                       "metadata:\n  type: feedback\n---\n\nIntegration "
+                                       "tests must hit a real Postgres database.\n\n**Why:** "
+                                       "a mocked migration passed while production failed.\n"}),
+                ("-Users-kim-work-api", {"MEMORY.md": "",
+                                         "style.md": "---\ntype: feedback\n---\n- Go files "
+                                                     "use gofumpt and tabs\n"})):
+            for name, text in files.items():
+                path = os.path.join(projects, project, "memory", name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(text)
+        code, err = self.imported(os.path.dirname(projects))  # ~/.claude
+        self.assertEqual(code, 0, err)
+        self.assertIn("found Claude Code's memory folders: 4 memories", err)
+        self.assertIn("the folders held 3 topic files; skipped: 1 link of MEMORY.md to a "
+                      "file not in the folder", err)
+        by_text = self.by_text()
+        role = by_text["User role: Kim is a data engineer working in Python and SQL."]
+        self.assertEqual((role["tags"], role["source"]), (["user", "code-app"],
+                                                           "claude-code: code-app"))
+        why = by_text["Testing: **Why:** a mocked migration passed while production failed."]
+        self.assertEqual(why["tags"], ["feedback", "code-app"])
+        rule = by_text["Testing: Integration tests must hit a real Postgres database."]
+        self.assertEqual(why["links"], [rule["id"]])  # a file's statements hang together
+        self.assertEqual(by_text["style: Go files use gofumpt and tabs"]["tags"],
+                         ["feedback", "work-api"])
+        self.assertFalse([t for t in by_text if "MEMORY" in t or "who Kim is" in t])
+        code, err = self.imported(os.path.join(projects, "-srv-users-kim-lee-code-app"))
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+        # Gemini CLI: the section its save_memory appends to, nothing else of the file.
+        gemini = self.source(".gemini", "GEMINI.md")
+        with open(gemini, "w") as f:
+            f.write("# Kim's rules\n\n- Answer in British English.\n\n## Gemini Added "
+                    "Memories\n- My preferred programming language is Python.\n- My dog "
+                    "Pixel is a border collie.\n\n### not a heading that ends it\n- Kim "
+                    "cycles to work.\n## Other notes\n- not a memory\n")
+        code, err = self.imported(os.path.dirname(gemini))
+        self.assertEqual(code, 0, err)
+        self.assertIn("found Gemini CLI's GEMINI.md: 3 memories", err)
+        by_text = self.by_text()
+        self.assertEqual(by_text["My dog Pixel is a border collie."]["tags"], ["gemini"])
+        self.assertIn("Kim cycles to work.", by_text)
+        self.assertFalse([t for t in by_text if "British" in t or "not a memory" in t])
+
+    def test_what_is_none_of_these_is_refused_in_one_line_with_nothing_written(self):
+        vault = self.source("vault", "notes", "a.md")
+        with open(vault, "w") as f:
+            f.write("---\ntitle: A\n---\n# A note of an Obsidian vault\n- [idea] not ours\n")
+        os.mkdir(self.source("vault", ".obsidian"))
+        flood = os.path.join(self.dir, "flood")
+        store.open_directory(flood).close()
+        path = self.mcp_memory_service(self.ROWS[:1])
+        damaged = self.source("damaged.db")
+        with contextlib.closing(sqlite3.connect(damaged)) as copy:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                db.backup(copy)
+            root = copy.execute("SELECT rootpage FROM sqlite_master WHERE name = "
+                                "'memories'").fetchone()[0]
+        with open(damaged, "r+b") as f:  # the page of the memories table overwritten
+            f.seek((root - 1) * 4096)
+            f.write(b"\xee" * 64)
+        cases = [(os.path.dirname(os.path.dirname(vault)), "vault is a folder of no kind "
+                  "import reads: expected a folder of basic-memory's notes"),
+                 (os.path.join(flood, store.DB_NAME), "memory.db is a SQLite database, but "
+                  "not mcp-memory-service's: it has no memories table with a content_hash"),
+                 (damaged, "damaged.db cannot be read as mcp-memory-service's database: "
+                  "database disk image is malformed"),
+                 (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "record 1 (line 1) is not UTF-8 text: expected "
+                  "Flood Memory's export or the official memory server's memory.jsonl (JSON), "
+                  "mcp-memory-service's sqlite_vec.db or JSON export, OpenMemory's export zip, "
+                  "a folder of basic-memory's notes, a Claude Code memory folder or Gemini "
+                  "CLI's GEMINI.md"),
+                 (b"name,age\nKim,40\n", "record 1 (line 1) is not JSON: "),
+                 (b"# notes\n- [x] no section\n", "has no \"## Gemini Added Memories\" "
+                  "section")]
+        for number, (given, message) in enumerate(cases):
+            with self.subTest(message=message):
+                if isinstance(given, bytes):
+                    name = "notes.md" if given.startswith(b"#") else f"file{number}"
+                    with open(self.source(name), "wb") as f:
+                        f.write(given)
+                    given = self.source(name)
+                code, err = self.imported(given)
+                self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+                self.assertIn(message, err)
+                self.assertNotIn("Traceback", err)
+        self.assertFalse(os.path.exists(self.path))
+        # Every format is named in the command's help.
+        done = self.run_store("import", "--help")
+        for name in store.FORMATS:
+            self.assertIn(name, done.stdout.decode())
+        for named in ("mcp-memory-service", "basic-memory", "OpenMemory", "Claude Code",
+                      "Gemini CLI"):
+            self.assertIn(named, " ".join(done.stdout.decode().split()))
 
 
 class ConcurrencyTest(TempDirTest):
