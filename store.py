@@ -21,7 +21,9 @@ The module reads top down:
 - store: `Store`, links both ways, traversal, access counting, checking, loads, backup and
   restore
 - command line: `python3 store.py list | search | show | edit | forget | tags | stats |
-  check | export | import | backup | restore`, and the official memory server's format
+  check | export | import | backup | restore`, the official memory server's format, and
+  what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory, Claude Code,
+  Gemini CLI)
 """
 
 import argparse
@@ -51,7 +53,10 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import uuid
+import zipfile
+import zlib
 from datetime import datetime, timezone
 
 log = logging.getLogger("flood-memory.store")
@@ -2095,6 +2100,23 @@ class Store:
             finally:
                 db.close()
 
+    def ids_from(self, sources):
+        """The ids of the memories whose source is one of `sources`, one by one: what
+        imports of another memory server's data brought. Read as records reads, through a
+        connection of its own."""
+        sources = list(sources)
+        with self.db.errors("read the memories"):
+            db = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                db.execute("BEGIN")
+                for chunk in _chunks(sources):
+                    cursor = db.execute(f"SELECT id FROM nodes WHERE source IN "
+                                        f"({_marks(chunk)})", chunk)
+                    while rows := cursor.fetchmany(1000):
+                        yield from (i for (i,) in rows)
+            finally:
+                db.close()
+
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
         least, in any case): one, none, or several (11 at most) when it is ambiguous."""
@@ -3448,7 +3470,7 @@ def official_records(entries, source, report):
                 if name in entities:
                     report["skipped", "entity line", "entity lines",
                            "repeating a name (observations merged)"] += 1
-                created = _official_time(value)
+                created = _when(value.get("createdAt"))
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
@@ -3468,7 +3490,7 @@ def official_records(entries, source, report):
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:
                     report["skipped", "repeated relation", "repeated relations", ""] += 1
-                relations.setdefault(key, _official_time(value))
+                relations.setdefault(key, _when(value.get("createdAt")))
             else:
                 report["skipped", "line", "lines", "with no type" if kind is None else
                        f"of another type ({_shorten(kind, 30)})"] += 1
@@ -3497,7 +3519,7 @@ def _official_memories(entities, relations, source, report):
             if name not in seen:
                 seen[name] = name
                 if len(name) > MAX_TAG_LENGTH or _CONTROL.search(name):
-                    seen[name] = _CONTROL.sub(" ", name).strip()[:MAX_TAG_LENGTH].rstrip()
+                    seen[name] = _as_tag(name)
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
         return _tags([seen[name] for name in names])
@@ -3537,19 +3559,29 @@ def _official_memories(entities, relations, source, report):
                      created or now, created or now, 0)
 
 
-def _official_summary(report):
-    """What an official import held, what it skipped and why, what it changed, and what it
-    kept as text only, in one line. Each is counted under ("skipped", "changed" or "kept as
-    text only", singular, plural, the rest of the reason)."""
-    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in (
-        ("entities", "entity"), ("observations", "observation"), ("relations", "relation")))
+def _summary(report, held, where="the file"):
+    """What an import held (`held`: (key of `report`, its singular) of each thing counted),
+    what it skipped and why, what it changed, and what it kept as text only, in one line.
+    Each is counted under ("skipped", "changed" or "kept as text only", singular, plural,
+    the rest of the reason)."""
+    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in held)
     said = {"skipped": [], "changed": [], "kept as text only": []}
     for key, n in report.items():
         if isinstance(key, tuple) and n:
             what, one, many, why = key
             said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
-    return f"flood-memory: the file held {made}" + "".join(
+    return f"flood-memory: {where} held {made}" + "".join(
         f"; {what}: {'; '.join(items)}" for what, items in said.items() if items)
+
+
+OFFICIAL_HELD = (("entities", "entity"), ("observations", "observation"),
+                 ("relations", "relation"))
+
+
+def _as_tag(text):
+    """`text` made a tag that remember takes: control characters made spaces, cut to
+    MAX_TAG_LENGTH characters; empty if nothing is left."""
+    return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
 def _official_name(value, key):
@@ -3567,16 +3599,884 @@ def _official_name(value, key):
     return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
-def _official_time(value):
-    """A fork's createdAt, in the stored form, or None."""
-    created = value.get("createdAt")
-    if created is None:
+def _when(created):
+    """A time another program wrote (ISO 8601 text, or seconds or milliseconds since 1970),
+    in the stored form, or None: a field in some other form is not ours to refuse a file
+    for."""
+    if created is None or isinstance(created, bool):
         return None
     try:
         return _utc(created) if isinstance(created, str) else _format_time(
             datetime.fromtimestamp(created / (1000 if created > 1e11 else 1), timezone.utc))
     except (ValueError, TypeError, OverflowError, OSError):
-        return None  # a field of a fork in some other form: not ours to refuse the file for
+        return None
+
+
+# ----------------------------------------------------------------------------- other memory servers
+#
+# What other memory servers leave on disk, read as they left it and never written:
+# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a
+#   mode=ro URI (a normal connection would checkpoint their log into their file) by the
+#   standard sqlite3 module, which cannot load their vector extension and need not: only the
+#   `memories` table is read, never the vec0 one. Or its JSON export ({"export_metadata":
+#   ..., "memories": [...]}, read an item at a time). A row deleted (deleted_at) or replaced
+#   by a newer version (superseded_by) is not imported. Key: content_hash.
+# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag
+#   (context)") becomes a memory, "Title: text", tagged with the note's tags and its own; a
+#   note without one becomes one memory of its text. Relations ("- relation_type
+#   [[Target]]", and [[links]] in the text, as its parser reads them) become memories linked
+#   as the official import links a relation: to every memory of both notes, or to a note's
+#   own memory when it has more than OFFICIAL_LINKED observations (then it has one,
+#   linked to each). Key: the permalink with the category and the text.
+# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/
+#   backup.py in mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories
+#   name their app and categories by id. Active and paused memories are imported. Key: its
+#   memory id.
+# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with
+#   front matter, and MEMORY.md, an index read only for the titles its links give), one
+#   memory a statement; Gemini CLI's GEMINI.md, the items of the section its save_memory
+#   tool appends to. Key: the project, the file's name and the statement.
+#
+# Ids are made from the keys as the official import makes its own (the format's name first),
+# so that importing a source again stores what is new in it only, and no key holds a path:
+# a folder moved elsewhere is the same source. What changed there under the same key takes
+# the new content and tags; what is gone from it is listed, never deleted.
+
+UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
+PEER_HELD = (("memories", "memory"),)
+BASIC_MEMORY_HELD = (("notes", "note"), ("observations", "observation"),
+                     ("relations", "relation"))
+
+
+class _Shaper:
+    """The Records of one import from another memory server, made by the official import's
+    rules: content too long is cut with a note, tags are cleaned, what was changed and what
+    was skipped is counted in `report`, and a key that came before is skipped."""
+
+    def __init__(self, report, format_name):
+        self.report, self.format = report, format_name
+        self.seen = set()  # the ids made so far, as _id_numbers
+
+    def record(self, key, content, tags, created, source, links=()):
+        """The Record made from `key` (a tuple of strings) and the rest, or None when there
+        is nothing to keep (counted)."""
+        node_id = _official_id("\0".join((self.format, *key)))
+        if _id_number(node_id) in self.seen:
+            self.report["skipped", "memory", "memories", "repeated in the source"] += 1
+            return None
+        try:
+            content = _text(content, "content").strip()
+            tags = [_text(t, "a tag") for t in tags]
+        except InvalidInput:
+            self.report["skipped", "memory", "memories", "with text that is not valid "
+                        "Unicode"] += 1
+            return None
+        if not content:
+            self.report["skipped", "memory", "memories", "with no text"] += 1
+            return None
+        if len(content) > MAX_CONTENT:
+            kept = content[:MAX_CONTENT - 60].rstrip()
+            content = f"{kept} [cut: {len(content) - len(kept):,} more characters in the source]"
+            self.report["changed", "memory", "memories", f"cut to {MAX_CONTENT:,} characters, "
+                        f"with a note"] += 1
+        made = {}
+        for tag in tags:
+            cleaned = _as_tag(tag)
+            if cleaned != tag.strip():
+                self.report["changed", "tag", "tags", "made shorter, or without control "
+                            "characters"] += 1
+            if cleaned:
+                made.setdefault(cleaned.casefold(), cleaned)
+        if len(made) > MAX_TAGS:
+            self.report["changed", "memory", "memories", f"with more than {MAX_TAGS} tags "
+                        f"(the first kept)"] += 1
+        self.seen.add(_id_number(node_id))
+        created = created or _now()
+        return Record(node_id, content, list(made.values())[:MAX_TAGS], list(links),
+                      source[:MAX_SOURCE], created, created, 0)
+
+
+def _id_number(node_id):
+    """60 bits of a memory id as a number: a set of them is about half the size of a set of
+    the ids, and a source of short memories may hold millions."""
+    return int(node_id[:8] + node_id[9:13] + node_id[15:18], 16)
+
+
+def _source_name(format_name, path):
+    """The source of the memories of an import: the format and the file's or folder's name
+    (never its whole path: a folder moved elsewhere is the same source)."""
+    return f"{format_name}: {os.path.basename(os.path.normpath(os.path.abspath(path)))}"
+
+
+def _read_only(path):
+    """A connection to the SQLite file `path` that cannot write it; bytes for text, so that
+    a value that is not UTF-8 reads as what it is."""
+    where = os.path.abspath(path).replace(os.sep, "/")
+    where = where if where.startswith("/") else "/" + where  # C:/... on Windows
+    db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
+    db.text_factory = bytes
+    return db
+
+
+def _decoded(value):
+    """The text of a column value read as bytes, or None when it is not UTF-8 text."""
+    if isinstance(value, str) or value is None:
+        return value
+    if isinstance(value, bytes):
+        with contextlib.suppress(UnicodeDecodeError):
+            return value.decode("utf-8")
+        return None
+    return str(value)
+
+
+def _split_tags(value):
+    """mcp-memory-service's tags: comma-separated text, or a JSON array (older versions)."""
+    if isinstance(value, list):
+        return [t for t in value if isinstance(t, str)]
+    if not isinstance(value, str):
+        return []
+    if value.lstrip().startswith("["):
+        with contextlib.suppress(ValueError):
+            return _split_tags(json.loads(value))
+    return [t for t in value.split(",") if t.strip()]
+
+
+def mcp_memory_service_records(path, report):
+    """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
+    shaper, source = _Shaper(report, "mcp-memory-service"), _source_name("mcp-memory-service",
+                                                                         path)
+    try:
+        db = _read_only(path)
+        try:
+            columns = {row[1].decode() for row in db.execute("PRAGMA table_info(memories)")}
+            if not {"content_hash", "content"} <= columns:
+                raise InvalidInput(f"{os.path.basename(path)} is a SQLite database, but not "
+                                   f"mcp-memory-service's: it has no memories table with a "
+                                   f"content_hash")
+            wanted = ("content_hash", "content", "tags", "created_at", "created_at_iso",
+                      "deleted_at", "superseded_by")
+            cursor = db.execute("SELECT " + ", ".join(c if c in columns else "NULL"
+                                                      for c in wanted) + " FROM memories")
+            while rows := cursor.fetchmany(500):
+                for key, content, tags, created, created_iso, deleted, newer in rows:
+                    report["memories"] += 1
+                    if deleted is not None:
+                        report["skipped", "memory", "memories", "deleted there"] += 1
+                        continue
+                    if newer:
+                        report["skipped", "memory", "memories", "replaced there by a newer "
+                               "version"] += 1
+                        continue
+                    texts = [_decoded(v) for v in (key, content, tags)]
+                    if None in texts[:2] or tags is not None and texts[2] is None:
+                        report["skipped", "memory", "memories", "with no content_hash or "
+                               "content, or text that is not UTF-8"] += 1
+                        continue
+                    key, content, tags = texts
+                    record = shaper.record((key,), content, _split_tags(tags), _when(
+                        created) or _when(_decoded(created_iso)), source)
+                    if record:
+                        yield record
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
+                           f"database: {exc}") from None
+
+
+def _text_stream(binary):
+    """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 when it starts
+    with that byte order mark, as the official import reads a file."""
+    head = binary.peek(2)[:2]
+    utf16 = head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
+
+
+def _json_members(stream, arrays, keys=None):
+    """(key, value) of each member of the JSON object the text stream `stream` holds, read
+    a piece at a time; a member named in `arrays` whose value is an array gives (key, item)
+    for each of its items instead, so that a large one is never whole in memory (and the
+    set `keys` is given each key). InvalidInput where it is not JSON."""
+    text, at, done, base = "", 0, False, 0  # base: where `text` starts in the stream
+
+    def more():
+        nonlocal text, at, done, base
+        try:
+            chunk = stream.read(1 << 20)
+        except UnicodeDecodeError:
+            raise InvalidInput("the file is not UTF-8 text") from None
+        base += at
+        text, at, done = text[at:] + chunk, 0, not chunk
+        return chunk
+
+    def space():
+        nonlocal at
+        while True:
+            at = _JSON_SPACE.match(text, at).end()
+            if at < len(text) or not more():
+                return text[at:at + 1]
+
+    def expect(marks):
+        nonlocal at
+        found = space()
+        if not found or found not in marks:
+            raise InvalidInput(f"the file is not JSON at character {base + at + 1:,}: "
+                               f"expected {' or '.join(repr(m) for m in marks)}")
+        at += 1
+        return found
+
+    def value():
+        nonlocal at
+        space()
+        while True:
+            try:
+                item, end = _DECODER.raw_decode(text, at)
+            except json.JSONDecodeError as exc:
+                if done:
+                    raise InvalidInput(f"the file is not JSON at character {base + exc.pos + 1:,}"
+                                       f": {exc.msg}") from None
+                more()  # cut by the end of what was read, or wrong: more text tells
+                continue
+            except RecursionError:
+                raise InvalidInput(f"the JSON value at character {base + at + 1:,} is nested "
+                                   f"too deeply") from None
+            if end < len(text) or done or not more():  # a number may go on in the next piece
+                at = end
+                return item
+
+    expect("{")
+    if space() == "}":
+        return
+    while True:
+        key = value()
+        if not isinstance(key, str):
+            raise InvalidInput(f"the file is not JSON at character {base + at:,}: a key "
+                               f"must be a string")
+        if keys is not None:
+            keys.add(key)
+        expect(":")
+        if key in arrays and space() == "[":
+            at += 1
+            if space() != "]":
+                while True:
+                    yield key, value()
+                    if expect(",]") == "]":
+                        break
+            else:
+                at += 1
+        else:
+            yield key, value()
+        if expect(",}") == "}":
+            return
+
+
+def _json_export_records(binary, name, report):
+    """The Records of mcp-memory-service's JSON export, read from the binary stream
+    `binary`, as an iterator."""
+    shaper, source = _Shaper(report, "mcp-memory-service"), f"mcp-memory-service: {name}"
+    keys = set()
+    for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
+        if key != "memories":
+            continue
+        if not isinstance(item, dict):
+            raise InvalidInput("the export's memories must be an array of objects")
+        report["memories"] += 1
+        tags, content_hash = item.get("tags"), item.get("content_hash")
+        if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
+            report["skipped", "memory", "memories", "without content_hash or content"] += 1
+            continue
+        record = shaper.record((content_hash,), item["content"], _split_tags(tags),
+                               _when(item.get("created_at")) or _when(
+                                   item.get("created_at_iso")), source)
+        if record:
+            yield record
+    if "memories" not in keys:
+        raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s '
+                           'export')
+
+
+def openmemory_records(path, report):
+    """The Records of the OpenMemory export zip at `path`, as an iterator."""
+    shaper, source = _Shaper(report, "openmemory"), _source_name("openmemory", path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            member = next((i for i in archive.infolist() if not i.is_dir() and
+                           i.filename.rsplit("/", 1)[-1] == "memories.json"), None)
+            if member is None:
+                raise InvalidInput(f"{os.path.basename(path)} holds no memories.json: it is not "
+                                   f"an OpenMemory export")
+            # zipfile gives no more than the size the header says (then fails its CRC).
+            if member.file_size > UNZIP_MAX:
+                raise InvalidInput(f"memories.json would decompress to {member.file_size:,} "
+                                   f"bytes, more than the {UNZIP_MAX:,} an import reads")
+
+            def members():
+                return _json_members(_text_stream(archive.open(member)), {"memories"})
+            names = {"apps": None, "categories": None}  # id -> name, once read
+            later = False  # whether the memories came before the names (not as backup.py wrote)
+            for key, value in members():
+                if key in names and isinstance(value, list):
+                    names[key] = {i.get("id"): i.get("name") for i in value
+                                  if isinstance(i, dict) and isinstance(i.get("name"), str)}
+                elif key == "memories" and None in names.values():
+                    later = True
+                elif key == "memories":
+                    yield from _openmemory_record(shaper, value, names, source, report)
+            for key, value in members() if later else ():
+                if key == "memories":
+                    yield from _openmemory_record(shaper, value, names, source, report)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
+            NotImplementedError, RuntimeError) as exc:
+        raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
+
+
+def _openmemory_record(shaper, memory, names, source, report):
+    """The Record of one memory of memories.json, if it is kept (as a list, for yield from)."""
+    if not isinstance(memory, dict):
+        raise InvalidInput("memories.json's memories must be an array of objects")
+    report["memories"] += 1
+    state = memory.get("state")
+    if state not in ("active", "paused"):
+        report["skipped", "memory", "memories", f"{state} there"
+               if state in ("archived", "deleted") else "in no state it knows"] += 1
+        return []
+    if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
+        report["skipped", "memory", "memories", "without id or content"] += 1
+        return []
+    categories = memory.get("category_ids")
+    tags = [(names["categories"] or {}).get(c) for c in categories
+            if isinstance(c, str)] if isinstance(categories, list) else []
+    tags.append((names["apps"] or {}).get(memory.get("app_id")))
+    record = shaper.record((memory["id"],), memory["content"],
+                           [t for t in tags if t], _when(memory.get("created_at")), source)
+    return [record] if record else []
+
+
+def _files(folder, report):
+    """(path, path relative to `folder` with /) of each file under `folder`, in order.
+    Hidden files and folders (.git, .obsidian) are skipped, and a folder reached again
+    through a symbolic link (a loop) is skipped too, counted."""
+    seen, stack = set(), [(folder, "")]
+    while stack:
+        path, relative = stack.pop()
+        try:
+            status = os.stat(path)
+            entries = sorted(os.scandir(path), key=lambda e: e.name, reverse=True)
+        except OSError:
+            report["skipped", "folder", "folders", "that could not be read"] += 1
+            continue
+        if (status.st_dev, status.st_ino) in seen:
+            report["skipped", "folder", "folders", "reached again through a link"] += 1
+            continue
+        seen.add((status.st_dev, status.st_ino))
+        files = []
+        for entry in entries:
+            if entry.name.startswith("."):
+                report["skipped", "hidden file or folder", "hidden files and folders",
+                       ""] += 1
+            elif entry.is_dir():
+                stack.append((entry.path, relative + entry.name + "/"))
+            elif entry.is_file():
+                files.append((entry.path, relative + entry.name))
+            else:
+                report["skipped", "broken link or special file", "broken links and "
+                       "special files", ""] += 1
+        yield from reversed(files)
+
+
+def _markdown(path, report):
+    """The text of the markdown file at `path` (UTF-8, or UTF-16 with its byte order mark),
+    line breaks as \\n; None when it cannot be read or is not such text (counted)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        report["skipped", "file", "files", "that could not be read"] += 1
+        return None
+    try:
+        text = data.decode("utf-16" if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+                           else "utf-8-sig")
+    except UnicodeDecodeError:
+        report["skipped", "file", "files", "not UTF-8 text"] += 1
+        return None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+_FRONT_MATTER = re.compile(r"---[ \t]*\n(.*?\n)?---[ \t]*(?:\n|\Z)", re.S)
+_YAML_KEY = re.compile(r"([^\s:#-][^:]*?):(?:[ \t]+(.*))?$")
+_LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
+
+
+def _front_matter(text):
+    """({field: value}, the text after it) of a markdown text with YAML front matter: plain
+    and quoted values, lists (- item, or [a, b]), block texts (| and >) and one level of
+    nested fields (metadata: with type: under it), which is what notes hold. ({}, text) when
+    it has none."""
+    found = _FRONT_MATTER.match(text)
+    if not found:
+        return {}, text
+    fields, key, parent, block = {}, None, None, None
+    for line in (found.group(1) or "").split("\n"):
+        indent = len(line) - len(line.lstrip())
+        if block is not None:
+            if not line.strip() or indent > block[1]:
+                block[2].append(line.strip())
+                continue
+            owner, _, lines, folded = block
+            owner[key] = (" " if folded else "\n").join(lines).strip()
+            block = None
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        item = _LIST_ITEM.match(line) if line.lstrip()[:1] == "-" else None
+        owner = fields[parent] if indent and isinstance(fields.get(parent), dict) else fields
+        if item and key is not None:
+            if not isinstance(owner.get(key), list):
+                owner[key] = []
+            owner[key].append(_yaml_value(item.group(1) or ""))
+            continue
+        pair = _YAML_KEY.match(line.strip())
+        if not pair:
+            continue
+        if indent and fields.get(parent, 0) is None:
+            fields[parent] = owner = {}
+        elif indent and owner is fields:
+            continue  # a line of a value this reading does not take apart
+        elif not indent:
+            parent, owner = pair.group(1).strip(), fields
+        key, value = pair.group(1).strip(), (pair.group(2) or "").strip()
+        if value and value[0] in "|>" and not value[1:].strip("+-0123456789"):
+            block = (owner, indent, [], value[:1] == ">")
+            owner[key] = ""
+        else:
+            owner[key] = _yaml_value(value) if value else None
+    if block is not None:
+        block[0][key] = (" " if block[3] else "\n").join(block[2]).strip()
+    return fields, text[found.end():]
+
+
+def _yaml_value(text):
+    """A YAML scalar or flow list as a string or a list of strings (what notes hold)."""
+    text = text.strip()
+    if text[:1] == "[" and text[-1:] == "]":
+        return [v for v in (_yaml_value(p) for p in text[1:-1].split(",")) if v]
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1].replace("''", "'") if text[0] == "'" else text[1:-1]
+    return re.sub(r"\s+#.*", "", text)
+
+
+def _field_text(value):
+    """A front matter field as text, or None."""
+    if isinstance(value, list):
+        value = ", ".join(v for v in value if isinstance(v, str))
+    return value.strip() or None if isinstance(value, str) else None
+
+
+def _field_tags(value):
+    """A front matter's tags (a list, or text of tags parted by commas), without #."""
+    values = value if isinstance(value, list) else [value] if isinstance(value, str) else []
+    return [t.strip().lstrip("#") for v in values if isinstance(v, str)
+            for t in v.split(",") if t.strip().lstrip("#")]
+
+
+def _mtime(path):
+    with contextlib.suppress(OSError, ValueError, OverflowError):
+        return _format_time(datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc))
+    return None
+
+
+_HEADING = re.compile(r" {0,3}#{1,6}(?:\s|$)")
+_RULE = re.compile(r" {0,3}(?:(?:\*\s*){3,}|(?:_\s*){3,}|(?:-\s*){3,}|=+\s*)$")
+_FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+
+
+def _lines(text):
+    """The lines of `text`, one at a time: a list of a file's millions would be many times
+    its size."""
+    start = 0
+    while start < len(text):
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        yield text[start:end]
+        start = end + 1
+
+
+def _blocks(text):
+    """(kind, text) of the blocks of a markdown text, in order: "item" (a list item, with
+    the lines that go on from it), "paragraph", "quote" (> lines) and "code" (a fenced
+    block, fences and all); headings and blank lines part them and are left out."""
+    kind, lines, fence = None, [], None
+    for line in _lines(text):
+        if fence:
+            lines.append(line)
+            if line.strip().startswith(fence):
+                yield "code", "\n".join(lines)
+                kind, lines, fence = None, [], None
+            continue
+        opened = _FENCE.match(line)
+        item = _LIST_ITEM.match(line)
+        quote = line.lstrip().startswith(">")
+        rule = _RULE.match(line)
+        if lines and (opened or not line.strip() or _HEADING.match(line) or item or rule
+                      or quote != (kind == "quote")):
+            if not (rule and line.strip()[0] in "=-" and kind == "paragraph"):
+                yield kind, (" " if kind != "quote" else "\n").join(lines)
+            kind, lines = None, []  # else the paragraph was a heading, underlined
+        if opened:
+            kind, lines, fence = "code", [line], opened.group(1)
+        elif item and not rule:
+            kind, lines = "item", [item.group(1) or ""]
+        elif line.strip() and not _HEADING.match(line) and not rule:
+            kind = kind or ("quote" if quote else "paragraph")
+            lines.append(line.strip().lstrip(">").strip() if quote else line.strip())
+    if lines:
+        yield kind, ("\n" if kind in ("code", "quote") else " ").join(lines)
+
+
+# basic-memory's markdown/plugins.py, as of 0.23: a category is [text] but for a clock
+# time and a task's mark; a relation's type is one word, or quoted.
+_OBSERVATION = re.compile(r"\[([^\[\]()]+)\]\s+(.+)", re.S)
+_CLOCK = re.compile(r"\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?"
+                    r"(?:\s+-\s+\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?)?")
+_WIKI_LINK = re.compile(r"\[\[([^\[\]]+)\]\]")
+_LINKS_TO = re.compile(r"\s+#bm:links_to\s*$")
+
+
+def _note_parts(body):
+    """([(category, text, context, tags)], [(relation type, target)]) of a note's text, as
+    basic-memory's parser reads them: an observation is a list item or paragraph that
+    starts with [category] or holds a #tag (not a task, - [ ]); a relation is a list item
+    "type [[Target]] (context)", and each other [[Target]] one of type links_to. Quoted
+    blocks (Obsidian's callouts) hold no observation, fenced code nothing."""
+    observations, relations = [], []
+    for kind, text in _blocks(body):
+        if kind == "code":
+            continue
+        bare = _LINKS_TO.sub("", text.strip())
+        explicit = _explicit_relation(bare) if kind == "item" and bare == text.strip() \
+            else None
+        if explicit:
+            relations.append(explicit)
+        else:
+            relations += (("links_to", t.strip()) for t in _WIKI_LINK.findall(bare)
+                          if t.strip())
+        observation = _observation(bare) if kind != "quote" else None
+        if observation:
+            observations.append(observation)
+    return observations, relations
+
+
+def _explicit_relation(text):
+    """(type, target) of the relation "type [[Target]] (context)", or None."""
+    before, link, rest = text.partition("[[")
+    target, closed, after = rest.partition("]]")
+    before, target, after = before.strip(), target.strip(), after.strip()
+    if not (link and closed and before and target):
+        return None
+    if len(before) > 1 and before[0] in "'\"" and before[-1] == before[0]:
+        before = before[1:-1].strip()
+    elif any(c.isspace() for c in before):
+        return None  # a sentence holding a link (its links are links_to)
+    if after and not (after[0] == "(" and _closes_at_end(after)):
+        return None
+    return (before, target) if before else None
+
+
+def _closes_at_end(text):
+    """Whether the ( that `text` starts with is closed by its last character."""
+    depth = 0
+    for at, c in enumerate(text):
+        depth += (c == "(") - (c == ")")
+        if depth == 0:
+            return at == len(text) - 1
+    return False
+
+
+def _observation(text):
+    """(category, text, context, #tags) of an observation, or None if `text` is none."""
+    if text.startswith(("[ ]", "[x]", "[-]")) or re.fullmatch(r"\[\[.*?\]\]|\[.*?\]\(.*?\)",
+                                                              text, re.S):
+        return None
+    found = _OBSERVATION.match(text)
+    category = found.group(1).strip() if found else ""
+    if found and (_CLOCK.fullmatch(category) or len(category) == 1 and (
+            category in "xX" or not category.isalnum())):
+        found, category = None, ""
+    if not found and not any(part.startswith("#") for part in text.split()):
+        return None
+    content = found.group(2).strip() if found else re.sub(r"^\[\]\s+", "", text)
+    context = None
+    if content.endswith(")") and "(" in content:
+        start = content.rfind("(")
+        content, context = content[:start].strip(), content[start + 1:-1].strip() or None
+    tags = [t for part in content.split() if part.startswith("#")
+            for t in part.split("#") if t]
+    return (category, content, context, tags) if content else None
+
+
+def basic_memory_records(folder, report):
+    """The Records of the basic-memory notes under `folder`, as an iterator."""
+    shaper, source = _Shaper(report, "basic-memory"), _source_name("basic-memory", folder)
+    notes, named = [], {}  # [(permalink, title, created, reach, relations)]; name -> note
+    for path, relative in _files(folder, report):
+        if not relative.lower().endswith(".md"):
+            report["skipped", "attachment", "attachments", ""] += 1
+            continue
+        text = _markdown(path, report)
+        if text is None:
+            continue
+        report["notes"] += 1
+        fields, body = _front_matter(text)
+        stem = relative[:-3]
+        title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
+        permalink = _field_text(fields.get("permalink")) or re.sub(
+            r"[\s_]+", "-", stem.lower())
+        tags = _field_tags(fields.get("tags"))
+        created = _when(_field_text(fields.get("created"))) or _mtime(path)
+        observations, relations = _note_parts(body)
+        report["observations"] += len(observations)
+        hub = len(observations) > OFFICIAL_LINKED
+        own = None
+        if hub or not observations:
+            # Its text, but for a first heading that only repeats the title.
+            body = re.sub(r"\A\s*#\s+(.*)\n", lambda m: "" if m.group(1).strip() == title
+                          else m.group(0), body)
+            own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
+                                not hub else title, tags, created, source)
+            if own:
+                yield own
+        reach = {}
+        for category, content, context, own_tags in observations:
+            record = shaper.record((permalink, category, content), f"{title}: {content}" + (
+                f" ({context})" if context else ""), tags + own_tags, created, source,
+                [own.id] if own else ())
+            if record:
+                reach[record.id] = None
+                yield record
+        note = (permalink, title, created, [own.id] if own else list(reach), relations)
+        notes.append(note)
+        for name in (title, permalink, permalink.split("/", 1)[-1], stem, stem.rsplit("/")[-1]):
+            named.setdefault(name.casefold(), note)
+    for permalink, title, created, reach, relations in notes:
+        for kind, target in relations:
+            other = named.get(target.casefold()) or named.get(
+                re.sub(r"[\s_]+", "-", target.casefold()))
+            report["relations"] += 1
+            if other is None:
+                report["skipped", "relation", "relations", "to a note not in the folder"] += 1
+                continue
+            record = shaper.record((permalink, kind, other[0]),
+                                   f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
+                                   created, source, dict.fromkeys(reach + other[3]))
+            if record:
+                yield record
+
+
+def is_basic_memory(folder):
+    """Whether `folder` holds basic-memory's notes: one at least whose front matter has
+    the title, type and permalink that basic-memory writes."""
+    for path, relative in _files(folder, collections.Counter()):
+        if relative.lower().endswith(".md"):
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                head = f.read(1 << 16).decode("utf-8", "replace").replace("\r\n", "\n")
+                fields = _front_matter(head)[0]
+                if {"title", "type", "permalink"} <= fields.keys():
+                    return True
+    return False
+
+
+def claude_code_folders(path):
+    """The Claude Code memory folders at `path`: itself when it holds MEMORY.md, its memory
+    folder (a project's), or those of the projects under it (~/.claude/projects, ~/.claude)."""
+    for pattern in ("", "memory", os.path.join("*", "memory"),
+                    os.path.join("projects", "*", "memory")):
+        found = [p for p in glob.glob(os.path.join(glob.escape(path), pattern))
+                 if os.path.isfile(os.path.join(p, "MEMORY.md"))]
+        if found:
+            return sorted(found)
+    return []
+
+
+def _claude_project(memory_folder):
+    """A project's name from its folder in ~/.claude/projects, which is the project's path
+    with each character other than a letter or digit made "-": without the home folder's
+    part (/home/kim/, /Users/kim/, C:\\Users\\kim\\), so that it holds no absolute path."""
+    slug = os.path.basename(os.path.dirname(os.path.abspath(memory_folder)))
+    home = re.sub(r"[^A-Za-z0-9]", "-", os.path.expanduser("~"))
+    if slug == home:
+        return "home"
+    if slug.startswith(home + "-"):
+        return slug[len(home) + 1:]
+    return re.sub(r"^(?:[A-Za-z]--|-)(?:Users|home)-[^-]+-(?=.)|^-root-(?=.)", "", slug)
+
+
+_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(<?([^)>]+?\.md)>?\)|\[\[([^\]|]+)(?:\|[^\]]*)?\]\]")
+
+
+def claude_code_records(path, report):
+    """The Records of the Claude Code memory folders at `path`, as an iterator."""
+    shaper = _Shaper(report, "claude-code")
+    for folder in claude_code_folders(path) or [path]:
+        project = _claude_project(folder)
+        source = f"claude-code: {project}"
+        titles = {}  # file name -> the title MEMORY.md's link gives it
+        index = _markdown(os.path.join(folder, "MEMORY.md"), collections.Counter())
+        for text, target, wiki in _MARKDOWN_LINK.findall(index or ""):
+            name = urllib.parse.unquote(target or wiki + ".md").strip().lstrip("./")
+            titles.setdefault(name, text.strip() or name[:-3])
+        found = set()
+        for file, relative in _files(folder, report):
+            if relative == "MEMORY.md":
+                continue  # an index: read for its links only
+            if not relative.lower().endswith(".md"):
+                report["skipped", "file other than a topic file", "files other than "
+                       "topic files", ""] += 1
+                continue
+            found.add(relative)
+            text = _markdown(file, report)
+            if text is None:
+                continue
+            report["topic files"] += 1
+            fields, body = _front_matter(text)
+            metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
+            kind = _field_text(fields.get("type")) or _field_text(metadata.get("type"))
+            title = _field_text(fields.get("name")) or titles.get(relative) or relative[:-3]
+            created = _when(_field_text(fields.get("created"))) or _mtime(file)
+            statements = [s for kind_of, s in _blocks(body) if s.strip()] or \
+                [_field_text(fields.get("description")) or ""]
+            first = None
+            for statement in statements:
+                record = shaper.record((project, relative, statement.strip()),
+                                       f"{title}: {statement.strip()}", [kind or "", project],
+                                       created, source, [first] if first else ())
+                if record:
+                    report["memories"] += 1
+                    first = first or record.id
+                    yield record
+        missing = sum(1 for name in titles if name not in found)
+        report["skipped", "link of MEMORY.md", "links of MEMORY.md", "to a file not in the "
+               "folder"] += missing
+
+
+def gemini_records(path, report):
+    """The Records of the items of the "## Gemini Added Memories" section of a GEMINI.md
+    (at `path`, or in the folder `path`), as an iterator."""
+    file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
+    text = _markdown(file, report)
+    if text is None:
+        raise InvalidInput(f"{os.path.basename(file)} cannot be read as UTF-8 text")
+    section = _GEMINI_SECTION.search(text)
+    if not section:
+        raise InvalidInput(f'{os.path.basename(file)} has no "## Gemini Added Memories" '
+                           f'section: it holds nothing that Gemini CLI\'s save_memory saved')
+    folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
+    project = "global" if folder == ".gemini" else folder
+    shaper, source = _Shaper(report, "gemini"), f"gemini: {project}"
+    created = _mtime(file)
+    for kind, item in _blocks(section.group(1)):
+        if kind == "item" and item.strip():
+            report["memories"] += 1
+            record = shaper.record((project, os.path.basename(file), item.strip()), item,
+                                   ["gemini"] + [project] * (project != "global"), created,
+                                   source)
+            if record:
+                yield record
+
+
+_GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
+                             re.S | re.M)
+
+
+FORMATS = {  # --format NAME: what it reads
+    "flood": "Flood Memory's export",
+    "official": "the official memory server's memory.jsonl",
+    "mcp-memory-service": "mcp-memory-service's sqlite_vec.db, or its JSON export",
+    "basic-memory": "a folder of basic-memory's notes",
+    "openmemory": "OpenMemory's export zip",
+    "claude-code": "Claude Code's memory folders",
+    "gemini": "Gemini CLI's GEMINI.md",
+}
+_EXPORT_START = re.compile(rb'(?:\xef\xbb\xbf)?\s*\{\s*"(?:export_metadata|memories)"\s*:')
+
+
+def _folder_format(path):
+    """The format of the folder `path`, told from what it holds."""
+    if claude_code_folders(path):
+        return "claude-code"
+    if os.path.isfile(os.path.join(path, "sqlite_vec.db")):
+        return "mcp-memory-service"
+    if os.path.isfile(os.path.join(path, "GEMINI.md")):
+        return "gemini"
+    if is_basic_memory(path):
+        return "basic-memory"
+    raise InvalidInput(f"{os.path.basename(os.path.abspath(path))} is a folder of no kind "
+                       f"import reads: expected a folder of basic-memory's notes (front "
+                       f"matter with title, type and permalink), a Claude Code memory folder "
+                       f"(with MEMORY.md), or one holding mcp-memory-service's sqlite_vec.db "
+                       f"or Gemini CLI's GEMINI.md")
+
+
+def _import_source(args, stack):
+    """(format, what it is, its Records as an iterator, report) of what `store.py import`
+    reads: the format as --format names it, or told from the content. `report` counts what
+    was held, skipped and changed (None for Flood Memory's export)."""
+    path, format_name, report = args.file, args.format, collections.Counter()
+    if path != "-" and os.path.isdir(path):
+        format_name = format_name or _folder_format(path)
+        if format_name == "mcp-memory-service":
+            path = os.path.join(path, "sqlite_vec.db")
+        elif format_name not in ("basic-memory", "claude-code", "gemini"):
+            raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
+    if path != "-" and os.path.isdir(path):
+        reader = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
+                  "gemini": gemini_records}[format_name]
+        return format_name, FORMATS[format_name], reader(path, report), report
+    if path == "-" and sys.stdin is None:
+        raise StoreError("standard input is closed: give the FILE to import")
+    source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
+    head = source.peek(512)[:512]
+    database, archive = head.startswith(b"SQLite format 3\0"), head.startswith(b"PK")
+    if head[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):  # as PowerShell writes text
+        head = head[:len(head) // 2 * 2].decode("utf-16", "replace").encode()
+    if format_name in (None, "mcp-memory-service") and (database or _EXPORT_START.match(head)):
+        format_name = "mcp-memory-service"
+    elif format_name is None and archive:
+        format_name = "openmemory"
+    elif format_name is None and path.lower().endswith((".md", ".markdown")):
+        format_name = "gemini"
+    if (database or archive) and path == "-":
+        raise InvalidInput("a database or a zip cannot be read from standard input: give "
+                           "its path")
+    name = "standard input" if path == "-" else os.path.basename(path)
+    if format_name == "mcp-memory-service" and database:
+        return (format_name, "mcp-memory-service's database",
+                mcp_memory_service_records(path, report), report)
+    if format_name == "mcp-memory-service":
+        return (format_name, "mcp-memory-service's export",
+                _json_export_records(source, name, report), report)
+    if format_name in ("basic-memory", "claude-code"):
+        raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
+    if format_name in ("openmemory", "gemini"):
+        reader = openmemory_records if format_name == "openmemory" else gemini_records
+        return format_name, FORMATS[format_name], reader(path, report), report
+    try:  # a file that is none of the formats fails here, at its first value
+        graph, entries = read_entries(utf8_lines(source))
+        first = next(entries, None)
+        if format_name is None and first and not graph and not is_official(first[1]) and \
+                not (isinstance(first[1], dict) and {"id", "content"} & first[1].keys()):
+            _record(first[1], 1)  # not a memory: says why
+    except InvalidInput as exc:
+        raise InvalidInput(f"{exc}: expected {_EXPECTED}" if format_name is None else exc)
+    entries = itertools.chain([first] if first else [], entries)
+    if format_name == "official" or format_name is None and (
+            graph or first and is_official(first[1])):
+        return "official", FORMATS["official"], official_records(entries, name, report), report
+    return "flood", FORMATS["flood"], _checked(value for _, value in entries), None
+
+
+_EXPECTED = ("Flood Memory's export or the official memory server's memory.jsonl (JSON), "
+             "mcp-memory-service's sqlite_vec.db or JSON export, OpenMemory's export zip, a "
+             "folder of basic-memory's notes, a Claude Code memory folder or Gemini CLI's "
+             "GEMINI.md")
 
 
 def _memories(n):
@@ -3591,9 +4491,17 @@ class _Spool:
     def __init__(self, records, file):
         self.file = file
         self.n = 0
+        self.first = []  # the first three, for samples
+        self.sources = set()  # the sources they name
         for self.n, record in enumerate(records, 1):
             data = marshal.dumps(tuple(record))
-            file.write(len(data).to_bytes(4, "little") + data)
+            if self.n <= 3:
+                self.first.append(record)
+            self.sources.add(record.source)
+            try:
+                file.write(len(data).to_bytes(4, "little") + data)
+            except OSError as exc:
+                raise StoreError(f"cannot write a temporary file: {exc.strerror}") from exc
 
     def __iter__(self):
         self.file.seek(0)
@@ -3687,16 +4595,23 @@ def _parser():
     sub = command("export", "every memory as a JSON line, oldest first, keys in a fixed order")
     sub.add_argument("file", nargs="?", default="-", metavar="FILE", type=file_name,
                      help="where to write them (standard output without it, or with -)")
-    sub = command("import", "load memories from an export, or from the official memory "
-                            "server's memory.jsonl; the file is checked whole first, and what "
-                            "is stored already is skipped")
-    sub.add_argument("file", metavar="FILE", type=file_name,
-                     help="the file (- reads standard input)")
-    sub.add_argument("--format", choices=("flood", "official"),
-                     help="the file's format (told from its content otherwise)")
+    sub = command("import", "load memories from an export, the official memory server's "
+                            "memory.jsonl, or another memory server's data: mcp-memory-service "
+                            "(sqlite_vec.db, or its JSON export), basic-memory (a folder of "
+                            "notes), OpenMemory (its export zip), Claude Code (memory "
+                            "folders), Gemini CLI (GEMINI.md); all of it is read first, and "
+                            "what is stored already is skipped")
+    sub.add_argument("file", metavar="PATH", type=file_name,
+                     help="the file or folder (- reads standard input)")
+    sub.add_argument("--format", choices=tuple(FORMATS),
+                     help="its format (told from its content otherwise): " + "; ".join(
+                         f"{name}: {what}" for name, what in FORMATS.items()))
+    sub.add_argument("--dry-run", action="store_true",
+                     help="say what it holds, with three samples, and write nothing")
     sub.add_argument("--update", action="store_true",
                      help="memories stored already that the file gives otherwise take its "
-                          "content and tags (skipped otherwise)")
+                          "content and tags (skipped otherwise); another memory server's "
+                          "data always updates what changed there")
     sub = command("backup", "copy the database, consistently, while servers keep writing")
     sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
@@ -4057,13 +4972,30 @@ def _restore(store, args, directory):
     return 0
 
 
-def _import(store, args, records, report):
-    done = store.load(records, checked=True, update=args.update)
+def _found(format_name, kind, records, report):
+    """Say what an import read: its kind, how many memories, three samples, and what was
+    held, skipped and changed."""
+    width = _width() - 4
+    _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
+         (", such as:" if records.first else ""))
+    for record in records.first:
+        text = _visible(" ".join(record.content.split()))
+        _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
+    if report is not None:
+        _say(_summary(report, *{
+            "official": (OFFICIAL_HELD,), "basic-memory": (BASIC_MEMORY_HELD, "the folder"),
+            "claude-code": ((("topic files", "topic file"),), "the folders"),
+        }.get(format_name, (PEER_HELD, "it"))))
+
+
+def _import(store, args, records, peer):
+    update = args.update or peer  # another server's source says what changed there since
+    done = store.load(records, checked=True, update=update)
     _say(f"flood-memory: imported {_memories(done['loaded'])}, skipped {done['skipped']:,} "
-         f"stored already")
-    if done["differ"] and args.update:
-        _say(f"flood-memory: {_memories(done['differ'])} stored already took the file's "
-             f"content and tags")
+         f"stored already" + ("" if done["loaded"] or done["differ"] else ": nothing new"))
+    if done["differ"] and update:
+        _say(f"flood-memory: {_memories(done['differ'])} stored already took the "
+             f"{'source' if peer else 'file'}'s content and tags")
     elif done["differ"]:
         shown = done["differ_ids"][:10]
         _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
@@ -4071,9 +5003,29 @@ def _import(store, args, records, report):
              f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
-    if report is not None:
-        _say(_official_summary(report))
+    if peer:
+        _say_gone(store, records)
     return 0
+
+
+def _say_gone(store, records):
+    """List the memories an import of the same source brought before that it no longer
+    holds: kept, for the person to forget or not."""
+    kept = {_id_number(record.id) for record in records}
+    gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in kept]
+    if not gone:
+        return
+    shown = store.peek(gone[:10])
+    shorts, width = store.short_ids(list(shown)), _width() - 14
+    _say(f"flood-memory: {_memories(len(gone))} imported before from "
+         f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no longer "
+         f"there; kept (forget with {store_py_command()} forget ID):")
+    for node_id, node in shown.items():
+        text = _visible(" ".join(node["content"].split()))
+        _say(f"  {shorts[node_id]:<10}  " + (text if len(text) <= width else
+                                             text[:width - 3] + "..."))
+    if len(gone) > len(shown):
+        _say(f"  and {len(gone) - len(shown):,} more")
 
 
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
@@ -4098,39 +5050,28 @@ def main(argv=None, environ=None):
                 os.path.join(os.path.expanduser(directory), DB_NAME)):
             raise StoreError(f"there is no memory database in {directory}")
         with contextlib.ExitStack() as stack:
-            records = report = None
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
                 # cycles: the collector's passes over them would find nothing to free.
                 gc.disable()
                 stack.callback(gc.enable)
-                # The whole file is read and checked before the store is opened, so that a
-                # wrong or broken file creates nothing and servers never wait for the
+                # The whole source is read and checked before the store is opened, so that
+                # a wrong or broken one creates nothing and servers never wait for the
                 # parsing: the checked records wait in a temporary file.
-                if args.file == "-" and sys.stdin is None:
-                    raise StoreError("standard input is closed: give the FILE to import")
-                source = stack.enter_context(sys.stdin.buffer if args.file == "-" else
-                                             open(args.file, "rb"))
                 failed = "write a temporary file"
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
-                graph, entries = read_entries(utf8_lines(source))
-                first = next(entries, None)
-                entries = itertools.chain([first] if first else [], entries)
-                if args.format == "official" or args.format is None and (
-                        graph or first and is_official(first[1])):
-                    report = collections.Counter()
-                    name = "standard input" if args.file == "-" else os.path.basename(args.file)
-                    records = official_records(entries, name, report)
-                else:
-                    records = _checked(value for _, value in entries)
-                failed = "write a temporary file"
+                format_name, kind, records, report = _import_source(args, stack)
                 records = _Spool(records, spool)
+                _found(format_name, kind, records, report)
+                if args.dry_run:
+                    _say("flood-memory: a dry run: nothing was written")
+                    return 0
             failed = "open the database"
             store = stack.enter_context(open_directory(directory))
             failed = "write"
             if command == "import":
-                return _import(store, args, records, report)
+                return _import(store, args, records, format_name not in ("flood", "official"))
             if command in ("list", "search"):
                 searched = {}
                 nodes = store.newest(args.tag, args.since, args.until, args.limit) \

@@ -48,6 +48,9 @@ Where the test for a behaviour lives:
     random messages and arguments (a seeded fuzzer)                    FuzzTest
     export, import, backup, restore, private files                     BackupTest
     import from the official MCP memory server's memory.jsonl          OfficialImportTest
+    import from other memory servers: mcp-memory-service's database    PeerImportTest
+      and export, basic-memory's notes, OpenMemory's zip, Claude
+      Code's memory folders, Gemini CLI's GEMINI.md
     loads in whole batches, interrupted at any moment, killed          LoadTest
     several processes and servers writing one directory, lock waits    ConcurrencyTest
     acknowledged writes surviving SIGKILL, and synced before replies   KillTest
@@ -73,6 +76,8 @@ import errno
 import fnmatch
 import functools
 import glob
+import gzip
+import hashlib
 import http.client
 import http.server
 import itertools
@@ -101,6 +106,7 @@ import types
 import unittest
 import unittest.mock
 import uuid
+import zipfile
 from datetime import datetime, timedelta, timezone
 
 import server
@@ -8164,6 +8170,494 @@ class OfficialImportTest(TempDirTest):
         self.assertEqual(done.returncode, 1)
         self.assertIn(b"the file holds no entity and no relation", done.stderr)
         self.assertEqual(self.run_store("import", "x", "--format", "yaml").returncode, 2)
+
+
+class PeerImportTest(TempDirTest):
+    """python3 store.py import of what other memory servers leave: mcp-memory-service's
+    database and export, basic-memory's notes, OpenMemory's zip, Claude Code's memory
+    folders and Gemini CLI's GEMINI.md, each made here as its server writes it."""
+
+    def imported(self, path, *options, data_dir=None):
+        """(exit code, standard error) of `store.py import path` run in this process."""
+        err = io.StringIO()
+        with unittest.mock.patch.dict(os.environ, FLOOD_MEMORY_DIR=data_dir or self.dir), \
+                unittest.mock.patch.object(logging, "basicConfig"), \
+                contextlib.redirect_stderr(err):
+            code = store.main(["import", path, *options])
+        return code, err.getvalue()
+
+    def source(self, *parts):
+        path = os.path.join(self.dir, "source", *parts)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return path
+
+    def by_text(self):
+        return {r["content"]: r for r in self.open_store().records()}
+
+    def mcp_memory_service(self, rows, path=None):
+        """mcp-memory-service's sqlite_vec.db holding `rows` ((content, tags, created_at,
+        deleted_at) each), with its vec0 table declared, left as a process killed after
+        writing leaves it: the last rows in the write-ahead log only."""
+        path = path or self.source("sqlite_vec.db")
+        script = f"""if True:
+            import hashlib, os, sqlite3, sys
+            db = sqlite3.connect({path!r}, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript('''CREATE TABLE memories (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                content_hash TEXT UNIQUE NOT NULL, content TEXT NOT NULL, tags TEXT,
+                memory_type TEXT, metadata TEXT, created_at REAL, updated_at REAL,
+                created_at_iso TEXT, updated_at_iso TEXT, deleted_at REAL DEFAULT NULL,
+                superseded_by TEXT);
+                PRAGMA writable_schema = ON;
+                INSERT INTO sqlite_master VALUES ('table', 'memory_embeddings',
+                    'memory_embeddings', 0, 'CREATE VIRTUAL TABLE memory_embeddings USING
+                    vec0(content_embedding FLOAT[384] distance_metric=cosine)');
+                PRAGMA writable_schema = OFF;''')
+            db.execute("PRAGMA wal_autocheckpoint = 0")
+            for content, tags, created, deleted in {rows!r}:
+                if isinstance(content, str):
+                    content = content.encode()
+                db.execute("INSERT INTO memories (content_hash, content, tags, created_at, "
+                           "deleted_at) VALUES (?, CAST(? AS TEXT), ?, ?, ?)",
+                           (hashlib.sha256(content).hexdigest(), content, tags, created,
+                            deleted))
+            os._exit(0)  # as a killed server: the log is not checkpointed into the file
+        """
+        subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
+        return path
+
+    ROWS = [("Margaret lives in Lisbon and teaches marine biology", "family,lisbon",
+             1795834294.226, None),
+            ("The cat Biscuit is allergic to chicken", "pets,health", 1795834295.0,
+             1795834298.7),
+            ("Deploys to staging go through the ship-it workflow", "infra, ci ,", 1700000000.5,
+             None),
+            ("a NUL \x00 stays as remember keeps it", "odd\x01tag", None, None),
+            (b"not UTF-8 \xff text", "x", None, None),
+            ("long " * 20_010, "", None, None)]
+
+    def test_mcp_memory_service_database_read_only_without_its_extension(self):
+        path = self.mcp_memory_service(self.ROWS)
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            with self.assertRaisesRegex(sqlite3.OperationalError, "no such module: vec0"):
+                db.execute("SELECT * FROM memory_embeddings")
+        with open(path, "rb") as f:
+            before = f.read()
+        log = os.path.getsize(path + "-wal")
+        # A dry run says what it found, and writes nothing.
+        code, dry = self.imported(path, "--dry-run")
+        self.assertEqual(code, 0, dry)
+        self.assertTrue(dry.endswith("a dry run: nothing was written\n"), dry)
+        self.assertFalse(os.path.exists(self.path))
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(err.splitlines()[:-1], dry.splitlines()[:-1])
+        self.assertEqual(err.splitlines()[:4], [  # three samples, shown as a terminal can
+            "flood-memory: found mcp-memory-service's database: 4 memories, such as:",
+            "  Margaret lives in Lisbon and teaches marine biology",
+            "  Deploys to staging go through the ship-it workflow",
+            "  a NUL \\x00 stays as remember keeps it"])
+        self.assertIn("it held 6 memories; skipped: 1 memory deleted there; 1 memory with "
+                      "no content_hash or content, or text that is not UTF-8; changed: 1 "
+                      "tag made shorter, or without control characters; 1 memory cut to "
+                      "100,000 characters, with a note", err)
+        self.assertIn("imported 4 memories, skipped 0 stored already", err)
+        # Their file is as it was: no checkpoint moved their log into it.
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(os.path.getsize(path + "-wal"), log)
+        by_text = self.by_text()
+        long = max(by_text, key=len)
+        self.assertLessEqual(len(long), store.MAX_CONTENT)
+        self.assertTrue(long.endswith("long [cut: 110 more characters in the source]"))
+        self.assertEqual(set(by_text) - {long}, {
+            "Margaret lives in Lisbon and teaches marine biology",
+            "Deploys to staging go through the ship-it workflow",
+            "a NUL \x00 stays as remember keeps it"})
+        margaret = by_text["Margaret lives in Lisbon and teaches marine biology"]
+        self.assertEqual((margaret["tags"], margaret["created_at"], margaret["source"]),
+                         (["family", "lisbon"], "2026-11-28T02:51:34.226Z",
+                          "mcp-memory-service: sqlite_vec.db"))
+        deploys = by_text["Deploys to staging go through the ship-it workflow"]
+        self.assertEqual((deploys["tags"], deploys["created_at"]),
+                         (["infra", "ci"], "2023-11-14T22:13:20.500Z"))
+        self.assertEqual(by_text["a NUL \x00 stays as remember keeps it"]["tags"], ["odd tag"])
+        s = self.open_store()
+        self.assertEqual(s.search("where does Margaret live?")[0]["id"], margaret["id"])
+        self.assertEqual([n["id"] for n in s.newest(tags=["CI"])], [deploys["id"]])
+        self.assertEqual(check_problems(self.path), [])
+        # Its folder (a default one holds sqlite_vec.db) and its JSON export give the same
+        # memories, under the same ids: nothing new.
+        code, err = self.imported(os.path.dirname(path))
+        self.assertIn("imported 0 memories, skipped 4 stored already: nothing new", err)
+        export = {"export_metadata": {"source_machine": "kim", "total_memories": 2},
+                  "memories": [{"content": c, "content_hash": hashlib.sha256(
+                      c.encode()).hexdigest(), "tags": t.split(","), "created_at": when,
+                      "memory_type": "note", "metadata": {}} for c, t, when, _ in self.ROWS[:3:2]]}
+        for name, data in (("export.json", json.dumps(export, indent=2).encode()),
+                           ("bom.json", codecs.BOM_UTF8 + json.dumps(export).encode()),
+                           ("utf16.json", json.dumps(export).encode("utf-16"))):
+            with self.subTest(name=name):
+                with open(self.source(name), "wb") as f:
+                    f.write(data)
+                code, err = self.imported(self.source(name))
+                self.assertEqual(code, 0, err)
+                self.assertIn("found mcp-memory-service's export: 2 memories", err)
+                self.assertIn("imported 0 memories, skipped 2 stored already: nothing new", err)
+
+    def test_a_json_export_is_read_an_item_at_a_time(self):
+        value = {"export_metadata": {"n": [1, 2.5e3, None, True]}, "memories": [
+            {"content": "x" * 50, "n": 1234567, "t": ["a", "b"]}, 12345, "s\\"]}
+        text = json.dumps(value, indent=2)
+
+        class Trickle:  # a stream that gives a few characters at a time
+            def __init__(self, text):
+                self.text, self.at = text, 0
+
+            def read(self, n):
+                piece = self.text[self.at:self.at + random.randint(1, 7)]
+                self.at += len(piece)
+                return piece
+        random.seed(44)
+        for _ in range(20):
+            got = list(store._json_members(Trickle(text), {"memories"}))
+            self.assertEqual(got, [("export_metadata", value["export_metadata"])] +
+                             [("memories", item) for item in value["memories"]])
+        for broken, message in (('{"memories": [1, 2', "expected ',' or ']'"),
+                                ('{"memories": [1, }]}', "Expecting value"),
+                                ('[1]', "expected '{'")):
+            with self.subTest(broken=broken):
+                with self.assertRaisesRegex(InvalidInput, message):
+                    list(store._json_members(Trickle(broken), {"memories"}))
+        # A file that breaks off, or holds no memories, is refused in one line.
+        for text, message in (
+                ('{"export_metadata": {}, "memories": [{"content": "a", "conte',
+                 "the file is not JSON at character 55: Unterminated string"),
+                ('{"export_metadata": {"memories": []}}', 'the file has no "memories"')):
+            with open(self.source("broken.json"), "w") as f:
+                f.write(text)
+            code, err = self.imported(self.source("broken.json"))
+            self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+            self.assertIn(message, err)
+        self.assertFalse(os.path.exists(self.path))
+
+    def basic_memory(self):
+        """A basic-memory folder as its write_note leaves it, with what else a folder of
+        notes holds: hidden folders, attachments, a link loop, text in other encodings."""
+        notes = {
+            "coffee/Coffee Brewing Methods.md": (
+                "---\ntitle: Coffee Brewing Methods\ntype: note\npermalink: main/coffee/"
+                "coffee-brewing-methods\ntags:\n- coffee\n- brewing\ncreated: "
+                "2025-04-01T10:00:00Z\n---\n\n# Coffee Brewing Methods\n\n## Observations\n"
+                "- [method] Pour over with a Hario V60 gives the cleanest cup #pourover\n"
+                "- [technique] Bloom the grounds for thirty seconds (before the main pour)\n"
+                "- [ ] buy new paper filters\n- [12:30] a timecode #transcript\n"
+                "> - [quote] a callout holds no observation\n\n## Relations\n"
+                "- relates_to [[Coffee Bean Origins]]\n- inspired_by [[Tokyo Cafe Visit]]\n"),
+            "coffee/Coffee Bean Origins.md": (
+                "---\ntitle: Coffee Bean Origins\ntype: note\npermalink: main/coffee/"
+                "coffee-bean-origins\ntags: [coffee, origins]\n---\n\n"
+                "- [origin] Yirgacheffe beans grow above nineteen hundred metres #ethiopia\n"
+                "- [origin] Yirgacheffe beans grow above nineteen hundred metres #ethiopia\n"),
+            "garden/Garden Journal.md": (
+                "---\ntitle: Garden Journal\ntype: note\npermalink: main/garden/garden-journal"
+                "\ntags: garden, allotment\n---\n\n# Garden Journal\n\nThe soil near the shed "
+                "stays waterlogged after rain,\nso the raised beds went on the south side.\n"
+                "See [[Coffee Brewing Methods]] for the compost of used grounds.\n"),
+            "lang/Quenya.md": (
+                "---\ntitle: Quenya Study Plan\ntype: note\npermalink: main/lang/quenya\n---\n"
+                + "".join(f"- [reading] Chapter {i} covers declension number {i}\n"
+                          for i in range(1, 23)) + "- uses [[coffee/coffee-brewing-methods]]\n"),
+        }
+        for name, text in notes.items():
+            with open(self.source("notes", name), "w", encoding="utf-8") as f:
+                f.write(text)
+        with open(self.source("notes", "utf16.md"), "wb") as f:
+            f.write("---\ntitle: Wide\ntype: note\npermalink: main/wide\n---\n- [fact] "
+                    "Notepad saved this note as UTF-16\n".encode("utf-16"))
+        with open(self.source("notes", "cp1252.md"), "wb") as f:
+            f.write("- [fact] caf\u00e9 in cp1252\n".encode("cp1252"))
+        with open(self.source("notes", "coffee", "v60.png"), "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n")
+        for hidden in (".git/HEAD.md", ".obsidian/workspace.md", ".trash/old.md"):
+            with open(self.source("notes", hidden), "w") as f:
+                f.write("- [secret] never imported #x\n")
+        os.utime(self.source("notes", "garden", "Garden Journal.md"), (1715000000, 1715000000))
+        if can_symlink():
+            os.symlink("..", self.source("notes", "garden", "loop"), target_is_directory=True)
+        return os.path.dirname(self.source("notes", "x"))
+
+    def test_basic_memory_notes_become_observations_linked_by_their_relations(self):
+        folder = self.basic_memory()
+        code, err = self.imported(folder)
+        self.assertEqual(code, 0, err)
+        self.assertIn("found a folder of basic-memory's notes: 32 memories", err)
+        self.assertIn("the folder held 5 notes, 28 observations, 4 relations; skipped: ", err)
+        for skipped in ("1 relation to a note not in the folder", "1 memory repeated in the "
+                        "source", "3 hidden files and folders", "1 attachment", "1 file not UTF-8 text") + (
+                            ("1 folder reached again through a link",) if can_symlink() else ()):
+            self.assertIn(skipped, err.splitlines()[-2].split("skipped: ")[1].split("; "))
+        by_text = self.by_text()
+        self.assertNotIn("secret", " ".join(by_text))
+        pour = by_text["Coffee Brewing Methods: Pour over with a Hario V60 gives the cleanest "
+                       "cup #pourover"]
+        self.assertEqual((pour["tags"], pour["created_at"], pour["source"]),
+                         (["coffee", "brewing", "pourover"], "2025-04-01T10:00:00.000Z",
+                          "basic-memory: notes"))
+        self.assertIn("Coffee Brewing Methods: Bloom the grounds for thirty seconds (before "
+                      "the main pour)", by_text)
+        self.assertIn("Coffee Brewing Methods: [12:30] a timecode #transcript", by_text)
+        self.assertIn("Wide: Notepad saved this note as UTF-16", by_text)
+        self.assertFalse([t for t in by_text if "filters" in t or "callout" in t])
+        # A note without observations is one memory of its text; its tags as written.
+        garden = by_text["Garden Journal: The soil near the shed stays waterlogged after "
+                         "rain,\nso the raised beds went on the south side.\nSee [[Coffee "
+                         "Brewing Methods]] for the compost of used grounds."]
+        self.assertEqual(garden["tags"], ["garden", "allotment"])
+        self.assertEqual(garden["created_at"], "2024-05-06T12:53:20.000Z")  # the file's time
+        # Relations are memories linked to both notes' memories, never observation to
+        # observation; a note of more than 20 observations meets them by a memory of its own.
+        s = self.open_store()
+        relates = by_text["Coffee Brewing Methods relates to Coffee Bean Origins"]
+        self.assertEqual({by_id["content"].split(":")[0] for by_id in
+                          (s.get(i) for i in relates["links"])},
+                         {"Coffee Brewing Methods", "Coffee Bean Origins"})
+        self.assertEqual(len(relates["links"]), 4)
+        self.assertEqual({s.get(i)["content"] for i in pour["links"]}, {
+            "Coffee Brewing Methods relates to Coffee Bean Origins",
+            "Garden Journal links to Coffee Brewing Methods",
+            "Quenya Study Plan uses Coffee Brewing Methods"})
+        quenya = by_text["Quenya Study Plan"]
+        self.assertEqual(len(quenya["links"]), 23)  # its 22 observations and its relation
+        chapter = by_text["Quenya Study Plan: Chapter 7 covers declension number 7"]
+        self.assertEqual(chapter["links"], [quenya["id"]])
+        near = {n["content"] for n in s.neighbors(chapter["id"], 3)["nodes"]}
+        self.assertIn(pour["content"], near)
+        self.assertEqual(s.search("which beans grow above nineteen hundred metres?")[0]["tags"],
+                         ["coffee", "origins", "ethiopia"])
+        self.assertTrue(links_are_mutual(self.path))
+        self.assertEqual(check_problems(self.path), [])
+
+    def test_importing_again_adds_nothing_updates_what_changed_and_lists_what_is_gone(self):
+        folder = self.basic_memory()
+        self.assertEqual(self.imported(folder)[0], 0)
+        before = nodes_table(self.path)
+        code, err = self.imported(folder)
+        self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
+        self.assertEqual(nodes_table(self.path), before)
+        # The same folder elsewhere is the same source: no key holds a path.
+        moved = os.path.join(self.dir, "elsewhere", "notes")
+        shutil.copytree(folder, moved, symlinks=True)
+        code, err = self.imported(moved)
+        self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
+        self.assertEqual(nodes_table(self.path), before)
+        # Changed since: an observation added, a note's tags changed, a note deleted.
+        path = os.path.join(moved, "coffee", "Coffee Bean Origins.md")
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text.replace("tags: [coffee, origins]", "tags: [coffee, beans]") +
+                    "- [origin] Huila lots taste of caramel and red apple\n")
+        os.remove(os.path.join(moved, "garden", "Garden Journal.md"))
+        code, err = self.imported(moved)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 1 memory, skipped 30 stored already", err)
+        self.assertIn("1 memory stored already took the source's content and tags", err)
+        self.assertIn("2 memories imported before from basic-memory: notes are no longer "
+                      "there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
+        by_text = self.by_text()
+        self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
+                                 "hundred metres #ethiopia"]["tags"],
+                         ["coffee", "beans", "ethiopia"])
+        self.assertEqual(len(by_text), 33)  # what is gone is kept
+        self.assertTrue(links_are_mutual(self.path))
+
+    def openmemory_zip(self, memories, path=None, names_first=True):
+        """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
+        and memories.jsonl.gz), for the memories (content, state, app, categories)."""
+        apps = {name: str(uuid.uuid4()) for name in ("claude", "openmemory")}
+        categories = {name: str(uuid.uuid4()) for name in ("work", "family", "travel")}
+        payload = {"user": {"id": str(uuid.uuid4()), "user_id": "kim"}}
+        part = {"apps": [{"id": i, "name": n, "is_active": True} for n, i in apps.items()],
+                "categories": [{"id": i, "name": n} for n, i in categories.items()]}
+        listed = {"memories": [{
+            "id": str(uuid.UUID(int=n + 1)), "user_id": "u", "app_id": apps[app],
+            "content": content, "metadata": {}, "state": state,
+            "created_at": f"2025-03-0{n + 1}T09:30:15+00:00", "updated_at": None,
+            "archived_at": None, "deleted_at": None,
+            "category_ids": [categories[c] for c in cats]}
+            for n, (content, state, app, cats) in enumerate(memories)]}
+        payload.update({**part, **listed} if names_first else {**listed, **part})
+        payload.update({"memory_categories": [], "status_history": [], "access_controls": [],
+                        "export_meta": {"version": "1"}})
+        path = path or self.source("memories_export_kim.zip")
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("memories.json", json.dumps(payload, indent=2))
+            archive.writestr("memories.jsonl.gz", gzip.compress(b"{}\n"))
+        return path
+
+    MEM0 = [("Kim's sister Anneliese works as a glassblower in Murano", "active", "claude",
+             ["family", "work"]),
+            ("Kim is learning Rust by rewriting a chess engine", "paused", "openmemory", []),
+            ("Kim used to work at a bakery before university", "archived", "claude", ["work"]),
+            ("Kim no longer owns the red Vespa scooter", "deleted", "openmemory", []),
+            ("Kim has a flight to Reykjavik booked for January", "active", "openmemory",
+             ["travel"])]
+
+    def test_openmemory_zip_imports_active_and_paused_memories_tagged_by_app_and_category(self):
+        for names_first in (True, False):  # the memories before the names: read twice
+            with self.subTest(names_first=names_first):
+                directory = os.path.join(self.dir, f"data {names_first}")
+                path = self.openmemory_zip(self.MEM0, names_first=names_first)
+                code, err = self.imported(path, data_dir=directory)
+                self.assertEqual(code, 0, err)
+                self.assertIn("found OpenMemory's export zip: 3 memories", err)
+                self.assertIn("it held 5 memories; skipped: 1 memory archived there; 1 memory "
+                              "deleted there", err)
+                with Store(os.path.join(directory, store.DB_NAME)) as s:
+                    by_text = {r["content"]: r for r in s.records()}
+                    self.assertEqual(by_text[self.MEM0[0][0]]["tags"],
+                                     ["family", "work", "claude"])
+                    self.assertEqual(by_text[self.MEM0[1][0]]["created_at"],
+                                     "2025-03-02T09:30:15.000Z")
+                    self.assertEqual(s.search("when is Kim's flight?")[0]["content"],
+                                     self.MEM0[4][0])
+                    self.assertEqual(len(by_text), 3)
+        code, err = self.imported(path, data_dir=directory)
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+
+    def test_a_zip_is_read_within_a_limit_and_a_damaged_one_is_refused(self):
+        path = self.openmemory_zip(self.MEM0 + [("x" * 5000, "active", "claude", [])] * 2)
+        with unittest.mock.patch.object(store, "UNZIP_MAX", 4000):
+            code, err = self.imported(path)
+        self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+        self.assertRegex(err, r"memories.json would decompress to [\d,]+ bytes, more than "
+                              r"the 4,000 an import reads")
+        # A header that understates the size: no more than it says comes out.
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        entry = data.index(b"PK\x01\x02")  # the central directory's first: memories.json
+        data[entry + 24:entry + 28] = (100).to_bytes(4, "little")
+        for name, data in (("lying.zip", data), ("cut.zip", data[:300]),
+                           ("other.zip", b"PK\x05\x06" + b"\0" * 18)):
+            with open(self.source(name), "wb") as f:
+                f.write(data)
+            code, err = self.imported(self.source(name))
+            self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+            if name == "lying.zip":
+                self.assertIn("lying.zip cannot be read as a zip: Bad CRC-32", err)
+        self.assertIn("other.zip holds no memories.json: it is not an OpenMemory export", err)
+        self.assertFalse(os.path.exists(self.path))
+
+    def test_claude_code_memory_folders_and_gemini_saved_memories(self):
+        projects = os.path.join(self.dir, "claude", "projects")
+        # A project's folder is named after its path: the home folder's part is not kept
+        # (a home of any shape; /home/NAME and /Users/NAME elsewhere too).
+        home = "/srv/users/kim.lee"
+        self.enterContext(unittest.mock.patch.object(
+            os.path, "expanduser", lambda p: home + p[1:] if p.startswith("~") else p))
+        for project, files in (("-srv-users-kim-lee-code-app", {
+                "MEMORY.md": "- [User role](user_role.md) - who Kim is\n"
+                             "- [Testing](feedback_testing.md) - real databases\n"
+                             "- [Gone](gone.md) - removed since\n",
+                "user_role.md": "---\nname: User role\ndescription: who Kim is\ntype: user\n"
+                                "---\n\nKim is a data engineer working in Python and SQL.\n",
+                "feedback_testing.md": "---\ndescription: >\n  real databases,\n  not mocks\n"
+                                       "metadata:\n  type: feedback\n---\n\nIntegration "
+                                       "tests must hit a real Postgres database.\n\n**Why:** "
+                                       "a mocked migration passed while production failed.\n"}),
+                ("-Users-kim-work-api", {"MEMORY.md": "",
+                                         "style.md": "---\ntype: feedback\n---\n- Go files "
+                                                     "use gofumpt and tabs\n"})):
+            for name, text in files.items():
+                path = os.path.join(projects, project, "memory", name)
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "w") as f:
+                    f.write(text)
+        code, err = self.imported(os.path.dirname(projects))  # ~/.claude
+        self.assertEqual(code, 0, err)
+        self.assertIn("found Claude Code's memory folders: 4 memories", err)
+        self.assertIn("the folders held 3 topic files; skipped: 1 link of MEMORY.md to a "
+                      "file not in the folder", err)
+        by_text = self.by_text()
+        role = by_text["User role: Kim is a data engineer working in Python and SQL."]
+        self.assertEqual((role["tags"], role["source"]), (["user", "code-app"],
+                                                           "claude-code: code-app"))
+        why = by_text["Testing: **Why:** a mocked migration passed while production failed."]
+        self.assertEqual(why["tags"], ["feedback", "code-app"])
+        rule = by_text["Testing: Integration tests must hit a real Postgres database."]
+        self.assertEqual(why["links"], [rule["id"]])  # a file's statements hang together
+        self.assertEqual(by_text["style: Go files use gofumpt and tabs"]["tags"],
+                         ["feedback", "work-api"])
+        self.assertFalse([t for t in by_text if "MEMORY" in t or "who Kim is" in t])
+        code, err = self.imported(os.path.join(projects, "-srv-users-kim-lee-code-app"))
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+        # Gemini CLI: the section its save_memory appends to, nothing else of the file.
+        gemini = self.source(".gemini", "GEMINI.md")
+        with open(gemini, "w") as f:
+            f.write("# Kim's rules\n\n- Answer in British English.\n\n## Gemini Added "
+                    "Memories\n- My preferred programming language is Python.\n- My dog "
+                    "Pixel is a border collie.\n\n### not a heading that ends it\n- Kim "
+                    "cycles to work.\n## Other notes\n- not a memory\n")
+        code, err = self.imported(os.path.dirname(gemini))
+        self.assertEqual(code, 0, err)
+        self.assertIn("found Gemini CLI's GEMINI.md: 3 memories", err)
+        by_text = self.by_text()
+        self.assertEqual(by_text["My dog Pixel is a border collie."]["tags"], ["gemini"])
+        self.assertIn("Kim cycles to work.", by_text)
+        self.assertFalse([t for t in by_text if "British" in t or "not a memory" in t])
+
+    def test_what_is_none_of_these_is_refused_in_one_line_with_nothing_written(self):
+        vault = self.source("vault", "notes", "a.md")
+        with open(vault, "w") as f:
+            f.write("---\ntitle: A\n---\n# A note of an Obsidian vault\n- [idea] not ours\n")
+        os.mkdir(self.source("vault", ".obsidian"))
+        flood = os.path.join(self.dir, "flood")
+        store.open_directory(flood).close()
+        path = self.mcp_memory_service(self.ROWS[:1])
+        damaged = self.source("damaged.db")
+        with contextlib.closing(sqlite3.connect(damaged)) as copy:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                db.backup(copy)
+            root = copy.execute("SELECT rootpage FROM sqlite_master WHERE name = "
+                                "'memories'").fetchone()[0]
+        with open(damaged, "r+b") as f:  # the page of the memories table overwritten
+            f.seek((root - 1) * 4096)
+            f.write(b"\xee" * 64)
+        cases = [(os.path.dirname(os.path.dirname(vault)), "vault is a folder of no kind "
+                  "import reads: expected a folder of basic-memory's notes"),
+                 (os.path.join(flood, store.DB_NAME), "memory.db is a SQLite database, but "
+                  "not mcp-memory-service's: it has no memories table with a content_hash"),
+                 (damaged, "damaged.db cannot be read as mcp-memory-service's database: "
+                  "database disk image is malformed"),
+                 (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "record 1 (line 1) is not UTF-8 text: expected "
+                  "Flood Memory's export or the official memory server's memory.jsonl (JSON), "
+                  "mcp-memory-service's sqlite_vec.db or JSON export, OpenMemory's export zip, "
+                  "a folder of basic-memory's notes, a Claude Code memory folder or Gemini "
+                  "CLI's GEMINI.md"),
+                 (b"name,age\nKim,40\n", "record 1 (line 1) is not JSON: "),
+                 (b"# notes\n- [x] no section\n", "has no \"## Gemini Added Memories\" "
+                  "section")]
+        for number, (given, message) in enumerate(cases):
+            with self.subTest(message=message):
+                if isinstance(given, bytes):
+                    name = "notes.md" if given.startswith(b"#") else f"file{number}"
+                    with open(self.source(name), "wb") as f:
+                        f.write(given)
+                    given = self.source(name)
+                code, err = self.imported(given)
+                self.assertEqual((code, len(err.splitlines())), (1, 1), err)
+                self.assertIn(message, err)
+                self.assertNotIn("Traceback", err)
+        self.assertFalse(os.path.exists(self.path))
+        # Every format is named in the command's help.
+        done = self.run_store("import", "--help")
+        for name in store.FORMATS:
+            self.assertIn(name, done.stdout.decode())
+        for named in ("mcp-memory-service", "basic-memory", "OpenMemory", "Claude Code",
+                      "Gemini CLI"):
+            self.assertIn(named, " ".join(done.stdout.decode().split()))
 
 
 class ConcurrencyTest(TempDirTest):
