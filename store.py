@@ -29,6 +29,7 @@ The module reads top down:
 import argparse
 import codecs
 import collections
+import concurrent.futures
 import contextlib
 import errno
 import functools
@@ -411,6 +412,7 @@ WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it it
 WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
 WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
 LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
+LITESTREAM_LOOK = 1.0   # seconds a write trusts what it last saw of whether Litestream is there
 
 DEFAULT_DIR = "~/flood/memory"
 DB_NAME = "memory.db"
@@ -1413,6 +1415,7 @@ class Database:
         self._open = set()
         self.queue = WriteQueue()       # one writer at a time within this process
         self._unheard = 0.0             # until when Litestream is taken not to be running
+        self._looked, self._replicated = -LITESTREAM_LOOK, False  # see _make_room
 
     def connection(self):
         """The calling thread's connection, opened on first use."""
@@ -1481,7 +1484,10 @@ class Database:
         stays short; if it has not within WAL_WAIT seconds, it is not running (its directory
         outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting first.
         (A stream of remembers alone writes megabytes of log a second.)"""
-        now = replicated(self.path)
+        if time.monotonic() >= self._looked + LITESTREAM_LOOK:
+            # A stat a write (a tenth of a remember) for what changes once in a long while.
+            self._looked, self._replicated = time.monotonic(), replicated(self.path)
+        now = self._replicated
         if now != self._local.replicated:  # Litestream came, or went, since db was opened
             self._set_log(db, now)
         try:
@@ -1984,6 +1990,8 @@ class Store:
         # next count that finds the write lock free (see count_accesses).
         self._uncounted = {}
         self._uncounted_lock = threading.Lock()
+        self._hints = None  # see _hinter
+        self._hints_lock = threading.Lock()
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -2008,6 +2016,10 @@ class Store:
         Using the store again reopens it."""
         if self._uncounted:
             self.count_accesses()
+        with self._hints_lock:
+            hints, self._hints = self._hints, None
+        if hints is not None:
+            hints.shutdown()
         self.db.close()
 
     def close_thread(self):
@@ -2257,15 +2269,13 @@ class Store:
         links = _link_ids(links, skipped=skipped)
         source = _source(source)
         node_id, now = str(uuid.uuid4()), _now()
-        words = tokenize(content)  # for the hint, before other writers wait
-        mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
+        hint = self._hinter().submit(self._hint, content, node_id)
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
                 node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            near = self._near(db, words, mine)  # before the new memory is in
             # A new id is in nobody's links yet: each back-link is one append, and a target
             # that no memory has is the one the append finds nothing to change in.
             linked = [target for target in links if db.execute(
@@ -2279,10 +2289,33 @@ class Store:
             _fold_tags(db)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
-        similar = _similar(near, len(content), mine)
+        try:
+            similar = hint.result()
+        except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
+            _warn_once(f"remember's hint of similar memories failed: {exc}")
+            similar = []
         if similar:
             node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
+
+    def _hinter(self):
+        """The threads that look for the memories a new one is very close to (see _hint)."""
+        with self._hints_lock:
+            if self._hints is None:
+                self._hints = concurrent.futures.ThreadPoolExecutor(2, "flood-memory-hint")
+            return self._hints
+
+    def _hint(self, content, node_id):
+        """The memories very close to the new one `content`, stored as `node_id` (see
+        _similar). Asked in a thread and a read transaction of its own while the new memory is
+        written and synced: FTS5's lookups of its words then cost a remember nothing (they
+        opened each of FTS5's 12-19 segments, and took as long as the rest of a remember). The
+        snapshot it reads may already hold the new memory: it is left out."""
+        words = tokenize(content)
+        mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
+        with self.db.errors("look for similar memories"), self.db.read() as db:
+            near = [(i, text) for i, text in self._near(db, words, mine) if i != node_id]
+        return _similar(near, len(content), mine)
 
     def _exact_duplicate(self, db, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly

@@ -2043,6 +2043,9 @@ class LitestreamTest(TempDirTest):
         self.assertEqual(os.listdir(self.dir), [])  # no round was started
 
     def test_litestream_is_told_by_its_directory_or_the_environment(self):
+        look = unittest.mock.patch.object(store, "LITESTREAM_LOOK", 0)  # at every write
+        look.start()
+        self.addCleanup(look.stop)
         s = self.open_store()
         self.assertEqual(self.settings(s), (store.WAL_PAGES, store.WAL_BYTES))
         os.mkdir(self.sign)  # Litestream came after the store opened: the next write sees it
