@@ -399,7 +399,7 @@ MEASURED = 100          # ...found among this many, those closest by their lette
 MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
 MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
 LOAD_CHUNK = 4_000      # memories in a load's first transaction...
-LOAD_TXN = 0.5          # ...and seconds the next aim at (see Store.load)
+LOAD_TXN = 0.5          # ...and seconds the next aim at (see _Load)
 LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
 LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): random keys
@@ -761,17 +761,10 @@ def first_words(text, n=None):
         size *= 4
 
 
-def query_words(text):
-    """The words of a question that a search should look for, one per distinct term, from
-    its first MAX_QUERY_WORDS words.
-
-    Stopwords are dropped unless nothing else is left, so "what is it?" still searches.
-    """
-    return _meaningful(first_words(text)[0])
-
-
 def _meaningful(words):
-    """query_words of a query's `words`."""
+    """The words of a question (`words`) that a search should look for, one per distinct
+    term: stopwords are dropped unless nothing else is left, so "what is it?" still
+    searches."""
     meaningful = [w for w in words if w not in STOPWORDS] or words
     seen, kept = set(), []
     for word in meaningful:
@@ -1678,7 +1671,6 @@ _SAYS_WHEN = re.compile(
 # - lender, follower: in stage two, one of the best matches lends a share of its score to
 #   the memories stored right after it (its followers).
 
-K1, B = 1.2, 0.75               # FTS5's bm25() constants
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
@@ -1702,7 +1694,7 @@ def _idf(df, n):
     return value if value > 0 else TINY_IDF
 
 
-def _impact(tf, dl, avgdl, k1=K1, b=B):
+def _impact(tf, dl, avgdl, k1, b):
     """BM25's term-frequency part for `tf` occurrences in a memory of `dl` tokens."""
     return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
 
@@ -2269,7 +2261,9 @@ class Store:
         links = _link_ids(links, skipped=skipped)
         source = _source(source)
         node_id, now = str(uuid.uuid4()), _now()
-        hint = self._hinter().submit(self._hint, content, node_id)
+        words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
+        mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
+        hint = self._hinter().submit(self._hint, words, mine)
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
@@ -2290,7 +2284,8 @@ class Store:
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         try:
-            similar = hint.result()
+            similar = _similar([(i, text) for i, text in hint.result() if i != node_id],
+                               len(content), mine)
         except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
             _warn_once(f"remember's hint of similar memories failed: {exc}")
             similar = []
@@ -2305,17 +2300,14 @@ class Store:
                 self._hints = concurrent.futures.ThreadPoolExecutor(2, "flood-memory-hint")
             return self._hints
 
-    def _hint(self, content, node_id):
-        """The memories very close to the new one `content`, stored as `node_id` (see
-        _similar). Asked in a thread and a read transaction of its own while the new memory is
+    def _hint(self, words, mine):
+        """_near, asked in a thread and a read transaction of its own while the new memory is
         written and synced: FTS5's lookups of its words then cost a remember nothing (they
-        opened each of FTS5's 12-19 segments, and took as long as the rest of a remember). The
-        snapshot it reads may already hold the new memory: it is left out."""
-        words = tokenize(content)
-        mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
+        open each of FTS5's 12-23 segments, and took as long as the rest of a remember). The
+        snapshot it reads may already hold the new memory (add leaves it out); the words
+        were stemmed before, as Python code here would hold up the writing thread."""
         with self.db.errors("look for similar memories"), self.db.read() as db:
-            near = [(i, text) for i, text in self._near(db, words, mine) if i != node_id]
-        return _similar(near, len(content), mine)
+            return self._near(db, words, mine)
 
     def _exact_duplicate(self, db, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly
@@ -2822,7 +2814,9 @@ class Store:
                                    f"{self.timeout:g} s")
 
                 try:
-                    backup.backup(self.db.connection(), progress=waited, sleep=0.02)
+                    db = self.db.connection()
+                    self.db._set_durable(db, True)  # restored means synced, as any write
+                    backup.backup(db, progress=waited, sleep=0.02)
                 finally:
                     backup.close()
         finally:

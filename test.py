@@ -183,6 +183,15 @@ CREATE TABLE owed (work TEXT PRIMARY KEY, beat REAL NOT NULL) WITHOUT ROWID;
 RANKING_TABLES = {"terms", "hot_terms", "hot_postings", "pending", "owed", "fingerprints"}
 
 
+def query_words(text):
+    """The words of a question that recall searches for (one per distinct term, stopwords
+    dropped unless nothing else is left), from its first MAX_QUERY_WORDS words."""
+    return store._meaningful(store.first_words(text)[0])
+
+
+BM25_K1, BM25_B = 1.2, 0.75  # FTS5's bm25() constants
+
+
 def check_problems(path):
     """What store.py check finds wrong with the database at `path`: what is derived from the
     memories disagreeing with them, and what remember would not have written; [] if nothing."""
@@ -739,7 +748,7 @@ class WordsTest(unittest.TestCase):
         ]
         for text, terms, expression in cases:
             with self.subTest(text=text):
-                self.assertEqual(store.query_words(text), terms)
+                self.assertEqual(query_words(text), terms)
                 self.assertEqual(store.fts_query(terms), expression)
 
 
@@ -897,7 +906,7 @@ class RankingTest(StoreTestCase):
             self.store.update(node_id, tags=[f"own {i}"])
         rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
         own = {rowid[i] for i in self.ids[:200]}
-        with unittest.mock.patch.multiple(store, RERANK_K1=store.K1, RERANK_B=store.B,
+        with unittest.mock.patch.multiple(store, RERANK_K1=BM25_K1, RERANK_B=BM25_B,
                                           WHEN=0.0):
             for i in range(40):
                 words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
@@ -1061,11 +1070,11 @@ class RankingTest(StoreTestCase):
         self.fill()
         self.store.add("She paints every day and sells paintings")
         self.store.add("A painted fence")
-        once = self.store.rank(store.query_words("paint"), [], 10)
+        once = self.store.rank(query_words("paint"), [], 10)
         self.assertEqual(len(once), 2)
         for query in ("paint paints painting painted", "Painting? PAINT!"):
             with self.subTest(query=query):
-                self.assertEqual(self.store.rank(store.query_words(query), [], 10), once)
+                self.assertEqual(self.store.rank(query_words(query), [], 10), once)
 
 
 # ----------------------------------------------------------------------------- schema
@@ -8863,6 +8872,30 @@ class KillTest(TempDirTest):
     """A server killed (SIGKILL; TerminateProcess on Windows) at random moments keeps every
     write it acknowledged."""
 
+    def test_a_restore_through_the_library_is_synced_whatever_came_before(self):
+        # A recall leaves its thread's connection at synchronous=NORMAL; the restore that
+        # follows on that connection writes the whole database, and syncs it.
+        s = self.open_store()
+        kept = s.add("kept in the backup")["id"]
+        backup = os.path.join(self.dir, "backup.db")
+        s.backup(backup)
+        s.search("kept")
+        self.assertEqual(s.db.connection().execute("PRAGMA synchronous").fetchone()[0], 1)
+        seen = []
+        real = sqlite3.Connection.backup
+
+        class Watched(sqlite3.Connection):
+            def backup(self, target, **kwargs):
+                seen.append(target.execute("PRAGMA synchronous").fetchone()[0])
+                return real(self, target, **kwargs)
+
+        connect = sqlite3.connect
+        with unittest.mock.patch.object(store.sqlite3, "connect",
+                                        lambda *a, **k: connect(*a, factory=Watched, **k)):
+            self.assertEqual(s.restore(backup), 1)
+        self.assertEqual(seen, [2])  # FULL
+        self.assertEqual(s.get(kept)["content"], "kept in the backup")
+
     def test_what_is_acknowledged_is_synced_before_the_reply(self):
         # A killed process loses nothing SQLite committed; a power cut or an OS crash loses
         # what is not on the disk yet. Every write whose reply says it is done commits with
@@ -9036,14 +9069,15 @@ s.close()
 """
 
 
-def build_corpus(corpus, size, path, project):
-    """Bulk-load `size` memories into a new database at `path` with `project`'s Store.load;
-    (their ids, seconds taken)."""
+def build_corpus(corpus, size, path, project, memories=None):
+    """Bulk-load `size` memories (corpus.memories, or `memories`) into a new database at
+    `path` with `project`'s Store.load; (their ids, seconds taken)."""
     ids, batch = [], []
     started = time.perf_counter()
+    memories = memories or corpus.memories(size)
     if os.path.abspath(project) == HERE:
         s = Store(path)
-        for record in corpus.memories(size):
+        for record in memories:
             ids.append(record["id"])
             batch.append(record)
             if len(batch) == 20_000:
@@ -9054,7 +9088,7 @@ def build_corpus(corpus, size, path, project):
     else:
         proc = subprocess.Popen([sys.executable, "-c", LOAD, path], cwd=project,
                                 stdin=subprocess.PIPE, text=True)
-        for record in corpus.memories(size):
+        for record in memories:
             ids.append(record["id"])
             proc.stdin.write(json.dumps(record) + "\n")
         proc.stdin.close()
@@ -9064,6 +9098,8 @@ def build_corpus(corpus, size, path, project):
 
 
 PLAIN = "plain insert (SPEC.md schema)"
+ASCII_TAGS = "tagged listing, 20,000 ASCII tags"
+WIDE_TAGS = "tagged listing, 20,000 Cyrillic tags"
 PLAIN_RECALL = "recall query, plain FTS5 bm25"
 NODE_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
 
@@ -9103,7 +9139,7 @@ class PlainStore:
         if tags or since or until or not query:
             raise NotImplementedError("PlainStore searches by query only")
         now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-        words = store.query_words(query)
+        words = query_words(query)
         if report is not None:  # what a recall that finds nothing says it searched for
             report.update(words=words, cut=False)
         rows = self.db.execute(
@@ -9247,15 +9283,17 @@ def plain_client(path):
     return client
 
 
-def alternated(client, plain, name, arguments):
+def alternated(client, plain, name, arguments, other_arguments=None):
     """Round trips in ms of the tool `name` with each of `arguments`, through this server
-    (`client`) and the plain reference, called in turn (which goes first alternating), so
-    that the machine's noise falls on both alike: (ours, plain's)."""
+    (`client`) and the plain reference (given `other_arguments` instead, if any), called in
+    turn (which goes first alternating), so that the machine's noise falls on both alike:
+    (ours, plain's)."""
     ours, reference = [], []
     for n, argument in enumerate(arguments):
-        pair = [(client, ours), (plain, reference)]
-        for server_, times in pair if n % 2 == 0 else pair[::-1]:
-            times.append(timed(server_, name, argument))
+        pair = [(client, ours, argument),
+                (plain, reference, other_arguments[n] if other_arguments else argument)]
+        for server_, times, given in pair if n % 2 == 0 else pair[::-1]:
+            times.append(timed(server_, name, given))
     return ours, reference
 
 
@@ -9359,8 +9397,39 @@ def bench_size(corpus, size, calls, args):
 MODERN_REMEMBER, HANDSHAKE_REMEMBER = "remember, 2026-07-28", "remember, 2025-11-25"
 MODERN_RECALL, HANDSHAKE_RECALL = "recall query, 2026-07-28", "recall query, 2025-11-25"
 BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3),
+        WIDE_TAGS: (ASCII_TAGS, 0.5, 3.0),
         MODERN_REMEMBER: (HANDSHAKE_REMEMBER, 0.5, 1.05),
         MODERN_RECALL: (HANDSHAKE_RECALL, 0.5, 1.05)}
+
+
+def tag_listings(corpus, calls, args):
+    """A tagged listing (recall with one tag, asked in another case) among 20,000 tags of
+    Cyrillic letters and among 20,000 of ASCII ones, a memory each, called in turn: folding
+    a case SQLite cannot fold must not make the first cost more than a few times the second
+    (issue 42, item 5). Rows of round trips in ms."""
+    work = tempfile.mkdtemp(prefix="flood-bench-tags-")
+    rows, clients = {}, []
+    try:
+        for label, spell in ((ASCII_TAGS, "Topic-{:05d}"), (WIDE_TAGS, "Тема-{:05d}")):
+            data_dir = os.path.join(work, label.split()[-2])
+            os.mkdir(data_dir)
+            memories = [{"id": str(uuid.UUID(int=i + 1, version=4)), "content": f"memory {i}",
+                         "tags": [spell.format(i)]} for i in range(20_000)]
+            build_corpus(corpus, 20_000, os.path.join(data_dir, store.DB_NAME), args.project,
+                         memories)
+            client = ServerProcess(data_dir, cwd=args.project)
+            handshake(client)
+            clients.append(client)
+        rnd = random.Random(42)
+        asked = [rnd.randrange(20_000) for _ in range(calls)]
+        rows[ASCII_TAGS], rows[WIDE_TAGS] = alternated(
+            clients[0], clients[1], "recall", [{"tags": [f"TOPIC-{i:05d}"]} for i in asked],
+            [{"tags": [f"ТЕМА-{i:05d}"]} for i in asked])
+    finally:
+        for client in clients:
+            client.close(60)
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
 
 
 def plain_ratio(rows, label="remember"):
@@ -9598,6 +9667,8 @@ def bench(argv):
     summary = []
     for size in sizes:
         result = bench_size(corpus, size, calls, args)
+        if size == sizes[0]:
+            result["rows"].update(tag_listings(corpus, calls, args))
         missed = report(result)
         rows = result["rows"]
         ratio = plain_ratio(rows)[2]
@@ -9611,6 +9682,8 @@ def bench(argv):
                        (f"2026-07-28 recall and remember {plain_ratio(rows, MODERN_RECALL)[2]:.2f}x "
                         f"and {plain_ratio(rows, MODERN_REMEMBER)[2]:.2f}x the handshake era at "
                         f"p50, " if MODERN_RECALL in rows else "") +
+                       (f"a tagged listing among Cyrillic tags {plain_ratio(rows, WIDE_TAGS)[2]:.2f}x "
+                        f"one among ASCII tags at p50, " if WIDE_TAGS in rows else "") +
                        (f"over the reference: {'; '.join(missed)}" if missed
                         else "within every reference figure"))
     print("\nbench: " + " | ".join(summary))
@@ -9823,7 +9896,7 @@ def locomo_recall(samples, facts):
                     dropped += 1
                     continue
                 ours = [turn_of[n["id"]] for n in s.search(qa["question"], [sample_id], 10)]
-                words = store.query_words(qa["question"])
+                words = query_words(qa["question"])
                 plain = [turn_of[i] for (i,) in db.execute(
                     PLAIN_FTS, (sample_id, store.fts_query(words), 10))] if words else []
                 rows.append((sample_id, qa.get("category"),
