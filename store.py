@@ -2851,7 +2851,7 @@ class _Load:
         self.size = LOAD_CHUNK  # records in the next batch
         self.waiting = collections.defaultdict(list)  # id not stored -> ids linking to it
         # Links to make both ways between stored memories: {rowid of the one stored first:
-        # (its id, [the ids it links to])}, ids interned (they come again and again).
+        # (its id, [the ids it links to])}.
         self.pairs = {}
         self.waited = 0  # links in pairs
         self.loaded = self.skipped = 0
@@ -2859,6 +2859,7 @@ class _Load:
 
     def run(self, records):
         db = self.db.connection()
+        self.version = db.execute("PRAGMA data_version").fetchone()[0]  # see add_links
         cache = db.execute("PRAGMA cache_size").fetchone()[0]
         # A load touches pages all over (random ids): a larger cache for it.
         db.execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
@@ -2925,8 +2926,14 @@ class _Load:
                      r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh],
                     collections.Counter(t for r in fresh for t in r.tags))))
                 _fold_tags(db)
-        for pair in later:
-            self.wait(*sorted(pair, key=stored.__getitem__), stored)
+        pairs = self.pairs
+        for a, b in later:  # kept with the memory stored first (its id once, as a key)
+            if stored[a] > stored[b]:
+                a, b = b, a
+            if stored[a] not in pairs:
+                pairs[stored[a]] = (a, [])
+            pairs[stored[a]][1].append(b)
+        self.waited += len(later)
         self.loaded += len(fresh)
         self.skipped += len(batch) - len(fresh)
         if fresh:
@@ -2935,36 +2942,23 @@ class _Load:
         if self.waited >= LOAD_LINKS:
             self.link()
 
-    def wait(self, first, then, rowids):
-        """Keep the link between `first` and `then` (ids; `first` stored before) for link()."""
-        rowid = rowids[first]
-        if rowid not in self.pairs:
-            self.pairs[rowid] = (sys.intern(first), [])
-        self.pairs[rowid][1].append(sys.intern(then))
-        self.waited += 1
-
     def link(self):
         """Make the links waiting in self.pairs, both ways, in write transactions of about
         LOAD_TXN seconds each. Each is kept with the one of its two memories stored first,
         and they are taken in that order, so that a memory linked from thousands stored after
         it (an entity of the official format) is read and written once with them all, and
-        memories stored together (its observations) in the same transaction. A link to a
-        memory forgotten meanwhile is dropped."""
+        memories stored together (its observations) in the same transaction."""
         pairs, self.pairs, self.waited = self.pairs, {}, 0
         owners = sorted(pairs)
         size, at = 2 * LOAD_CHUNK, 0
         while at < len(owners):
-            started, taken = time.monotonic(), 0
-            gained = collections.defaultdict(dict)
+            started, taken, group = time.monotonic(), 0, []
             while at < len(owners) and taken < size:
-                owner, others = pairs.pop(owners[at])
+                group.append((owners[at], *pairs.pop(owners[at])))
+                taken += len(group[-1][2])
                 at += 1
-                taken += len(others)
-                for other in others:
-                    gained[owner][other] = None
-                    gained[other][owner] = None
             with self.db.write() as db:
-                self.add_links(db, gained)
+                self.add_links(db, group)
             pace = max(time.monotonic() - started, 1e-3) / taken
             size = max(LOAD_CHUNK // 4, min(16 * LOAD_CHUNK, int(LOAD_TXN / pace)))
             time.sleep(self.pause)
@@ -3010,22 +3004,36 @@ class _Load:
             self.differ += (r for r in chunk if stored[r.id][0] != r.content or
                             _strings(stored[r.id][1]) != r.tags)
 
-    def add_links(self, db, gained):
-        """Give each stored memory in `gained` ({id: {id: None}}, each target a key too) the
-        links it lacks, after those it has (another writer may have given it some meanwhile);
-        links to memories forgotten meanwhile are left out."""
-        links = {}
-        for chunk in _chunks(list(gained)):
-            links.update((i, (rowid, text)) for i, rowid, text in db.execute(
-                f"SELECT id, rowid, links FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-        changed = []
-        for node_id, (rowid, text) in links.items():
-            had = _strings(text)
-            there = set(had)
-            more = [t for t in gained[node_id] if t not in there and t in links]
-            if more:
-                changed.append((_id_list(had + more), rowid))
+    def add_links(self, db, group):
+        """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
+        ways, in the caller's write transaction. Each of the memories stored first is read and
+        given the links it lacks, after those it has (another writer may have given it some
+        meanwhile); the later ones, each with a short list, get theirs appended in SQL. A link
+        to a memory forgotten meanwhile, by another writer since the load began, is dropped."""
+        later = {i for _, _, linked in group for i in linked}
+        if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
+            stored = set()
+            for chunk in _chunks(list(later)):
+                stored.update(i for (i,) in db.execute(
+                    f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            later = stored
+        first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
+        changed, back = [], []
+        for chunk in _chunks(list(first)):  # a chunk at a time: a hub's links are long
+            for rowid, node_id, text in db.execute(
+                    f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
+                if node_id != first[rowid][0]:
+                    continue  # forgotten, and its rowid taken by another memory
+                had = _strings(text)
+                there = set(had)
+                linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
+                more = [i for i in linked if i not in there]
+                if more:
+                    changed.append((_id_list(had + more), rowid))
+                back += ((node_id, i, f'"{node_id}"') for i in linked)
         db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", changed)
+        db.executemany(f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?1) "
+                       f"WHERE id = ?2 AND instr(coalesce(links, ''), ?3) = 0", back)
 
 
 _warned = {}  # warning -> when it was last logged
