@@ -364,8 +364,19 @@ def _fold_tags(db):
                        [(tag.casefold(), tag) for (tag,) in unfolded])
 
 
-def _repair_links(db):
-    """Make every link two-way, and drop links to missing memories and to themselves."""
+def _repair_links(db, changed=None):
+    """Make every link two-way, and drop links to missing memories and to themselves; or
+    write the `changed` that _links_to_repair found before (a memory whose links changed
+    since is left as it is)."""
+    changed = _links_to_repair(db) if changed is None else changed
+    if changed:
+        log.info("repairing the links of %d memories", len(changed))
+        db.executemany("UPDATE nodes SET links = ? WHERE id = ? AND links IS ?", changed)
+
+
+def _links_to_repair(db):
+    """[(links as they should be, id, links as they are)] of the memories whose links are
+    one-way, lead nowhere or to themselves, or are not a JSON array of ids."""
     text = dict(db.execute("SELECT id, links FROM nodes WHERE id IS NOT NULL"))
     links = {node_id: _strings(value) for node_id, value in text.items()}
     repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
@@ -374,11 +385,8 @@ def _repair_links(db):
         for target in targets:
             if node_id not in repaired[target]:
                 repaired[target].append(node_id)
-    changed = [(_json(ts), i) for i, ts in repaired.items()
-               if ts != links[i] or not _string_array(text[i])]
-    if changed:
-        log.info("repairing the links of %d memories", len(changed))
-        db.executemany("UPDATE nodes SET links = ? WHERE id = ?", changed)
+    return [(_json(ts), i, text[i]) for i, ts in repaired.items()
+            if ts != links[i] or not _string_array(text[i])]
 
 
 # ----------------------------------------------------------------------------- limits
@@ -2215,17 +2223,27 @@ class Store:
         and damage to the file itself are left: check says what to do about them.
 
         Each step is a write transaction of its own, taken only when it has something to do,
-        so that other writers get turns in between."""
+        and what can be found out by reading is found out before, so that other writers get
+        turns in between (at 230,000 memories a repair in one transaction held them up 5 s);
+        a memory another writer changes meanwhile is left as it is, for the next repair."""
         with self.db.errors("repair the database"):
             db = self.db.connection()
-            if db.execute("PRAGMA integrity_check").fetchall() != [("ok",)]:
+            found = " ".join(r for (r,) in db.execute("PRAGMA integrity_check"))
+            if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
                 with self.db.write() as db:
-                    db.execute("REINDEX")
+                    for name in set(re.findall(r"index (\w+)", found)) or [""]:
+                        db.execute(f"REINDEX {name}")
             with self.db.write() as db:
                 _mend_rows(db)
-                db.executemany("UPDATE nodes SET tags = ? WHERE rowid = ?", [
-                    (_json(_clean_tags(text)), rowid) for rowid, text in db.execute(
-                        "SELECT rowid, CAST(tags AS TEXT) FROM nodes").fetchall() if _tag_trouble(text)])
+            with self.db.read() as db:
+                tags = [(_json(_clean_tags(text)), rowid, text) for rowid, text in db.execute(
+                    "SELECT rowid, tags FROM nodes") if _tag_trouble(text)]
+                derived = _derived_problems(db)
+                links = _links_to_repair(db)
+            with self.db.write() as db:
+                db.executemany("UPDATE nodes SET tags = ? WHERE rowid = ? AND tags IS ?", tags)
+                if derived:
+                    _fill_tags(db)
             with self.db.write() as db:
                 try:
                     db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES "
@@ -2233,10 +2251,7 @@ class Store:
                 except sqlite3.DatabaseError:
                     db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
             with self.db.write() as db:
-                if _derived_problems(db):
-                    _fill_tags(db)
-            with self.db.write() as db:
-                _repair_links(db)
+                _repair_links(db, links)
 
     def _row(self, db, node_id):
         row = db.execute(f"SELECT {_READ} FROM nodes WHERE id = ?", (node_id,)).fetchone()

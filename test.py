@@ -1583,6 +1583,29 @@ class OutsideWriteTest(StoreTestCase):
         self.assertEqual(self.store.get(target)["links"], [node["id"]])
         self.assertTrue(links_are_mutual(self.path))
 
+    def test_a_repair_finds_what_to_do_before_it_takes_the_write_lock(self):
+        # What check --repair changes is found in a read transaction (at 230,000 memories,
+        # one write transaction held other writers up past their 5 s): a memory another
+        # writer changes in between is left as that writer left it.
+        a = self.store.add("the first memory")["id"]
+        c = self.store.add("a memory linking one way")["id"]
+        self.raw_write("UPDATE nodes SET links = ? WHERE id = ?",
+                       json.dumps([a, str(uuid.uuid4())]), c)  # one way, and to nowhere
+        self.raw_write("UPDATE nodes SET tags = '[\" padded \"]' WHERE id = ?", a)
+        found = store._links_to_repair
+        def meanwhile(db):
+            changed = found(db)
+            self.raw_write("UPDATE nodes SET links = '[]', content = 'changed meanwhile' "
+                           "WHERE id = ?", c)
+            return changed
+
+        with unittest.mock.patch.object(store, "_links_to_repair", meanwhile):
+            self.store.repair()
+        self.assertEqual(self.store.get(c)["links"], [])  # as the other writer left it
+        self.assertEqual(self.store.get(a)["tags"], ["padded"])
+        self.store.repair()
+        self.assertEqual(self.store.check(), [])
+
     def test_a_file_put_out_of_wal_is_put_back_by_the_next_server(self):
         self.store.add("written in WAL")
         self.store.close()
