@@ -89,6 +89,15 @@ def _collapsed(content):
 _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
+def _appended(n):
+    """SQL: the links column with ?1 to ?n appended, each unless there (?n+1 to ?2n: each
+    quoted, as the column holds it)."""
+    sql = _LINKS
+    for j in range(1, n + 1):
+        sql = f"iif(instr(coalesce(links, ''), ?{n + j}), {sql}, json_insert({sql}, '$[#]', ?{j}))"
+    return sql
+
+
 def _tag_array(value):
     """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, and
     '[]' for anything else (text that is not JSON, JSON that is not an array, and an array
@@ -410,7 +419,7 @@ LOAD_CHUNK = 4_000      # memories in a load's first transaction...
 LOAD_TXN = 0.5          # ...and seconds the next aim at (see _Load)
 LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
-LOAD_CACHE_KIB = 65_536 # SQLite's page cache while loading (2 MB otherwise): random keys
+LOAD_CACHE_KIB = 32_768 # SQLite's page cache while loading (2 MB otherwise): random keys
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
@@ -3033,7 +3042,7 @@ class _Load:
                     f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
             later = stored
         first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
-        changed, back = [], []
+        changed, back = [], collections.defaultdict(list)  # later id -> the first ones
         for chunk in _chunks(list(first)):  # a chunk at a time: a hub's links are long
             for rowid, node_id, text in db.execute(
                     f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
@@ -3045,10 +3054,15 @@ class _Load:
                 more = [i for i in linked if i not in there]
                 if more:
                     changed.append((_id_list(had + more), rowid))
-                back += ((node_id, i, f'"{node_id}"') for i in linked)
+                for i in linked:
+                    back[i].append(node_id)
         db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", changed)
-        db.executemany(f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?1) "
-                       f"WHERE id = ?2 AND instr(coalesce(links, ''), ?3) = 0", back)
+        # Two at a time where there are two (an entity and its observation, mostly): each
+        # update rewrites the row.
+        for n in (2, 1):
+            db.executemany(f"UPDATE nodes SET links = {_appended(n)} WHERE id = ?{2 * n + 1}", [
+                (*pair, *(f'"{i}"' for i in pair), later) for later, ids in back.items()
+                for pair in [ids[k:k + 2] for k in range(0, len(ids), 2)] if len(pair) == n])
 
 
 _warned = {}  # warning -> when it was last logged
