@@ -19,7 +19,11 @@ Where the test for a behaviour lives:
       faint words, memory length, the weight a question lends the
       memories after it, word forms
     the schema, upgrades from older files (version 6 mid-import),      SchemaTest
-      refusing newer, foreign, damaged and truncated files untouched
+      refusing newer, foreign, damaged and truncated files untouched,
+      keeping the tables another program made
+    what another program writes into nodes: REPLACE and upsert, a      OutsideWriteTest
+      moved rowid, its own lower() or substr(), rows refused at the
+      door and rows read around, check --repair, journal mode
     remember and get, checks on every argument, links both ways,       StoreTest
       recall's matching and filters, connections, forget, update,
       access counting, threads, checkpoints
