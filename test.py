@@ -8275,6 +8275,22 @@ class PeerImportTest(TempDirTest):
             (b"not UTF-8 \xff text", "x", None, None),
             ("long " * 20_010, "", None, None)]
 
+    def test_the_ids_an_import_has_seen_are_told_exactly_as_they_grow(self):
+        # _Seen keeps millions of ids in 16 bytes each (a set took 64): every number added
+        # is found, through every growth, and no other.
+        seen, rnd = store._Seen(), random.Random(4)
+        added = [store._id_number(str(uuid.UUID(int=rnd.getrandbits(128), version=5)))
+                 for _ in range(5000)]
+        for n, number in enumerate(added):
+            self.assertNotIn(number, seen)
+            seen.add(number)
+            seen.add(number)  # again: no second slot
+            self.assertIn(added[n // 2], seen)
+        self.assertEqual(seen.n, len(set(added)))
+        self.assertTrue(all(number in seen for number in added))
+        others = (store._id_number(str(uuid.uuid4())) for _ in range(5000))
+        self.assertFalse(any(number in seen for number in others if number not in added))
+
     def test_mcp_memory_service_database_read_only_without_its_extension(self):
         path = self.mcp_memory_service(self.ROWS)
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
