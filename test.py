@@ -1,7 +1,7 @@
 """Tests for Flood Memory: the words, the ranking, the store, both transports, what survives
 crashes and concurrent writers; then the benchmarks of speed and of relevance.
 
-    python3 test.py              # the whole suite (standard library only), in 2-4 processes
+    python3 test.py              # the whole suite (standard library only), in 3-4 processes
     python3 test.py StoreTest    # one class, as unittest takes it, in this process
     python3 test.py bench        # every tool timed through server.py (see the benchmark)
     python3 test.py relevance locomo10.json   # LoCoMo recall against plain FTS5 (see relevance)
@@ -9955,7 +9955,8 @@ def locomo_recall(samples, facts):
 # The whole suite runs in this many processes at once, each taking every JOBS-th test: many
 # tests wait on servers, subprocesses and locks. On 2 cores, 2 processes took the suite from
 # 69 s to 40 s (49-56 s with another process keeping a core busy, all passing).
-JOBS = max(2, min(4, os.cpu_count() or 1))
+# The tests wait on processes and sockets as much as they compute: one more than the cores.
+JOBS = max(3, min(4, (os.cpu_count() or 1) + 1))
 # A part's closing line. On Windows the parts end their lines with \r\n, and "$" in MULTILINE
 # mode matches only before the \n: without "\r?" every part there counted as failed.
 SUMMARY = re.compile(r"^(?:part \d+ of \d+: )?(\d+) passed, (\d+) failed(?:, (\d+) skipped)?"
