@@ -157,26 +157,19 @@ def check_start(python, data_dir, env):
     client does, with server/discover and a tools/call carrying _meta. None if it answered
     them all, else what went wrong."""
     env = dict(env, FLOOD_MEMORY_DIR=data_dir)
-    messages = [
+    done, replies = _served(python, env, [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                     "clientInfo": {"name": "setup.py", "version": "1"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]
-    stdin = "".join(json.dumps(m) + "\n" for m in messages)
+    ])
+    if done is None:
+        return replies
     try:
-        # Started from the file system's root: a client's working directory is its own.
-        done = subprocess.run([python, os.path.join(HERE, "server.py")], input=stdin,
-                              capture_output=True, text=True, timeout=30, env=env,
-                              cwd=os.path.abspath(os.sep))
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"it did not run: {exc}"
-    try:
-        replies = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
         tools = [t["name"] for t in replies[1]["result"]["tools"]]
         replies[0]["result"]["serverInfo"]
-    except (ValueError, LookupError, TypeError):
+    except (LookupError, TypeError):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         return f"it did not answer initialize and tools/list (exit {done.returncode}: {last})"
     if len(tools) != 5:
@@ -185,21 +178,16 @@ def check_start(python, data_dir, env):
     meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
             "io.modelcontextprotocol/clientCapabilities": {},
             "io.modelcontextprotocol/clientInfo": {"name": "setup.py", "version": "1"}}
-    messages = [
+    done, replies = _served(python, env, [
         {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta}},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
          "params": {"_meta": meta, "name": "recall",
                     "arguments": {"tags": ["setup.py self-check, never a tag"]}}},
-    ]
-    stdin = "".join(json.dumps(m) + "\n" for m in messages)
+    ])
+    if done is None:
+        return replies
     try:
-        done = subprocess.run([python, os.path.join(HERE, "server.py")], input=stdin,
-                              capture_output=True, text=True, timeout=30, env=env,
-                              cwd=os.path.abspath(os.sep))
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"it did not run: {exc}"
-    try:
-        discover, called = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+        discover, called = replies
         served = discover["result"]["supportedVersions"]
         called["result"]["structuredContent"]["results"]
     except (ValueError, LookupError, TypeError):
@@ -209,6 +197,24 @@ def check_start(python, data_dir, env):
     if "2026-07-28" not in served or called["result"]["isError"]:
         return f"it does not serve MCP 2026-07-28 as a client would use it (it serves {served})"
     return None
+
+
+def _served(python, env, messages):
+    """server.py started with `python` in `env`, given `messages` on its standard input:
+    (the finished process, its replies), or (None, what went wrong)."""
+    try:
+        # Started from the file system's root: a client's working directory is its own.
+        done = subprocess.run([python, os.path.join(HERE, "server.py")],
+                              input="".join(json.dumps(m) + "\n" for m in messages),
+                              capture_output=True, text=True, timeout=30, env=env,
+                              cwd=os.path.abspath(os.sep))
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, f"it did not run: {exc}"
+    try:
+        return done, [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    except ValueError:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"it answered what is not JSON (exit {done.returncode}: {last})"
 
 
 # ----------------------------------------------------------------------------- where things are
