@@ -1292,16 +1292,21 @@ def keep_copy(target, data, mode):
         except FileExistsError:
             continue
     try:
-        with os.fdopen(fd, "wb") as f:
-            _set_mode(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        _write_synced(fd, data, mode)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(copy)
         raise
     return copy
+
+
+def _write_synced(fd, data, mode):
+    """Write `data` to the open file `fd` (closed after), with the mode `mode`, and sync it."""
+    with os.fdopen(fd, "wb") as f:
+        _set_mode(f.fileno(), mode)
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def replace_file(target, old, new, mode, client):
@@ -1317,11 +1322,7 @@ def replace_file(target, old, new, mode, client):
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
                                     suffix=".tmp")
         try:
-            with os.fdopen(fd, "wb") as f:
-                _set_mode(f.fileno(), mode)
-                f.write(new)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_synced(fd, new, mode)
             if _read_or_none(target) != old:
                 raise Refused(f"{target} changed while setup.py was changing it (a running "
                               f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run "

@@ -5796,6 +5796,34 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertNotIn("similar", self.store.add(long_text))  # lengths too far apart
         self.assertEqual(self.store.count(), 40 + 5)
 
+    def test_the_hint_never_lists_the_new_memory_itself(self):
+        # The hint reads in a thread of its own while the memory is written: its snapshot may
+        # come after the commit and hold the new memory, which must not be listed as similar
+        # to itself.
+        self.store.load([{"id": str(uuid.uuid4()), "content": f"filler memory {i} about "
+                          f"{w} and the weather", "created_at": "2026-01-01"}
+                         for i, w in enumerate(["rain", "snow", "wind", "fog"] * 10)])
+        kept = self.store.add("Gina lost her job at Door Dash.")
+        near, committed = store.Store._near, threading.Event()
+        write = store.Database.write
+
+        @contextlib.contextmanager
+        def marked(db, *args, **kwargs):
+            with write(db, *args, **kwargs) as conn:
+                yield conn
+            committed.set()
+
+        def late(self_, db, words, mine):
+            committed.wait(5)
+            db.execute("COMMIT")  # a snapshot taken after the new memory is in
+            db.execute("BEGIN")
+            return near(self_, db, words, mine)
+
+        with unittest.mock.patch.object(store.Store, "_near", late), \
+                unittest.mock.patch.object(store.Database, "write", marked):
+            close = self.store.add("Gina lost her job at Door Dash during the month of June.")
+        self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
+
     def test_over_stdio_and_http(self):
         self.dated()
         self.store.close()
