@@ -1697,7 +1697,8 @@ WHEN = 0.3                      # stage two: asked "when", one that says when we
 LENDERS = 10                    # stage-two matches that lend
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 RARE = 16                       # a term held by this many memories or fewer is rare...
-NEAR_PROBES = 6                 # ...and remember's hint asks FTS5 about this many words at most
+NEAR_PROBES = 4                 # ...and remember's hint asks FTS5 about this many words at most
+COMMON_KEPT = 20_000            # ...among those not known to be common, of which it keeps this many
 NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
 NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
@@ -2001,6 +2002,7 @@ class Store:
         self._uncounted = {}
         self._uncounted_lock = threading.Lock()
         self._hints = None  # see _hinter
+        self._common = set()  # terms the hint found held by more than RARE memories (_near)
         self._hints_lock = threading.Lock()
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
@@ -2370,7 +2372,8 @@ class Store:
         remember), RARE + 1 at most: a term held by more is not rare."""
         if len(mine) < NEAR_SHARED:
             return []
-        probes = sorted({stem(w): w for w in words if stem(w) in mine}.values(),
+        rare = mine - self._common
+        probes = sorted({stem(w): w for w in words if stem(w) in rare}.values(),
                         key=lambda w: (-len(w), w))[:NEAR_PROBES]
         asked = " UNION ALL ".join(f"SELECT {i}, rowid FROM (SELECT rowid FROM nodes_fts "
                                    f"WHERE nodes_fts MATCH ? LIMIT {RARE + 1})"
@@ -2378,6 +2381,9 @@ class Store:
         holders = collections.defaultdict(list)
         for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
             holders[probe].append(holder)
+        if len(self._common) > COMMON_KEPT:
+            self._common.clear()
+        self._common.update(stem(probes[i]) for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)
         near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],

@@ -9920,9 +9920,11 @@ def hint_agreement(samples, facts):
                 mine = {store.stem(w) for w in
                         ({w for w in words if w not in store.STOPWORDS} or words)}
                 found = []
-                for probes in (store.NEAR_PROBES, len(words)):
+                # Asked as remember asks, knowing the common terms (a copy: the add below
+                # learns them), and asking every word, knowing none.
+                for probes, common in ((store.NEAR_PROBES, set(s._common)), (len(words), set())):
                     with unittest.mock.patch.object(store, "NEAR_PROBES", probes), \
-                            s.db.read() as db:
+                            unittest.mock.patch.object(s, "_common", common), s.db.read() as db:
                         found.append(store._similar(s._near(db, words, mine), len(content), mine))
                 fired.update(i for i, similar in enumerate(found) if similar)
                 same += found[0] == found[1]
