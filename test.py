@@ -5796,6 +5796,24 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertNotIn("similar", self.store.add(long_text))  # lengths too far apart
         self.assertEqual(self.store.count(), 40 + 5)
 
+    def test_the_hint_asks_about_rarer_words_once_the_longest_are_known_common(self):
+        # Seven long words are in more than RARE memories each: once remembers have found
+        # that, the hint asks about the shorter, rarer ones instead (asking about the longest
+        # alone, it never finds the close one).
+        common = "extraordinary photographs, neighbourhood conversation, wonderful beautiful " \
+                 "afternoon"
+        self.store.load([{"id": str(uuid.uuid4()), "content": f"filler {i}: {common}",
+                          "created_at": "2026-01-01"} for i in range(20)])
+        for name in ("Jon", "Maria"):
+            self.store.add(f"{name}: {common}")
+        kept = self.store.add(f"Gina lost her job at Door Dash: {common}.")
+        self.assertNotIn("similar", kept)
+        close = self.store.add(f"Gina lost her job at Door Dash in June: {common}.")
+        self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
+        with unittest.mock.patch.object(store, "COMMON_KEPT", 2):
+            self.store.add(f"Nate: {common}")
+            self.assertLessEqual(len(self.store._common), 2 + store.NEAR_PROBES)
+
     def test_the_hint_never_lists_the_new_memory_itself(self):
         # The hint reads in a thread of its own while the memory is written: its snapshot may
         # come after the commit and hold the new memory, which must not be listed as similar
