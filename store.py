@@ -369,9 +369,8 @@ def _fold_tags(db):
     triggers cannot fold beyond ASCII, and would take the writer's lower()). Until then a
     tag filter reads them too (see Store._spellings)."""
     unfolded = db.execute("SELECT tag FROM tags WHERE folded IS NULL").fetchall()
-    if unfolded:
-        db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
-                       [(tag.casefold(), tag) for (tag,) in unfolded])
+    db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
+                   [(tag.casefold(), tag) for (tag,) in unfolded])
 
 
 def _repair_links(db, changed=None):
@@ -465,6 +464,8 @@ def _code(exc):
 # What SQLite reports when the disk or the file system refuses a write.
 _CANNOT_WRITE = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY,
                  sqlite3.SQLITE_CANTOPEN)
+# What SQLite reports when another connection holds the lock a statement needs.
+_LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _translated(exc, doing, timeout, path=None):
@@ -476,28 +477,24 @@ def _translated(exc, doing, timeout, path=None):
         trouble = _write_trouble(path)
         if trouble is not None:
             return StoreError(f"could not {doing}: {trouble}")
-    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+    if code in _LOCKED:
         return Busy(f"could not {doing}: the database stayed locked by another process for "
                     f"more than {timeout:g} s")
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
         return StoreError(f"could not {doing}: the memory store is shutting down")
-    if code == sqlite3.SQLITE_FULL:
-        return StoreError(f"could not {doing}: the disk is full")
-    if code == sqlite3.SQLITE_READONLY:
-        return StoreError(f"could not {doing}: the database cannot be written (memory.db or "
-                          f"its directory is read-only)")
     if code == sqlite3.SQLITE_CORRUPT:
         # Mostly an index another program's redefined lower() or collation wrote keys into
         # (test_an_index_another_lower_wrote_is_mended_by_repair), which a repair makes again.
         return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
                           f"`{store_py_command()} check --repair`, and restore a backup only "
                           f"if that does not mend it")
-    if code == sqlite3.SQLITE_NOTADB:
-        return StoreError(f"could not {doing}: the database is damaged ({exc}); restore it "
-                          f"from a backup")
-    if code == sqlite3.SQLITE_CANTOPEN:
-        return StoreError(f"could not {doing}: the database file cannot be opened ({exc})")
-    return StoreError(f"could not {doing}: {exc}")
+    reasons = {
+        sqlite3.SQLITE_FULL: "the disk is full",
+        sqlite3.SQLITE_READONLY: "the database cannot be written (memory.db or its directory "
+                                 "is read-only)",
+        sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
+        sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
+    return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
 
 def _write_trouble(path):
@@ -685,21 +682,18 @@ def _by_last_letter(rules):
 
 # (suffix, condition on the stem, replacement), tried in order; the first suffix that
 # matches a word longer than itself decides, whether or not its condition holds.
-_STEP2 = [(suf, _m_gt0, rep) for suf, rep in (
+_STEP2 = _by_last_letter([(suf, _m_gt0, rep) for suf, rep in (
     ("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
     ("logi", "log"), ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"),
     ("ousli", "ous"), ("ization", "ize"), ("ation", "ate"), ("ator", "ate"), ("alism", "al"),
     ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous"), ("aliti", "al"),
-    ("iviti", "ive"), ("biliti", "ble"))]
-_STEP3 = [(suf, _m_gt0, rep) for suf, rep in (
+    ("iviti", "ive"), ("biliti", "ble"))])
+_STEP3 = _by_last_letter([(suf, _m_gt0, rep) for suf, rep in (
     ("ical", "ic"), ("ness", ""), ("icate", "ic"), ("iciti", "ic"), ("ful", ""), ("ative", ""),
-    ("alize", "al"))]
-_STEP4 = [(suf, _m_gt1_s_or_t if suf == "ion" else _m_gt1, "") for suf in (
+    ("alize", "al"))])
+_STEP4 = _by_last_letter([(suf, _m_gt1_s_or_t if suf == "ion" else _m_gt1, "") for suf in (
     "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "ion", "ou",
-    "ism", "ate", "iti", "ous", "ive", "ize")]
-
-
-_STEP2, _STEP3, _STEP4 = map(_by_last_letter, (_STEP2, _STEP3, _STEP4))
+    "ism", "ate", "iti", "ous", "ive", "ize")])
 
 
 def _apply(word, rules):
@@ -783,14 +777,10 @@ def _meaningful(words):
     """The words of a question (`words`) that a search should look for, one per distinct
     term: stopwords are dropped unless nothing else is left, so "what is it?" still
     searches."""
-    meaningful = [w for w in words if w not in STOPWORDS] or words
-    seen, kept = set(), []
-    for word in meaningful:
-        term = stem(word)
-        if term not in seen:
-            seen.add(term)
-            kept.append(word)
-    return kept
+    kept = {}  # term -> the first word that has it
+    for word in [w for w in words if w not in STOPWORDS] or words:
+        kept.setdefault(stem(word), word)
+    return list(kept.values())
 
 
 def _distance(a, b, most=2):
@@ -806,16 +796,11 @@ def _distance(a, b, most=2):
         current[0] = i
         for j in range(max(1, i - most), min(len(b), i + most) + 1):
             y = b[j - 1]
-            cost = row[j - 1] + (x != y)
-            if row[j] + 1 < cost:
-                cost = row[j] + 1
-            if current[j - 1] + 1 < cost:
-                cost = current[j - 1] + 1
-            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y and before[j - 2] + 1 < cost:
-                cost = before[j - 2] + 1
+            cost = min(row[j - 1] + (x != y), row[j] + 1, current[j - 1] + 1)
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, before[j - 2] + 1)
             current[j] = cost
-            if cost < least:
-                least = cost
+            least = min(least, cost)
         if least > most and i > most:
             return far
         before, row = row, current
@@ -905,23 +890,15 @@ def _strings(text):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# The JSON name of each type, for messages: bool before int, which it is a kind of.
+_KINDS = ((type(None), "null"), (bool, "a boolean"), (int, "an integer"), (float, "a number"),
+          (str, "a string"), ((list, tuple), "an array"), (dict, "an object"))
+
+
 def _kind(value):
     """The JSON name of a value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for kind, name in _KINDS if isinstance(value, kind)),
+                type(value).__name__)
 
 
 def _shorten(value, n=60):
@@ -1109,19 +1086,13 @@ def _node(row):
     arrays of strings (left by another program in a file from before version 7) read as the
     strings they hold."""
     count = row[7]
-    return {
-        "id": row[0],
-        "content": row[1],
-        "tags": _strings(row[2]),
-        "links": _strings(row[3]),
-        "source": row[4] or "",
-        "created_at": row[5],
-        "last_accessed": row[6],
-        # A float here was left by a version whose count overflowed past MAX_INT; text or a
-        # BLOB, by another program before version 8 refused them.
-        "access_count": int(max(0, min(count, MAX_INT)))
-        if isinstance(count, (int, float)) and count == count else 0,
-    }
+    # A float here was left by a version whose count overflowed past MAX_INT; text or a
+    # BLOB, by another program before version 8 refused them.
+    if not isinstance(count, (int, float)) or count != count:
+        count = 0
+    return {"id": row[0], "content": row[1], "tags": _strings(row[2]),
+            "links": _strings(row[3]), "source": row[4] or "", "created_at": row[5],
+            "last_accessed": row[6], "access_count": int(max(0, min(count, MAX_INT)))}
 
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps with options makes one a call
@@ -1169,8 +1140,6 @@ def _carrying(tags, column):
     sql += "".join(f" AND EXISTS (SELECT 1 FROM node_tags x{i} WHERE x{i}.tag IN "
                    f"({_marks(s)}) AND x{i}.node = {column})" for i, s in enumerate(rest))
     return sql, [t for spellings in (*joined, *rest) for t in spellings]
-
-
 
 
 # ----------------------------------------------------------------------------- checking
@@ -1575,8 +1544,7 @@ class Database:
                 db.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                if _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or \
-                        time.monotonic() >= deadline:
+                if _code(exc) not in _LOCKED or time.monotonic() >= deadline:
                     raise
 
     @contextlib.contextmanager
@@ -1603,8 +1571,7 @@ class Database:
                 db.execute("PRAGMA journal_mode=WAL")
                 return  # WAL, or a mode this file cannot leave (":memory:")
             except sqlite3.OperationalError as exc:
-                if _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or \
-                        time.monotonic() > deadline:
+                if _code(exc) not in _LOCKED or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
 
