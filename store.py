@@ -70,9 +70,8 @@ log = logging.getLogger("flood-memory.store")
 _SPACES = "char(9, 10, 11, 12, 13, 32)"
 _SPACE_RUN = re.compile(r"[\t\n\x0b\x0c\r ]+")
 
-# What a memory shares with every exact duplicate of it, computed by SQLite from its content:
-# how many characters it has that are not spaces, its first and its last of those. nodes_text
-# indexes them; a memory's are looked up with ?1 in place of content.
+# What every exact duplicate of a memory shares with it, as SQLite computes it: how many of
+# its characters are not spaces, the first and the last of those (indexed by nodes_text).
 _TEXT_KEY = ("length(" + functools.reduce(lambda sql, c: f"replace({sql}, char({c}), '')",
                                           (9, 10, 11, 12, 13, 32), "content") + ")",
              f"substr(ltrim(content, {_SPACES}), 1, 1)",
@@ -100,18 +99,16 @@ def _appended(n):
 
 
 def _tag_array(value):
-    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, and
-    '[]' for anything else (text that is not JSON, JSON that is not an array, and an array
-    holding a NUL, which SQLite's JSON functions cut a string short at)."""
+    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, else
+    '[]' (for an array holding a NUL too, which SQLite's JSON functions cut a string at)."""
     return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND "
             f"NOT instr({value}, '\\u0000'), {value}, '[]')")
 
 
 def _tag_rows(memory, rows=""):
     """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old",
-    or an alias that `rows`, the start of a FROM clause, defines): one for each string of its
-    tags (see _tag_array). The one rule that makes node_tags from nodes.tags: the triggers,
-    a load, a repair and check all use it."""
+    or an alias that `rows`, the start of a FROM clause, defines), one a string of its tags:
+    the one rule making node_tags from nodes.tags (triggers, loads, repair and check)."""
     return (f"SELECT j.value, {memory}.rowid, {memory}.created_at FROM {rows}json_each("
             f"{_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
 
@@ -122,10 +119,10 @@ def _tags_gone(memory):
             f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
 
 
-# What no tool writes, refused whoever writes it: every reader would have to read around it.
-# (column, test, message); an update is refused only for a column it changes, so that a row
-# an older version let in can still be corrected a column at a time. Text that is not UTF-8
-# cannot be told in SQL: it is read around (see Database.connection).
+# (column, test, message) of what no tool writes, refused whoever writes it, as every reader
+# would have to read around it; an update only for a column it changes, so that a row an older
+# version let in can be corrected a column at a time. Text that is not UTF-8 cannot be told in
+# SQL: it is read around (see Database.connection).
 _REFUSED = [
     ("id", "typeof(new.id) <> 'text'", "the id of a memory must be text"),
     ("content", "typeof(new.content) <> 'text'",
@@ -264,18 +261,14 @@ END;
 
 # Versions of SCHEMA, kept in PRAGMA user_version:
 # 1: nodes, nodes_fts and its three triggers, as SPEC.md gives them.
-# 2: nodes_au fires on content only; node_tags; terms, hot_terms and hot_postings for ranking.
-# 3: terms re-counted where memories hold non-ASCII text.
-# 4: pending, the log of changes the ranking statistics had yet to count.
-# 5: created_at in one UTC form and indexed (nodes_created), and in node_tags
-#    (node_tags_created); fingerprints of exact duplicates; terms.nodes.
+# 2-4: node_tags; terms, hot_terms, hot_postings and pending, for ranking.
+# 5: created_at in one UTC form, indexed in nodes and node_tags; fingerprints of duplicates.
 # 6: owed, the work an interrupted load left to do; tags, every tag with its folded form.
-# 7: one table, one index: terms, hot_terms, hot_postings, pending, owed and fingerprints
-#    gone (FTS5 ranks; exact duplicates are found through nodes_text); tags that are not a
-#    JSON array refused (node_tags_ai, node_tags_au); tags folded at query time.
-# 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi,
-#    nodes_bu), a moved rowid takes its index entries along, rows no tool writes are refused
-#    (_REFUSED), tags are folded into a plain column (tags.folded), one trigger a kind.
+# 7: FTS5 ranks and nodes_text finds duplicates (terms, hot_terms, hot_postings, pending, owed
+#    and fingerprints gone); tags that are not a JSON array refused; tags folded when asked.
+# 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi, nodes_bu),
+#    a moved rowid takes its index entries along, rows no tool writes are refused (_REFUSED),
+#    tags are folded into a plain column (tags.folded), one trigger a kind.
 SCHEMA_VERSION = 8
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
@@ -310,13 +303,12 @@ def _statements(script):
 def _upgrade(db, version):
     """Bring a file of schema `version` to this one, inside the caller's write transaction.
 
-    What this module made before is removed by name, first, so that none of its old triggers
-    fires on what follows, and everything else in the file is kept. `nodes` keeps its rows:
-    its times put in the stored form (before version 5), its links made two-way (version 1,
-    written by tools that may not have mirrored them, and a version 6 load that stopped
-    between a link and its back-link); everything derived from it is made again. The
-    full-text index is kept from version 2 on, as this module made it; version 1's, made by
-    anyone (or never filled), is made anew.
+    What this module made before is dropped by name first, so that none of its old triggers
+    fires on what follows; everything else in the file is kept. `nodes` keeps its rows, with
+    times in the stored form (before version 5) and links made two-way (version 1's tools, and
+    a version 6 load stopped between a link and its back-link, may have left them one-way).
+    All derived from it is made again but the full-text index from version 2 on (this
+    module's); version 1's may be anyone's, or never filled.
     """
     links_owed = version == 1 or version == 6 and db.execute(
         "SELECT count(*) FROM sqlite_master WHERE name = 'owed'").fetchone()[0] and \
@@ -473,10 +465,8 @@ def _translated(exc, doing, timeout, path=None):
     "disk I/O error" for a full disk or a file-size limit: with the database's `path`, the
     cause is looked for (see _write_trouble). Messages name no path (they reach clients)."""
     code = _code(exc)
-    if path is not None and code in _CANNOT_WRITE:
-        trouble = _write_trouble(path)
-        if trouble is not None:
-            return StoreError(f"could not {doing}: {trouble}")
+    if path is not None and code in _CANNOT_WRITE and (trouble := _write_trouble(path)):
+        return StoreError(f"could not {doing}: {trouble}")
     if code in _LOCKED:
         return Busy(f"could not {doing}: the database stayed locked by another process for "
                     f"more than {timeout:g} s")
@@ -526,10 +516,9 @@ def _write_trouble(path):
 
 # ----------------------------------------------------------------------------- words
 #
-# Python's side of what FTS5's `porter` tokenizer does: unicode61 splitting and folding,
-# then the Porter stemmer exactly as fts5_tokenize.c applies it (on UTF-8 bytes, tokens of
-# 3 to 64 bytes only). A "word" is a folded token; a "term" is what the index holds for it,
-# the word's stem.
+# Python's side of FTS5's `porter` tokenizer: unicode61 splitting and folding, then the Porter
+# stemmer exactly as fts5_tokenize.c applies it (on UTF-8 bytes, tokens of 3 to 64 bytes
+# only). A "word" is a folded token; a "term" is what the index holds for it, its stem.
 
 _TOKEN = re.compile(r"[^\W_]+")
 
@@ -550,11 +539,10 @@ class _Folds(dict):
     """Code point -> what unicode61 makes of that character inside a word: its folded form
     ('' when it is a diacritic it drops), or a space when it separates words.
 
-    unicode61 folds one character at a time, by tables of the Unicode version SQLite was
-    built with, so the only faithful source is SQLite itself: the characters of a text not
-    seen yet are looked up together, in one round trip whatever the table holds (looked up
-    one at a time, a long text of new characters held writers up for seconds), by tokenizing
-    each between two letters, and kept. A full table (MAX_FOLDS) starts again from ASCII.
+    unicode61 folds by the tables of the Unicode version SQLite was built with, so SQLite is
+    the only faithful source: a text's new characters are tokenized together, each between
+    two letters, in one round trip (one a character held writers up), and kept. A full table
+    (MAX_FOLDS) starts again from ASCII.
     """
 
     def __init__(self):
@@ -774,9 +762,8 @@ def first_words(text, n=None):
 
 
 def _meaningful(words):
-    """The words of a question (`words`) that a search should look for, one per distinct
-    term: stopwords are dropped unless nothing else is left, so "what is it?" still
-    searches."""
+    """The words of a question (`words`) that a search looks for, one a distinct term:
+    stopwords are dropped unless nothing else is left, so that "what is it?" still searches."""
     kept = {}  # term -> the first word that has it
     for word in [w for w in words if w not in STOPWORDS] or words:
         kept.setdefault(stem(word), word)
@@ -860,13 +847,7 @@ TIME_FORMS = ("an ISO 8601 date or date-time, such as 2026-11-23, 2026-11-23T14:
 
 def _window_end(value, name):
     """A since or until argument in the stored form, or None; InvalidInput if malformed."""
-    if value is None:
-        return None
-    _text(value, name)
-    try:
-        return _utc(value)
-    except ValueError:
-        raise InvalidInput(f"{name} must be {TIME_FORMS}; got {_shorten(value)}") from None
+    return None if value is None else _timestamp(value, name, "; got")
 
 
 def _strings(text):
@@ -914,15 +895,12 @@ def _node_id(value, name="node_id"):
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {_kind(value)}")
     if _CANONICAL_ID.fullmatch(value):
-        # Canonical already, as every stored id is: no uuid.UUID to build, which an import
-        # asks for every id and link.
-        return value
+        return value  # as every stored id is: no uuid.UUID to build for each id of an import
     try:
-        parsed = uuid.UUID(value)
+        return str(uuid.UUID(value))
     except ValueError:
         raise InvalidInput(f"{name} {_shorten(value)} is not a memory id (ids look like "
                            f"'{uuid.UUID(int=0)}')") from None
-    return str(parsed)
 
 
 def _text(value, name, *, allow_empty=True):
@@ -1016,13 +994,14 @@ def _int(value, name, low, high):
     return value
 
 
-def _timestamp(value, name):
-    """An imported time in the stored form (UTC, milliseconds, Z)."""
+def _timestamp(value, name, got=", got"):
+    """A time argument in the stored form (UTC, milliseconds, Z); InvalidInput if malformed,
+    saying `got` before the value (a window's end says "; got", an imported time ", got")."""
     _text(value, name)
     try:
         return _utc(value)
     except ValueError:
-        raise InvalidInput(f"{name} must be {TIME_FORMS}, got {_shorten(value)}") from None
+        raise InvalidInput(f"{name} must be {TIME_FORMS}{got} {_shorten(value)}") from None
 
 
 # A memory as an import file gives it, checked and completed.
@@ -1095,11 +1074,8 @@ def _node(row):
             "last_accessed": row[6], "access_count": int(max(0, min(count, MAX_INT)))}
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps with options makes one a call
-
-
-def _json(value):
-    return _ENCODER.encode(value)
+# JSON text of a value; one encoder kept, as json.dumps with options makes one a call.
+_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _id_list(ids):
@@ -1131,9 +1107,8 @@ def _marks(items):
 def _carrying(tags, column):
     """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
     tag of `tags` remain, each given as the list of its spellings (see Store._spellings).
-    One join per tag up to three; the rest are looked up one memory at a time in the last
-    join's condition, since many joins exhaust SQLite's planner (and FTS5's MATCH with it:
-    16 tags made it refuse, 64 hit the join limit)."""
+    Three tags are joined, the rest asked in the last join's condition: many joins exhaust
+    SQLite's planner, and FTS5's MATCH with it."""
     joined, rest = tags[:3], tags[3:]
     sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_marks(s)})"
                   for i, s in enumerate(joined))
@@ -1144,11 +1119,9 @@ def _carrying(tags, column):
 
 # ----------------------------------------------------------------------------- checking
 #
-# Any program may write `nodes`: SQLite keeps what is derived from it right, and refuses
-# what no tool would write (_REFUSED); what another program may still write that this one
-# would not (a link to a missing memory, an exact duplicate, text that is not UTF-8), or
-# wrote before version 8 refused it, is stored as written, read around, and named by
-# `store.py check`.
+# What another program may write into `nodes` that this one would not (a link to a missing
+# memory, an exact duplicate, text that is not UTF-8), or wrote before version 8 refused it
+# (_REFUSED), is stored as written, read around, and named by `store.py check`.
 
 
 def _clean_tags(text):
@@ -1226,8 +1199,7 @@ def _rule_breakers(db):
             "SELECT rowid, CAST(id AS TEXT), CAST(tags AS TEXT), CAST(links AS TEXT), "
             "created_at, last_accessed, CAST(content AS BLOB) FROM nodes"):
         name = node_id if node_id is not None else f"rowid {rowid}"
-        trouble = _tag_trouble(tags)
-        if trouble:
+        if trouble := _tag_trouble(tags):
             found[f"memories whose tags {trouble}"].append(name)
         if not _string_array(text):
             found["memories whose links are not a JSON array of ids"].append(name)
@@ -1293,8 +1265,7 @@ class WriteQueue:
     """The writers of this process, first come first served. A plain lock lets the thread that
     releases it take it again at once, and SQLite's own wait polls with sleeps: under many
     HTTP clients either let some writes wait past any bound. Each waiting thread blocks on a
-    lock of its own, and the turn goes to the first alone (waking them all woke every waiting
-    thread a write)."""
+    lock of its own, so that a turn wakes the first alone, not every thread waiting."""
 
     def __init__(self):
         self._lock = threading.Lock()          # guards the fields below
@@ -1415,9 +1386,8 @@ class Database:
                     # macOS's fsync leaves what was written in the drive's own cache, which a
                     # power cut loses; F_FULLFSYNC flushes it (see README, Your data).
                     db.execute("PRAGMA fullfsync=ON")
-                # FTS5's vocabulary, for the df of a search's terms (see _doc_counts); made
-                # before anything can make the connection read-only, as a temporary table is
-                # written.
+                # FTS5's vocabulary, the df of a search's terms (_doc_counts): a temporary
+                # table, so made before anything can make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
                 self._set_log(db, replicated(self.path))
@@ -1443,12 +1413,10 @@ class Database:
     def _set_log(self, db, replicated):
         """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into
         the file, so that the log starts over (a checkpoint from another thread, racing a
-        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes;
-        and one there bought nothing a remember showed). Under Litestream, checkpoints
-        are Litestream's, and the log is never cut short: a cut takes frames that Litestream
-        0.3.x has not copied yet (its replicas came back corrupt) or makes it start a new
-        generation. A commit still checkpoints past WAL_BOUND, in case the sign of Litestream
-        is stale."""
+        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes).
+        Under Litestream, checkpoints are its own and the log is never cut short, which loses
+        frames 0.3.x has not copied (corrupt replicas) or starts a new generation; a commit
+        still checkpoints past WAL_BOUND, in case the sign of Litestream is stale."""
         if replicated:
             page = db.execute("PRAGMA page_size").fetchone()[0]
             db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_BOUND // page)}")
@@ -1460,12 +1428,11 @@ class Database:
 
     def _make_room(self, db):
         """Before a write under Litestream: while the log is longer than WAL_SOFT, wait for
-        Litestream to checkpoint it (it does after each sync, every second), so that the log
-        stays short; if it has not within WAL_WAIT seconds, it is not running (its directory
-        outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting first.
-        (A stream of remembers alone writes megabytes of log a second.)"""
+        Litestream to checkpoint it (it does after each sync), so that the log stays short; if
+        it has not within WAL_WAIT seconds, it is not running (its directory outlives it):
+        checkpoint here, and for WAL_UNHEARD seconds without waiting first."""
         if time.monotonic() >= self._looked + LITESTREAM_LOOK:
-            # A stat a write (a tenth of a remember) for what changes once in a long while.
+            # A stat at every write costs too much for what changes once in a long while.
             self._looked, self._replicated = time.monotonic(), replicated(self.path)
         now = self._replicated
         if now != self._local.replicated:  # Litestream came, or went, since db was opened
@@ -1502,14 +1469,13 @@ class Database:
         """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
         rolled back if a statement in it fails; on the disk once it is committed.
 
-        The threads of this process take turns first (see WriteQueue), so that SQLite's wait
-        of `timeout` seconds only ever waits for another process; a thread that cannot get
-        its turn in twice that long gives up, saying the cause was this server's own load.
-        A durable write waits for Litestream to shorten the log (see _make_room) before it
-        takes its turn, so that no other writer waits behind it meanwhile. Not `durable` (a
-        recall's access counts): the commit waits neither for the disk nor for Litestream; a
-        count lost in a power cut harms no one. Without `wait`, Busy at once (BUSY_POLL) if
-        another writer of this process or another holds the lock: a recall must not wait.
+        The threads of this process take turns first (WriteQueue), so that SQLite's wait of
+        `timeout` seconds only waits for other processes; a thread not given its turn in twice
+        that long gives up, blaming this server's own load. A durable write lets Litestream
+        shorten the log (_make_room) before its turn, so that no writer waits behind it. Not
+        `durable` (a recall's access counts), the commit waits for neither the disk nor
+        Litestream: a count lost in a power cut harms no one. Without `wait`, Busy at once
+        (BUSY_POLL) if any other writer holds the lock: a recall must not wait.
         """
         db = self.connection()
         if durable:
@@ -1532,12 +1498,9 @@ class Database:
             self.queue.give()
 
     def _begin(self, db, timeout):
-        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
-
-        SQLite's own wait sleeps longer and longer between tries, and a process writing in bursts
-        (an import) leaves shorter gaps, so a writer could wait out its whole timeout between
-        them. Each try here waits BUSY_POLL at most, so the next one comes soon enough.
-        """
+        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end, in
+        tries of BUSY_POLL at most: SQLite's own wait sleeps longer and longer between tries,
+        and could wait out its timeout between the gaps of a process writing in bursts."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -1561,10 +1524,8 @@ class Database:
 
     def use_wal(self, db):
         """WAL, so that readers never block the writer; the mode persists in the file.
-
-        Switching takes a moment of sole use and does not wait for it as other statements
-        do: when another process is opening the same new file, try again until `timeout`.
-        """
+        Switching needs a moment of sole use and does not wait for it as other statements do:
+        while another process opens the same new file, try again until `timeout`."""
         deadline = time.monotonic() + self.timeout
         while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             try:
