@@ -140,8 +140,7 @@ _REFUSED = [
 
 
 def _refuse(columns, update=False):
-    """SQL: a statement of a trigger that refuses a row whose `columns` hold what no tool
-    would write (_REFUSED), naming it."""
+    """SQL: a trigger's statement refusing what no tool writes (_REFUSED) in `columns`."""
     return "SELECT CASE " + " ".join(
         f"WHEN {f'new.{c} IS NOT old.{c} AND ' if update else ''}({test}) "
         f"THEN RAISE(ABORT, '{message}')" for c, test, message in _REFUSED if c in columns
@@ -154,11 +153,10 @@ def _changed(*columns):
                               *(f"old.{c} IS NOT new.{c}" for c in columns)]) + ")"
 
 
-# What a REPLACE removed: SQLite fires no delete trigger for the row that an INSERT OR
-# REPLACE, a REPLACE INTO or an UPDATE OR REPLACE removes (unless the writer's own connection
-# set recursive_triggers), so the rows a write may displace are kept in `replaced` just
-# before it, and what is derived from them is removed just after (test_an_outside_replace_
-# leaves_nothing_of_the_old_row_behind).
+# What a REPLACE removed: SQLite fires no delete trigger for the row an INSERT OR REPLACE, a
+# REPLACE INTO or an UPDATE OR REPLACE removes (unless the writer set recursive_triggers), so
+# `replaced` keeps the rows a write may displace, and what is derived from them goes after it
+# (test_an_outside_replace_leaves_nothing_of_the_old_row_behind).
 _DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, content, tags FROM "
               "nodes WHERE (id = new.id OR rowid = new.rowid){};")
 _DISPLACED_GONE = f"""
@@ -286,8 +284,7 @@ _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
 
 def _statements(script):
-    """Split a schema script into (name, statement) pairs (a trigger body holds `;` until its
-    END)."""
+    """(name, statement) of each statement of a schema script (a trigger's holds `;` to END)."""
     statements, current = [], ""
     for line in script.splitlines(keepends=True):
         if line.lstrip().startswith("--"):
@@ -357,18 +354,16 @@ def _fill_tags(db):
 
 
 def _fold_tags(db):
-    """Write the folded form of the tags that lack it: those a memory brought in since (the
-    triggers cannot fold beyond ASCII, and would take the writer's lower()). Until then a
-    tag filter reads them too (see Store._spellings)."""
+    """Fold the tags memories brought in since (triggers cannot fold beyond ASCII, and would
+    take the writer's lower()); a tag filter reads them unfolded till then (Store._spellings)."""
     unfolded = db.execute("SELECT tag FROM tags WHERE folded IS NULL").fetchall()
     db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
                    [(tag.casefold(), tag) for (tag,) in unfolded])
 
 
 def _repair_links(db, changed=None):
-    """Make every link two-way, and drop links to missing memories and to themselves; or
-    write the `changed` that _links_to_repair found before (a memory whose links changed
-    since is left as it is)."""
+    """Make every link two-way, dropping links to missing memories and to themselves; or write
+    the `changed` _links_to_repair found before, but not over links that changed since."""
     changed = _links_to_repair(db) if changed is None else changed
     if changed:
         log.info("repairing the links of %d memories", len(changed))
@@ -545,14 +540,12 @@ class _Folds(dict):
     (MAX_FOLDS) starts again from ASCII.
     """
 
+    _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
+
     def __init__(self):
-        super().__init__(self._ascii())
+        super().__init__(self._ASCII)
         self._lock = threading.Lock()
         self._db = None
-
-    @staticmethod
-    def _ascii():
-        return ((i, chr(i).lower() if chr(i).isalnum() else " ") for i in range(128))
 
     def fold(self, text):
         """`text` with each character folded, as unicode61 has it inside a word."""
@@ -566,7 +559,7 @@ class _Folds(dict):
         if len(self) + len(values) > MAX_FOLDS:
             values.update((ord(c), self[ord(c)]) for c in chars if ord(c) in self)
             self.clear()
-            self.update(self._ascii())
+            self.update(self._ASCII)
         self.update(values)
         return text.translate(self)
 
@@ -660,8 +653,7 @@ def _m_gt1_s_or_t(s):
 
 
 def _by_last_letter(rules):
-    """Rules grouped by the last letter of their suffix, order kept: a word is only tried
-    against the rules that can match it, not every one."""
+    """Rules by the last letter of their suffix, in order: a word meets only those it may match."""
     grouped = collections.defaultdict(list)
     for rule in rules:
         grouped[rule[0][-1]].append(rule)
@@ -733,12 +725,10 @@ class _Stems(dict):
     """word -> term, computed on first sight; looking up through it runs at C speed."""
 
     def __missing__(self, word):
-        raw = word.encode("utf-8")
+        raw, term = word.encode("utf-8"), word
         if 3 <= len(raw) <= 64:
             # The C stemmer works on bytes; latin-1 maps each byte to one character.
             term = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace")
-        else:
-            term = word
         if len(self) >= 200_000:  # bounded: unique words (numbers, codes) never stop coming
             self.clear()
         self[word] = term
@@ -825,8 +815,7 @@ _STORED_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def _utc(value):
-    """An ISO 8601 date or date-time, in UTC unless it gives an offset, in the stored form;
-    ValueError if it is not one."""
+    """An ISO 8601 date or date-time (UTC unless it says) in the stored form; else ValueError."""
     if isinstance(value, str) and _STORED_TIME.fullmatch(value):
         datetime.fromisoformat(value[:-1])  # a real day and time (ValueError if not)...
         return value  # ...in the stored form already, as an export has it: no reformatting
@@ -924,8 +913,7 @@ def _content(value):
 
 
 def _tags(values):
-    """Tags stripped of surrounding space, duplicates whatever their case dropped (the first
-    spelling kept), order kept."""
+    """Tags stripped of space, in order, each once whatever its case (the first spelling kept)."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
     tags = {}  # in order, each once (a dict: asking a list grows with the square)
@@ -1034,8 +1022,7 @@ def check_records(values):
 
 
 def _checked(values):
-    """Records from memory objects, one by one; InvalidInput naming the first bad one, or an
-    id that an earlier record has too."""
+    """Records from memory objects, one by one; InvalidInput at a bad one or a repeated id."""
     first = {}  # id -> the number of the record that gave it
     for number, value in enumerate(values, 1):
         record = _record(value, number)
@@ -1061,9 +1048,8 @@ _READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _C
 
 
 def _node(row):
-    """A memory as callers get it, from a row of _READ. Tags and links that are not JSON
-    arrays of strings (left by another program in a file from before version 7) read as the
-    strings they hold."""
+    """A memory as callers get it, from a row of _READ; tags and links not a JSON array of
+    strings (another program's, before version 7) read as the strings they hold."""
     count = row[7]
     # A float here was left by a version whose count overflowed past MAX_INT; text or a
     # BLOB, by another program before version 8 refused them.
@@ -1106,9 +1092,8 @@ def _marks(items):
 
 def _carrying(tags, column):
     """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
-    tag of `tags` remain, each given as the list of its spellings (see Store._spellings).
-    Three tags are joined, the rest asked in the last join's condition: many joins exhaust
-    SQLite's planner, and FTS5's MATCH with it."""
+    tag of `tags` (each the list of its spellings: Store._spellings) remain. Three are joined,
+    the rest asked in the last join's condition: many joins exhaust SQLite's planner and MATCH."""
     joined, rest = tags[:3], tags[3:]
     sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_marks(s)})"
                   for i, s in enumerate(joined))
@@ -1148,8 +1133,7 @@ def _string_array(text):
 
 
 def _tag_trouble(text):
-    """What is wrong with a tags column value, in words, or None if remember could have
-    written it."""
+    """What is wrong with a tags column value, in words; None if remember could have written it."""
     if not _string_array(text):
         return "are not a JSON array of strings"
     if text is not None and _clean_tags(text) != json.loads(text):
@@ -1249,13 +1233,12 @@ def _mend_rows(db):
         (str(uuid.uuid4()), rowid) for (rowid,) in db.execute(
             "SELECT rowid FROM nodes WHERE id IS NULL").fetchall()])
     db.execute("UPDATE nodes SET content = CAST(content AS TEXT) WHERE typeof(content) = 'blob'")
-    db.execute("UPDATE nodes SET source = CAST(source AS TEXT) WHERE typeof(source) NOT IN "
-               "('text', 'null')")
     db.execute("UPDATE nodes SET access_count = coalesce(CAST(access_count AS INTEGER), 0) "
                "WHERE typeof(access_count) NOT IN ('integer', 'real', 'null')")
-    for column in ("created_at", "last_accessed"):
+    for column, kinds in (("source", "'text', 'null'"), ("created_at", "'text'"),
+                          ("last_accessed", "'text'")):
         db.execute(f"UPDATE nodes SET {column} = CAST({column} AS TEXT) "
-                   f"WHERE typeof({column}) <> 'text'")
+                   f"WHERE typeof({column}) NOT IN ({kinds})")
 
 
 # ----------------------------------------------------------------------------- connections
@@ -1273,8 +1256,7 @@ class WriteQueue:
         self._waiting = collections.deque()    # one held lock per waiting thread, in order
 
     def take(self, timeout):
-        """True once it is the caller's turn to write; False, and out of the queue, after
-        `timeout` seconds."""
+        """True once it is the caller's turn; False, and out of the queue, after `timeout` s."""
         with self._lock:
             if not self._taken:
                 self._taken = True
@@ -1323,11 +1305,10 @@ def replicated(path):
 
 
 def _log_bytes(path):
-    """How long the log of the database at `path` is, in bytes: the frames written since it
-    last started over, which carry the salt of its header (older ones after them carry older
-    salts; sqlite.org/fileformat2.html#walformat). The -wal file's size says only how long
-    it has ever been. Read from the -wal, never the -shm: closing a file that SQLite locks
-    in this process would drop its locks. 0 when there is no log."""
+    """How long the log of the database at `path` is, in bytes (0 without one): the frames
+    since it last started over, which carry its header's salt (older ones after them, older
+    salts: sqlite.org/fileformat2.html#walformat); the -wal's size is how long it ever was.
+    Read from the -wal, never the -shm: closing a file SQLite locks here drops its locks."""
     try:
         with open(path + "-wal", "rb") as f:
             header = f.read(32)
@@ -1354,9 +1335,8 @@ _TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 
 
 class Database:
-    """The SQLite file as this process uses it: the connections (one per thread, each set up
-    the same way), the read and write transactions, and SQLite's errors in words. Compare
-    coverage.py's SqliteDb and datasette's Database."""
+    """The SQLite file as this process uses it: a connection per thread, set up alike, the read
+    and write transactions, SQLite's errors in words (compare coverage.py's SqliteDb)."""
 
     def __init__(self, path, timeout=BUSY_TIMEOUT):
         self.path = path
@@ -1428,9 +1408,8 @@ class Database:
 
     def _make_room(self, db):
         """Before a write under Litestream: while the log is longer than WAL_SOFT, wait for
-        Litestream to checkpoint it (it does after each sync), so that the log stays short; if
-        it has not within WAL_WAIT seconds, it is not running (its directory outlives it):
-        checkpoint here, and for WAL_UNHEARD seconds without waiting first."""
+        Litestream to checkpoint it; if it has not in WAL_WAIT seconds, it is not running (its
+        directory outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting."""
         if time.monotonic() >= self._looked + LITESTREAM_LOOK:
             # A stat at every write costs too much for what changes once in a long while.
             self._looked, self._replicated = time.monotonic(), replicated(self.path)
