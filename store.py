@@ -2,11 +2,10 @@
 graph. Only this module speaks SQL.
 
 `Store` is the whole persistence API: callers hand it plain Python values and get plain dicts
-and lists back. The `nodes` table is the one source of truth: every other table and index in
-the file is derived from it by SQLite itself, in the same transaction (triggers and indexes
-over built-in functions only), so that a program writing `nodes` through the schema, without
-this module, keeps them right too. What SQL cannot compute is computed when it is asked for.
-The module reads top down:
+and lists back. The `nodes` table is the one source of truth: every other table and index is
+derived from it by SQLite itself, in the same transaction (triggers, and indexes over built-in
+functions only), so that a program writing `nodes` without this module keeps them right too.
+What SQL cannot compute is computed when asked for. The module reads top down:
 
 - schema: `SCHEMA`, its version, and the upgrade of a file of an older version
 - limits: how much one memory or one call may hold
@@ -65,8 +64,7 @@ log = logging.getLogger("flood-memory.store")
 
 # ----------------------------------------------------------------------------- schema
 
-# The spaces an exact duplicate may differ in (see _exact_duplicate): ASCII's space, tab,
-# line breaks, vertical tab and form feed, as SQL's char() arguments and as a pattern.
+# ASCII's spaces, which an exact duplicate may differ in (_exact_duplicate), in SQL and in re.
 _SPACES = "char(9, 10, 11, 12, 13, 32)"
 _SPACE_RUN = re.compile(r"[\t\n\x0b\x0c\r ]+")
 
@@ -79,13 +77,11 @@ _TEXT_KEY = ("length(" + functools.reduce(lambda sql, c: f"replace({sql}, char({
 
 
 def _collapsed(content):
-    """`content` with its runs of spaces (_SPACES) made one space, and none at either end:
-    what two exact duplicates have in common."""
+    """`content`, each run of spaces one space, none at the ends: what exact duplicates share."""
     return _SPACE_RUN.sub(" ", content).strip(" ")
 
 
-# SQL: the links of a row as json_insert can extend them: none, unless they are a JSON array
-# (another program may have written other text there, or an object).
+# SQL: a row's links as json_insert can extend them: '[]' if another program wrote no array.
 _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
@@ -119,10 +115,9 @@ def _tags_gone(memory):
             f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
 
 
-# (column, test, message) of what no tool writes, refused whoever writes it, as every reader
-# would have to read around it; an update only for a column it changes, so that a row an older
-# version let in can be corrected a column at a time. Text that is not UTF-8 cannot be told in
-# SQL: it is read around (see Database.connection).
+# What no tool writes, refused whoever writes it, as every reader would read around it; by an
+# update only in a column it changes, so a row an older version let in can be corrected a
+# column at a time. Text not UTF-8 cannot be told in SQL: it is read around (Database.connection).
 _REFUSED = [
     ("id", "typeof(new.id) <> 'text'", "the id of a memory must be text"),
     ("content", "typeof(new.content) <> 'text'",
@@ -272,8 +267,7 @@ SCHEMA_VERSION = 8
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
                 "nodes_fts_config"}
-# Every table, index and trigger some version of this module made beside those: an upgrade
-# removes these, and nothing else (a person's own tables, Litestream's).
+# What versions of this module made beside those: an upgrade drops these, never others' tables.
 _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_refuse",
           "nodes_created", "nodes_text", "node_tags", "node_tags_ai", "node_tags_ad",
           "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
@@ -301,11 +295,10 @@ def _upgrade(db, version):
     """Bring a file of schema `version` to this one, inside the caller's write transaction.
 
     What this module made before is dropped by name first, so that none of its old triggers
-    fires on what follows; everything else in the file is kept. `nodes` keeps its rows, with
-    times in the stored form (before version 5) and links made two-way (version 1's tools, and
-    a version 6 load stopped between a link and its back-link, may have left them one-way).
-    All derived from it is made again but the full-text index from version 2 on (this
-    module's); version 1's may be anyone's, or never filled.
+    fires on what follows; all else in the file is kept. `nodes` keeps its rows, times put in
+    the stored form (before version 5) and links made two-way (version 1's tools and a version
+    6 load cut short left some one-way). All derived from it is made again, but for this
+    module's full-text index (version 2 on; version 1's may be anyone's, or empty).
     """
     links_owed = version == 1 or version == 6 and db.execute(
         "SELECT count(*) FROM sqlite_master WHERE name = 'owed'").fetchone()[0] and \
@@ -340,8 +333,7 @@ def _fix_times(db):
             continue  # not a time at all: left as it was, outside every window (check names it)
         if fixed != (created, accessed):
             changed.append((*fixed, rowid))
-    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?",
-                   changed)
+    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?", changed)
 
 
 def _fill_tags(db):
@@ -354,8 +346,8 @@ def _fill_tags(db):
 
 
 def _fold_tags(db):
-    """Fold the tags memories brought in since (triggers cannot fold beyond ASCII, and would
-    take the writer's lower()); a tag filter reads them unfolded till then (Store._spellings)."""
+    """Fold the tags not folded yet (the triggers cannot fold beyond ASCII, and would take the
+    writer's lower()); a tag filter reads them unfolded till then (see Store._spellings)."""
     unfolded = db.execute("SELECT tag FROM tags WHERE folded IS NULL").fetchall()
     db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
                    [(tag.casefold(), tag) for (tag,) in unfolded])
@@ -473,12 +465,11 @@ def _translated(exc, doing, timeout, path=None):
         return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
                           f"`{store_py_command()} check --repair`, and restore a backup only "
                           f"if that does not mend it")
-    reasons = {
-        sqlite3.SQLITE_FULL: "the disk is full",
-        sqlite3.SQLITE_READONLY: "the database cannot be written (memory.db or its directory "
-                                 "is read-only)",
-        sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
-        sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
+    reasons = {sqlite3.SQLITE_FULL: "the disk is full",
+               sqlite3.SQLITE_READONLY: "the database cannot be written (memory.db or its "
+                                        "directory is read-only)",
+               sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
+               sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
     return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
 
@@ -535,9 +526,8 @@ class _Folds(dict):
     ('' when it is a diacritic it drops), or a space when it separates words.
 
     unicode61 folds by the tables of the Unicode version SQLite was built with, so SQLite is
-    the only faithful source: a text's new characters are tokenized together, each between
-    two letters, in one round trip (one a character held writers up), and kept. A full table
-    (MAX_FOLDS) starts again from ASCII.
+    the only faithful source: a text's new characters are looked up together, in one round
+    trip (one a character held writers up), and kept. A full table starts again from ASCII.
     """
 
     _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
@@ -761,9 +751,8 @@ def _meaningful(words):
 
 
 def _distance(a, b, most=2):
-    """The number of edits (a letter added, dropped or changed, or two neighbours swapped)
-    that make `a` into `b`, or most + 1 if that is more than `most`: only the band of the
-    table within `most` of its diagonal is filled."""
+    """The number of edits (a letter added, dropped or changed, two neighbours swapped) making
+    `a` into `b`, or most + 1 if more than `most`: only the diagonal's band of `most` is filled."""
     if abs(len(a) - len(b)) > most:
         return most + 1
     far = most + 1
@@ -840,9 +829,8 @@ def _window_end(value, name):
 
 
 def _strings(text):
-    """The strings of a JSON array (a `tags` or `links` column value), as a list, as the one
-    rule reads tags (see _tag_array): nothing for a value that is not one, or holds a NUL;
-    a string that is not Unicode text (an escaped lone surrogate) left out."""
+    """The strings of a `tags` or `links` column value, as the one rule reads tags (_tag_array):
+    none unless a JSON array without a NUL, and no string holding a lone surrogate."""
     if not isinstance(text, str):
         return []  # NULL, or a BLOB another program wrote
     try:
@@ -866,9 +854,7 @@ _KINDS = ((type(None), "null"), (bool, "a boolean"), (int, "an integer"), (float
 
 
 def _kind(value):
-    """The JSON name of a value's type, for messages."""
-    return next((name for kind, name in _KINDS if isinstance(value, kind)),
-                type(value).__name__)
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _shorten(value, n=60):
@@ -1042,8 +1028,7 @@ def _source(value):
 
 
 _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
-# The same, read: each text column as text, whatever another program stored there before the
-# triggers refused it (a BLOB, a number).
+# The same, each text column read as text, whatever another program stored before version 8.
 _READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _COLUMNS.split(", "))
 
 
@@ -1328,9 +1313,8 @@ def _log_bytes(path):
         return 0
 
 
-# How text is read: as UTF-8, and where another program stored bytes that are not (Latin-1
-# typed at a terminal, cast to TEXT), with replacement characters, rather than failing every
-# query that meets them (test_one_bad_row_never_takes_recall_away).
+# How text is read: as UTF-8, with replacement characters where another program stored bytes
+# that are not (Latin-1), not failing every query (test_one_bad_row_never_takes_recall_away).
 _TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 
 
@@ -1353,9 +1337,8 @@ class Database:
         db = getattr(self._local, "db", None)
         if db is None:
             try:
-                # SQLite's own wait is kept short once the connection is set up (below):
-                # write() waits for the write lock itself. Until then it may wait as long as
-                # a write would, for another process switching a new file to WAL.
+                # SQLite's own wait: a write's while another process may switch a new file to
+                # WAL; short once set up (below), as write() waits for the write lock itself.
                 db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
                                      check_same_thread=False)
                 db.text_factory = _TEXT
@@ -1448,13 +1431,12 @@ class Database:
         """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
         rolled back if a statement in it fails; on the disk once it is committed.
 
-        The threads of this process take turns first (WriteQueue), so that SQLite's wait of
-        `timeout` seconds only waits for other processes; a thread not given its turn in twice
-        that long gives up, blaming this server's own load. A durable write lets Litestream
-        shorten the log (_make_room) before its turn, so that no writer waits behind it. Not
-        `durable` (a recall's access counts), the commit waits for neither the disk nor
-        Litestream: a count lost in a power cut harms no one. Without `wait`, Busy at once
-        (BUSY_POLL) if any other writer holds the lock: a recall must not wait.
+        Threads of this process take turns first (WriteQueue), so SQLite's wait of `timeout`
+        seconds is only for other processes; a thread not given its turn in twice that long
+        gives up, blaming this server's load. A durable write lets Litestream shorten the log
+        (_make_room) before its turn, so that no writer waits behind it. Not `durable` (access
+        counts), the commit waits for neither the disk nor Litestream: a lost count harms no
+        one. Without `wait`, Busy at once if another writer holds the lock: recall must not wait.
         """
         db = self.connection()
         if durable:
