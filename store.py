@@ -2,11 +2,10 @@
 graph. Only this module speaks SQL.
 
 `Store` is the whole persistence API: callers hand it plain Python values and get plain dicts
-and lists back. The `nodes` table is the one source of truth: every other table and index in
-the file is derived from it by SQLite itself, in the same transaction (triggers and indexes
-over built-in functions only), so that a program writing `nodes` through the schema, without
-this module, keeps them right too. What SQL cannot compute is computed when it is asked for.
-The module reads top down:
+and lists back. The `nodes` table is the one source of truth: every other table and index is
+derived from it by SQLite itself, in the same transaction (triggers, and indexes over built-in
+functions only), so that a program writing `nodes` without this module keeps them right too.
+What SQL cannot compute is computed when asked for. The module reads top down:
 
 - schema: `SCHEMA`, its version, and the upgrade of a file of an older version
 - limits: how much one memory or one call may hold
@@ -65,14 +64,12 @@ log = logging.getLogger("flood-memory.store")
 
 # ----------------------------------------------------------------------------- schema
 
-# The spaces an exact duplicate may differ in (see _exact_duplicate): ASCII's space, tab,
-# line breaks, vertical tab and form feed, as SQL's char() arguments and as a pattern.
+# ASCII's spaces, which an exact duplicate may differ in (_exact_duplicate), in SQL and in re.
 _SPACES = "char(9, 10, 11, 12, 13, 32)"
 _SPACE_RUN = re.compile(r"[\t\n\x0b\x0c\r ]+")
 
-# What a memory shares with every exact duplicate of it, computed by SQLite from its content:
-# how many characters it has that are not spaces, its first and its last of those. nodes_text
-# indexes them; a memory's are looked up with ?1 in place of content.
+# What every exact duplicate of a memory shares with it, as SQLite computes it: how many of
+# its characters are not spaces, the first and the last of those (indexed by nodes_text).
 _TEXT_KEY = ("length(" + functools.reduce(lambda sql, c: f"replace({sql}, char({c}), '')",
                                           (9, 10, 11, 12, 13, 32), "content") + ")",
              f"substr(ltrim(content, {_SPACES}), 1, 1)",
@@ -80,13 +77,11 @@ _TEXT_KEY = ("length(" + functools.reduce(lambda sql, c: f"replace({sql}, char({
 
 
 def _collapsed(content):
-    """`content` with its runs of spaces (_SPACES) made one space, and none at either end:
-    what two exact duplicates have in common."""
+    """`content`, each run of spaces one space, none at the ends: what exact duplicates share."""
     return _SPACE_RUN.sub(" ", content).strip(" ")
 
 
-# SQL: the links of a row as json_insert can extend them: none, unless they are a JSON array
-# (another program may have written other text there, or an object).
+# SQL: a row's links as json_insert can extend them: '[]' if another program wrote no array.
 _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
@@ -100,18 +95,16 @@ def _appended(n):
 
 
 def _tag_array(value):
-    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, and
-    '[]' for anything else (text that is not JSON, JSON that is not an array, and an array
-    holding a NUL, which SQLite's JSON functions cut a string short at)."""
+    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, else
+    '[]' (for an array holding a NUL too, which SQLite's JSON functions cut a string at)."""
     return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND "
             f"NOT instr({value}, '\\u0000'), {value}, '[]')")
 
 
 def _tag_rows(memory, rows=""):
     """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old",
-    or an alias that `rows`, the start of a FROM clause, defines): one for each string of its
-    tags (see _tag_array). The one rule that makes node_tags from nodes.tags: the triggers,
-    a load, a repair and check all use it."""
+    or an alias that `rows`, the start of a FROM clause, defines), one a string of its tags:
+    the one rule making node_tags from nodes.tags (triggers, loads, repair and check)."""
     return (f"SELECT j.value, {memory}.rowid, {memory}.created_at FROM {rows}json_each("
             f"{_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
 
@@ -122,10 +115,9 @@ def _tags_gone(memory):
             f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
 
 
-# What no tool writes, refused whoever writes it: every reader would have to read around it.
-# (column, test, message); an update is refused only for a column it changes, so that a row
-# an older version let in can still be corrected a column at a time. Text that is not UTF-8
-# cannot be told in SQL: it is read around (see Database.connection).
+# What no tool writes, refused whoever writes it, as every reader would read around it; by an
+# update only in a column it changes, so a row an older version let in can be corrected a
+# column at a time. Text not UTF-8 cannot be told in SQL: it is read around (Database.connection).
 _REFUSED = [
     ("id", "typeof(new.id) <> 'text'", "the id of a memory must be text"),
     ("content", "typeof(new.content) <> 'text'",
@@ -143,8 +135,7 @@ _REFUSED = [
 
 
 def _refuse(columns, update=False):
-    """SQL: a statement of a trigger that refuses a row whose `columns` hold what no tool
-    would write (_REFUSED), naming it."""
+    """SQL: a trigger's statement refusing what no tool writes (_REFUSED) in `columns`."""
     return "SELECT CASE " + " ".join(
         f"WHEN {f'new.{c} IS NOT old.{c} AND ' if update else ''}({test}) "
         f"THEN RAISE(ABORT, '{message}')" for c, test, message in _REFUSED if c in columns
@@ -157,11 +148,10 @@ def _changed(*columns):
                               *(f"old.{c} IS NOT new.{c}" for c in columns)]) + ")"
 
 
-# What a REPLACE removed: SQLite fires no delete trigger for the row that an INSERT OR
-# REPLACE, a REPLACE INTO or an UPDATE OR REPLACE removes (unless the writer's own connection
-# set recursive_triggers), so the rows a write may displace are kept in `replaced` just
-# before it, and what is derived from them is removed just after (test_an_outside_replace_
-# leaves_nothing_of_the_old_row_behind).
+# What a REPLACE removed: SQLite fires no delete trigger for the row an INSERT OR REPLACE, a
+# REPLACE INTO or an UPDATE OR REPLACE removes (unless the writer set recursive_triggers), so
+# `replaced` keeps the rows a write may displace, and what is derived from them goes after it
+# (test_an_outside_replace_leaves_nothing_of_the_old_row_behind).
 _DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, content, tags FROM "
               "nodes WHERE (id = new.id OR rowid = new.rowid){};")
 _DISPLACED_GONE = f"""
@@ -264,25 +254,20 @@ END;
 
 # Versions of SCHEMA, kept in PRAGMA user_version:
 # 1: nodes, nodes_fts and its three triggers, as SPEC.md gives them.
-# 2: nodes_au fires on content only; node_tags; terms, hot_terms and hot_postings for ranking.
-# 3: terms re-counted where memories hold non-ASCII text.
-# 4: pending, the log of changes the ranking statistics had yet to count.
-# 5: created_at in one UTC form and indexed (nodes_created), and in node_tags
-#    (node_tags_created); fingerprints of exact duplicates; terms.nodes.
+# 2-4: node_tags; terms, hot_terms, hot_postings and pending, for ranking.
+# 5: created_at in one UTC form, indexed in nodes and node_tags; fingerprints of duplicates.
 # 6: owed, the work an interrupted load left to do; tags, every tag with its folded form.
-# 7: one table, one index: terms, hot_terms, hot_postings, pending, owed and fingerprints
-#    gone (FTS5 ranks; exact duplicates are found through nodes_text); tags that are not a
-#    JSON array refused (node_tags_ai, node_tags_au); tags folded at query time.
-# 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi,
-#    nodes_bu), a moved rowid takes its index entries along, rows no tool writes are refused
-#    (_REFUSED), tags are folded into a plain column (tags.folded), one trigger a kind.
+# 7: FTS5 ranks and nodes_text finds duplicates (terms, hot_terms, hot_postings, pending, owed
+#    and fingerprints gone); tags that are not a JSON array refused; tags folded when asked.
+# 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi, nodes_bu),
+#    a moved rowid takes its index entries along, rows no tool writes are refused (_REFUSED),
+#    tags are folded into a plain column (tags.folded), one trigger a kind.
 SCHEMA_VERSION = 8
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
                 "nodes_fts_config"}
-# Every table, index and trigger some version of this module made beside those: an upgrade
-# removes these, and nothing else (a person's own tables, Litestream's).
+# What versions of this module made beside those: an upgrade drops these, never others' tables.
 _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_refuse",
           "nodes_created", "nodes_text", "node_tags", "node_tags_ai", "node_tags_ad",
           "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
@@ -293,8 +278,7 @@ _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
 
 def _statements(script):
-    """Split a schema script into (name, statement) pairs (a trigger body holds `;` until its
-    END)."""
+    """(name, statement) of each statement of a schema script (a trigger's holds `;` to END)."""
     statements, current = [], ""
     for line in script.splitlines(keepends=True):
         if line.lstrip().startswith("--"):
@@ -310,13 +294,11 @@ def _statements(script):
 def _upgrade(db, version):
     """Bring a file of schema `version` to this one, inside the caller's write transaction.
 
-    What this module made before is removed by name, first, so that none of its old triggers
-    fires on what follows, and everything else in the file is kept. `nodes` keeps its rows:
-    its times put in the stored form (before version 5), its links made two-way (version 1,
-    written by tools that may not have mirrored them, and a version 6 load that stopped
-    between a link and its back-link); everything derived from it is made again. The
-    full-text index is kept from version 2 on, as this module made it; version 1's, made by
-    anyone (or never filled), is made anew.
+    What this module made before is dropped by name first, so that none of its old triggers
+    fires on what follows; all else in the file is kept. `nodes` keeps its rows, times put in
+    the stored form (before version 5) and links made two-way (version 1's tools and a version
+    6 load cut short left some one-way). All derived from it is made again, but for this
+    module's full-text index (version 2 on; version 1's may be anyone's, or empty).
     """
     links_owed = version == 1 or version == 6 and db.execute(
         "SELECT count(*) FROM sqlite_master WHERE name = 'owed'").fetchone()[0] and \
@@ -351,8 +333,7 @@ def _fix_times(db):
             continue  # not a time at all: left as it was, outside every window (check names it)
         if fixed != (created, accessed):
             changed.append((*fixed, rowid))
-    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?",
-                   changed)
+    db.executemany("UPDATE nodes SET created_at = ?, last_accessed = ? WHERE rowid = ?", changed)
 
 
 def _fill_tags(db):
@@ -365,19 +346,16 @@ def _fill_tags(db):
 
 
 def _fold_tags(db):
-    """Write the folded form of the tags that lack it: those a memory brought in since (the
-    triggers cannot fold beyond ASCII, and would take the writer's lower()). Until then a
-    tag filter reads them too (see Store._spellings)."""
+    """Fold the tags not folded yet (the triggers cannot fold beyond ASCII, and would take the
+    writer's lower()); a tag filter reads them unfolded till then (see Store._spellings)."""
     unfolded = db.execute("SELECT tag FROM tags WHERE folded IS NULL").fetchall()
-    if unfolded:
-        db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
-                       [(tag.casefold(), tag) for (tag,) in unfolded])
+    db.executemany("UPDATE tags SET folded = ? WHERE tag = ?",
+                   [(tag.casefold(), tag) for (tag,) in unfolded])
 
 
 def _repair_links(db, changed=None):
-    """Make every link two-way, and drop links to missing memories and to themselves; or
-    write the `changed` that _links_to_repair found before (a memory whose links changed
-    since is left as it is)."""
+    """Make every link two-way, dropping links to missing memories and to themselves; or write
+    the `changed` _links_to_repair found before, but not over links that changed since."""
     changed = _links_to_repair(db) if changed is None else changed
     if changed:
         log.info("repairing the links of %d memories", len(changed))
@@ -465,6 +443,8 @@ def _code(exc):
 # What SQLite reports when the disk or the file system refuses a write.
 _CANNOT_WRITE = (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY,
                  sqlite3.SQLITE_CANTOPEN)
+# What SQLite reports when another connection holds the lock a statement needs.
+_LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _translated(exc, doing, timeout, path=None):
@@ -472,32 +452,25 @@ def _translated(exc, doing, timeout, path=None):
     "disk I/O error" for a full disk or a file-size limit: with the database's `path`, the
     cause is looked for (see _write_trouble). Messages name no path (they reach clients)."""
     code = _code(exc)
-    if path is not None and code in _CANNOT_WRITE:
-        trouble = _write_trouble(path)
-        if trouble is not None:
-            return StoreError(f"could not {doing}: {trouble}")
-    if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
+    if path is not None and code in _CANNOT_WRITE and (trouble := _write_trouble(path)):
+        return StoreError(f"could not {doing}: {trouble}")
+    if code in _LOCKED:
         return Busy(f"could not {doing}: the database stayed locked by another process for "
                     f"more than {timeout:g} s")
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
         return StoreError(f"could not {doing}: the memory store is shutting down")
-    if code == sqlite3.SQLITE_FULL:
-        return StoreError(f"could not {doing}: the disk is full")
-    if code == sqlite3.SQLITE_READONLY:
-        return StoreError(f"could not {doing}: the database cannot be written (memory.db or "
-                          f"its directory is read-only)")
     if code == sqlite3.SQLITE_CORRUPT:
         # Mostly an index another program's redefined lower() or collation wrote keys into
         # (test_an_index_another_lower_wrote_is_mended_by_repair), which a repair makes again.
         return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
                           f"`{store_py_command()} check --repair`, and restore a backup only "
                           f"if that does not mend it")
-    if code == sqlite3.SQLITE_NOTADB:
-        return StoreError(f"could not {doing}: the database is damaged ({exc}); restore it "
-                          f"from a backup")
-    if code == sqlite3.SQLITE_CANTOPEN:
-        return StoreError(f"could not {doing}: the database file cannot be opened ({exc})")
-    return StoreError(f"could not {doing}: {exc}")
+    reasons = {sqlite3.SQLITE_FULL: "the disk is full",
+               sqlite3.SQLITE_READONLY: "the database cannot be written (memory.db or its "
+                                        "directory is read-only)",
+               sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
+               sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
+    return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
 
 def _write_trouble(path):
@@ -529,10 +502,9 @@ def _write_trouble(path):
 
 # ----------------------------------------------------------------------------- words
 #
-# Python's side of what FTS5's `porter` tokenizer does: unicode61 splitting and folding,
-# then the Porter stemmer exactly as fts5_tokenize.c applies it (on UTF-8 bytes, tokens of
-# 3 to 64 bytes only). A "word" is a folded token; a "term" is what the index holds for it,
-# the word's stem.
+# Python's side of FTS5's `porter` tokenizer: unicode61 splitting and folding, then the Porter
+# stemmer exactly as fts5_tokenize.c applies it (on UTF-8 bytes, tokens of 3 to 64 bytes
+# only). A "word" is a folded token; a "term" is what the index holds for it, its stem.
 
 _TOKEN = re.compile(r"[^\W_]+")
 
@@ -553,21 +525,17 @@ class _Folds(dict):
     """Code point -> what unicode61 makes of that character inside a word: its folded form
     ('' when it is a diacritic it drops), or a space when it separates words.
 
-    unicode61 folds one character at a time, by tables of the Unicode version SQLite was
-    built with, so the only faithful source is SQLite itself: the characters of a text not
-    seen yet are looked up together, in one round trip whatever the table holds (looked up
-    one at a time, a long text of new characters held writers up for seconds), by tokenizing
-    each between two letters, and kept. A full table (MAX_FOLDS) starts again from ASCII.
+    unicode61 folds by the tables of the Unicode version SQLite was built with, so SQLite is
+    the only faithful source: a text's new characters are looked up together, in one round
+    trip (one a character held writers up), and kept. A full table starts again from ASCII.
     """
 
+    _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
+
     def __init__(self):
-        super().__init__(self._ascii())
+        super().__init__(self._ASCII)
         self._lock = threading.Lock()
         self._db = None
-
-    @staticmethod
-    def _ascii():
-        return ((i, chr(i).lower() if chr(i).isalnum() else " ") for i in range(128))
 
     def fold(self, text):
         """`text` with each character folded, as unicode61 has it inside a word."""
@@ -581,7 +549,7 @@ class _Folds(dict):
         if len(self) + len(values) > MAX_FOLDS:
             values.update((ord(c), self[ord(c)]) for c in chars if ord(c) in self)
             self.clear()
-            self.update(self._ascii())
+            self.update(self._ASCII)
         self.update(values)
         return text.translate(self)
 
@@ -675,8 +643,7 @@ def _m_gt1_s_or_t(s):
 
 
 def _by_last_letter(rules):
-    """Rules grouped by the last letter of their suffix, order kept: a word is only tried
-    against the rules that can match it, not every one."""
+    """Rules by the last letter of their suffix, in order: a word meets only those it may match."""
     grouped = collections.defaultdict(list)
     for rule in rules:
         grouped[rule[0][-1]].append(rule)
@@ -685,21 +652,18 @@ def _by_last_letter(rules):
 
 # (suffix, condition on the stem, replacement), tried in order; the first suffix that
 # matches a word longer than itself decides, whether or not its condition holds.
-_STEP2 = [(suf, _m_gt0, rep) for suf, rep in (
+_STEP2 = _by_last_letter([(suf, _m_gt0, rep) for suf, rep in (
     ("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
     ("logi", "log"), ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"),
     ("ousli", "ous"), ("ization", "ize"), ("ation", "ate"), ("ator", "ate"), ("alism", "al"),
     ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous"), ("aliti", "al"),
-    ("iviti", "ive"), ("biliti", "ble"))]
-_STEP3 = [(suf, _m_gt0, rep) for suf, rep in (
+    ("iviti", "ive"), ("biliti", "ble"))])
+_STEP3 = _by_last_letter([(suf, _m_gt0, rep) for suf, rep in (
     ("ical", "ic"), ("ness", ""), ("icate", "ic"), ("iciti", "ic"), ("ful", ""), ("ative", ""),
-    ("alize", "al"))]
-_STEP4 = [(suf, _m_gt1_s_or_t if suf == "ion" else _m_gt1, "") for suf in (
+    ("alize", "al"))])
+_STEP4 = _by_last_letter([(suf, _m_gt1_s_or_t if suf == "ion" else _m_gt1, "") for suf in (
     "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "ion", "ou",
-    "ism", "ate", "iti", "ous", "ive", "ize")]
-
-
-_STEP2, _STEP3, _STEP4 = map(_by_last_letter, (_STEP2, _STEP3, _STEP4))
+    "ism", "ate", "iti", "ous", "ive", "ize")])
 
 
 def _apply(word, rules):
@@ -751,12 +715,10 @@ class _Stems(dict):
     """word -> term, computed on first sight; looking up through it runs at C speed."""
 
     def __missing__(self, word):
-        raw = word.encode("utf-8")
+        raw, term = word.encode("utf-8"), word
         if 3 <= len(raw) <= 64:
             # The C stemmer works on bytes; latin-1 maps each byte to one character.
             term = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace")
-        else:
-            term = word
         if len(self) >= 200_000:  # bounded: unique words (numbers, codes) never stop coming
             self.clear()
         self[word] = term
@@ -780,23 +742,17 @@ def first_words(text, n=None):
 
 
 def _meaningful(words):
-    """The words of a question (`words`) that a search should look for, one per distinct
-    term: stopwords are dropped unless nothing else is left, so "what is it?" still
-    searches."""
-    meaningful = [w for w in words if w not in STOPWORDS] or words
-    seen, kept = set(), []
-    for word in meaningful:
-        term = stem(word)
-        if term not in seen:
-            seen.add(term)
-            kept.append(word)
-    return kept
+    """The words of a question (`words`) that a search looks for, one a distinct term:
+    stopwords are dropped unless nothing else is left, so that "what is it?" still searches."""
+    kept = {}  # term -> the first word that has it
+    for word in [w for w in words if w not in STOPWORDS] or words:
+        kept.setdefault(stem(word), word)
+    return list(kept.values())
 
 
 def _distance(a, b, most=2):
-    """The number of edits (a letter added, dropped or changed, or two neighbours swapped)
-    that make `a` into `b`, or most + 1 if that is more than `most`: only the band of the
-    table within `most` of its diagonal is filled."""
+    """The number of edits (a letter added, dropped or changed, two neighbours swapped) making
+    `a` into `b`, or most + 1 if more than `most`: only the diagonal's band of `most` is filled."""
     if abs(len(a) - len(b)) > most:
         return most + 1
     far = most + 1
@@ -806,16 +762,11 @@ def _distance(a, b, most=2):
         current[0] = i
         for j in range(max(1, i - most), min(len(b), i + most) + 1):
             y = b[j - 1]
-            cost = row[j - 1] + (x != y)
-            if row[j] + 1 < cost:
-                cost = row[j] + 1
-            if current[j - 1] + 1 < cost:
-                cost = current[j - 1] + 1
-            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y and before[j - 2] + 1 < cost:
-                cost = before[j - 2] + 1
+            cost = min(row[j - 1] + (x != y), row[j] + 1, current[j - 1] + 1)
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                cost = min(cost, before[j - 2] + 1)
             current[j] = cost
-            if cost < least:
-                least = cost
+            least = min(least, cost)
         if least > most and i > most:
             return far
         before, row = row, current
@@ -853,8 +804,7 @@ _STORED_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 
 
 def _utc(value):
-    """An ISO 8601 date or date-time, in UTC unless it gives an offset, in the stored form;
-    ValueError if it is not one."""
+    """An ISO 8601 date or date-time (UTC unless it says) in the stored form; else ValueError."""
     if isinstance(value, str) and _STORED_TIME.fullmatch(value):
         datetime.fromisoformat(value[:-1])  # a real day and time (ValueError if not)...
         return value  # ...in the stored form already, as an export has it: no reformatting
@@ -875,19 +825,12 @@ TIME_FORMS = ("an ISO 8601 date or date-time, such as 2026-11-23, 2026-11-23T14:
 
 def _window_end(value, name):
     """A since or until argument in the stored form, or None; InvalidInput if malformed."""
-    if value is None:
-        return None
-    _text(value, name)
-    try:
-        return _utc(value)
-    except ValueError:
-        raise InvalidInput(f"{name} must be {TIME_FORMS}; got {_shorten(value)}") from None
+    return None if value is None else _timestamp(value, name, "; got")
 
 
 def _strings(text):
-    """The strings of a JSON array (a `tags` or `links` column value), as a list, as the one
-    rule reads tags (see _tag_array): nothing for a value that is not one, or holds a NUL;
-    a string that is not Unicode text (an escaped lone surrogate) left out."""
+    """The strings of a `tags` or `links` column value, as the one rule reads tags (_tag_array):
+    none unless a JSON array without a NUL, and no string holding a lone surrogate."""
     if not isinstance(text, str):
         return []  # NULL, or a BLOB another program wrote
     try:
@@ -905,23 +848,13 @@ def _strings(text):
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
+# The JSON name of each type, for messages: bool before int, which it is a kind of.
+_KINDS = ((type(None), "null"), (bool, "a boolean"), (int, "an integer"), (float, "a number"),
+          (str, "a string"), ((list, tuple), "an array"), (dict, "an object"))
+
+
 def _kind(value):
-    """The JSON name of a value's type, for messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
+    return next((name for kind, name in _KINDS if isinstance(value, kind)), type(value).__name__)
 
 
 def _shorten(value, n=60):
@@ -937,15 +870,12 @@ def _node_id(value, name="node_id"):
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {_kind(value)}")
     if _CANONICAL_ID.fullmatch(value):
-        # Canonical already, as every stored id is: no uuid.UUID to build, which an import
-        # asks for every id and link.
-        return value
+        return value  # as every stored id is: no uuid.UUID to build for each id of an import
     try:
-        parsed = uuid.UUID(value)
+        return str(uuid.UUID(value))
     except ValueError:
         raise InvalidInput(f"{name} {_shorten(value)} is not a memory id (ids look like "
                            f"'{uuid.UUID(int=0)}')") from None
-    return str(parsed)
 
 
 def _text(value, name, *, allow_empty=True):
@@ -969,8 +899,7 @@ def _content(value):
 
 
 def _tags(values):
-    """Tags stripped of surrounding space, duplicates whatever their case dropped (the first
-    spelling kept), order kept."""
+    """Tags stripped of space, in order, each once whatever its case (the first spelling kept)."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
     tags = {}  # in order, each once (a dict: asking a list grows with the square)
@@ -1039,13 +968,14 @@ def _int(value, name, low, high):
     return value
 
 
-def _timestamp(value, name):
-    """An imported time in the stored form (UTC, milliseconds, Z)."""
+def _timestamp(value, name, got=", got"):
+    """A time argument in the stored form (UTC, milliseconds, Z); InvalidInput if malformed,
+    saying `got` before the value (a window's end says "; got", an imported time ", got")."""
     _text(value, name)
     try:
         return _utc(value)
     except ValueError:
-        raise InvalidInput(f"{name} must be {TIME_FORMS}, got {_shorten(value)}") from None
+        raise InvalidInput(f"{name} must be {TIME_FORMS}{got} {_shorten(value)}") from None
 
 
 # A memory as an import file gives it, checked and completed.
@@ -1078,8 +1008,7 @@ def check_records(values):
 
 
 def _checked(values):
-    """Records from memory objects, one by one; InvalidInput naming the first bad one, or an
-    id that an earlier record has too."""
+    """Records from memory objects, one by one; InvalidInput at a bad one or a repeated id."""
     first = {}  # id -> the number of the record that gave it
     for number, value in enumerate(values, 1):
         record = _record(value, number)
@@ -1099,36 +1028,25 @@ def _source(value):
 
 
 _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
-# The same, read: each text column as text, whatever another program stored there before the
-# triggers refused it (a BLOB, a number).
+# The same, each text column read as text, whatever another program stored before version 8.
 _READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _COLUMNS.split(", "))
 
 
 def _node(row):
-    """A memory as callers get it, from a row of _READ. Tags and links that are not JSON
-    arrays of strings (left by another program in a file from before version 7) read as the
-    strings they hold."""
+    """A memory as callers get it, from a row of _READ; tags and links not a JSON array of
+    strings (another program's, before version 7) read as the strings they hold."""
     count = row[7]
-    return {
-        "id": row[0],
-        "content": row[1],
-        "tags": _strings(row[2]),
-        "links": _strings(row[3]),
-        "source": row[4] or "",
-        "created_at": row[5],
-        "last_accessed": row[6],
-        # A float here was left by a version whose count overflowed past MAX_INT; text or a
-        # BLOB, by another program before version 8 refused them.
-        "access_count": int(max(0, min(count, MAX_INT)))
-        if isinstance(count, (int, float)) and count == count else 0,
-    }
+    # A float here was left by a version whose count overflowed past MAX_INT; text or a
+    # BLOB, by another program before version 8 refused them.
+    if not isinstance(count, (int, float)) or count != count:
+        count = 0
+    return {"id": row[0], "content": row[1], "tags": _strings(row[2]),
+            "links": _strings(row[3]), "source": row[4] or "", "created_at": row[5],
+            "last_accessed": row[6], "access_count": int(max(0, min(count, MAX_INT)))}
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False)  # json.dumps with options makes one a call
-
-
-def _json(value):
-    return _ENCODER.encode(value)
+# JSON text of a value; one encoder kept, as json.dumps with options makes one a call.
+_json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _id_list(ids):
@@ -1159,10 +1077,8 @@ def _marks(items):
 
 def _carrying(tags, column):
     """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
-    tag of `tags` remain, each given as the list of its spellings (see Store._spellings).
-    One join per tag up to three; the rest are looked up one memory at a time in the last
-    join's condition, since many joins exhaust SQLite's planner (and FTS5's MATCH with it:
-    16 tags made it refuse, 64 hit the join limit)."""
+    tag of `tags` (each the list of its spellings: Store._spellings) remain. Three are joined,
+    the rest asked in the last join's condition: many joins exhaust SQLite's planner and MATCH."""
     joined, rest = tags[:3], tags[3:]
     sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_marks(s)})"
                   for i, s in enumerate(joined))
@@ -1171,15 +1087,11 @@ def _carrying(tags, column):
     return sql, [t for spellings in (*joined, *rest) for t in spellings]
 
 
-
-
 # ----------------------------------------------------------------------------- checking
 #
-# Any program may write `nodes`: SQLite keeps what is derived from it right, and refuses
-# what no tool would write (_REFUSED); what another program may still write that this one
-# would not (a link to a missing memory, an exact duplicate, text that is not UTF-8), or
-# wrote before version 8 refused it, is stored as written, read around, and named by
-# `store.py check`.
+# What another program may write into `nodes` that this one would not (a link to a missing
+# memory, an exact duplicate, text that is not UTF-8), or wrote before version 8 refused it
+# (_REFUSED), is stored as written, read around, and named by `store.py check`.
 
 
 def _clean_tags(text):
@@ -1206,8 +1118,7 @@ def _string_array(text):
 
 
 def _tag_trouble(text):
-    """What is wrong with a tags column value, in words, or None if remember could have
-    written it."""
+    """What is wrong with a tags column value, in words; None if remember could have written it."""
     if not _string_array(text):
         return "are not a JSON array of strings"
     if text is not None and _clean_tags(text) != json.loads(text):
@@ -1257,8 +1168,7 @@ def _rule_breakers(db):
             "SELECT rowid, CAST(id AS TEXT), CAST(tags AS TEXT), CAST(links AS TEXT), "
             "created_at, last_accessed, CAST(content AS BLOB) FROM nodes"):
         name = node_id if node_id is not None else f"rowid {rowid}"
-        trouble = _tag_trouble(tags)
-        if trouble:
+        if trouble := _tag_trouble(tags):
             found[f"memories whose tags {trouble}"].append(name)
         if not _string_array(text):
             found["memories whose links are not a JSON array of ids"].append(name)
@@ -1308,13 +1218,12 @@ def _mend_rows(db):
         (str(uuid.uuid4()), rowid) for (rowid,) in db.execute(
             "SELECT rowid FROM nodes WHERE id IS NULL").fetchall()])
     db.execute("UPDATE nodes SET content = CAST(content AS TEXT) WHERE typeof(content) = 'blob'")
-    db.execute("UPDATE nodes SET source = CAST(source AS TEXT) WHERE typeof(source) NOT IN "
-               "('text', 'null')")
     db.execute("UPDATE nodes SET access_count = coalesce(CAST(access_count AS INTEGER), 0) "
                "WHERE typeof(access_count) NOT IN ('integer', 'real', 'null')")
-    for column in ("created_at", "last_accessed"):
+    for column, kinds in (("source", "'text', 'null'"), ("created_at", "'text'"),
+                          ("last_accessed", "'text'")):
         db.execute(f"UPDATE nodes SET {column} = CAST({column} AS TEXT) "
-                   f"WHERE typeof({column}) <> 'text'")
+                   f"WHERE typeof({column}) NOT IN ({kinds})")
 
 
 # ----------------------------------------------------------------------------- connections
@@ -1324,8 +1233,7 @@ class WriteQueue:
     """The writers of this process, first come first served. A plain lock lets the thread that
     releases it take it again at once, and SQLite's own wait polls with sleeps: under many
     HTTP clients either let some writes wait past any bound. Each waiting thread blocks on a
-    lock of its own, and the turn goes to the first alone (waking them all woke every waiting
-    thread a write)."""
+    lock of its own, so that a turn wakes the first alone, not every thread waiting."""
 
     def __init__(self):
         self._lock = threading.Lock()          # guards the fields below
@@ -1333,8 +1241,7 @@ class WriteQueue:
         self._waiting = collections.deque()    # one held lock per waiting thread, in order
 
     def take(self, timeout):
-        """True once it is the caller's turn to write; False, and out of the queue, after
-        `timeout` seconds."""
+        """True once it is the caller's turn; False, and out of the queue, after `timeout` s."""
         with self._lock:
             if not self._taken:
                 self._taken = True
@@ -1383,11 +1290,10 @@ def replicated(path):
 
 
 def _log_bytes(path):
-    """How long the log of the database at `path` is, in bytes: the frames written since it
-    last started over, which carry the salt of its header (older ones after them carry older
-    salts; sqlite.org/fileformat2.html#walformat). The -wal file's size says only how long
-    it has ever been. Read from the -wal, never the -shm: closing a file that SQLite locks
-    in this process would drop its locks. 0 when there is no log."""
+    """How long the log of the database at `path` is, in bytes (0 without one): the frames
+    since it last started over, which carry its header's salt (older ones after them, older
+    salts: sqlite.org/fileformat2.html#walformat); the -wal's size is how long it ever was.
+    Read from the -wal, never the -shm: closing a file SQLite locks here drops its locks."""
     try:
         with open(path + "-wal", "rb") as f:
             header = f.read(32)
@@ -1407,16 +1313,14 @@ def _log_bytes(path):
         return 0
 
 
-# How text is read: as UTF-8, and where another program stored bytes that are not (Latin-1
-# typed at a terminal, cast to TEXT), with replacement characters, rather than failing every
-# query that meets them (test_one_bad_row_never_takes_recall_away).
+# How text is read: as UTF-8, with replacement characters where another program stored bytes
+# that are not (Latin-1), not failing every query (test_one_bad_row_never_takes_recall_away).
 _TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 
 
 class Database:
-    """The SQLite file as this process uses it: the connections (one per thread, each set up
-    the same way), the read and write transactions, and SQLite's errors in words. Compare
-    coverage.py's SqliteDb and datasette's Database."""
+    """The SQLite file as this process uses it: a connection per thread, set up alike, the read
+    and write transactions, SQLite's errors in words (compare coverage.py's SqliteDb)."""
 
     def __init__(self, path, timeout=BUSY_TIMEOUT):
         self.path = path
@@ -1433,9 +1337,8 @@ class Database:
         db = getattr(self._local, "db", None)
         if db is None:
             try:
-                # SQLite's own wait is kept short once the connection is set up (below):
-                # write() waits for the write lock itself. Until then it may wait as long as
-                # a write would, for another process switching a new file to WAL.
+                # SQLite's own wait: a write's while another process may switch a new file to
+                # WAL; short once set up (below), as write() waits for the write lock itself.
                 db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
                                      check_same_thread=False)
                 db.text_factory = _TEXT
@@ -1446,9 +1349,8 @@ class Database:
                     # macOS's fsync leaves what was written in the drive's own cache, which a
                     # power cut loses; F_FULLFSYNC flushes it (see README, Your data).
                     db.execute("PRAGMA fullfsync=ON")
-                # FTS5's vocabulary, for the df of a search's terms (see _doc_counts); made
-                # before anything can make the connection read-only, as a temporary table is
-                # written.
+                # FTS5's vocabulary, the df of a search's terms (_doc_counts): a temporary
+                # table, so made before anything can make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
                 self._set_log(db, replicated(self.path))
@@ -1474,12 +1376,10 @@ class Database:
     def _set_log(self, db, replicated):
         """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into
         the file, so that the log starts over (a checkpoint from another thread, racing a
-        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes;
-        and one there bought nothing a remember showed). Under Litestream, checkpoints
-        are Litestream's, and the log is never cut short: a cut takes frames that Litestream
-        0.3.x has not copied yet (its replicas came back corrupt) or makes it start a new
-        generation. A commit still checkpoints past WAL_BOUND, in case the sign of Litestream
-        is stale."""
+        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes).
+        Under Litestream, checkpoints are its own and the log is never cut short, which loses
+        frames 0.3.x has not copied (corrupt replicas) or starts a new generation; a commit
+        still checkpoints past WAL_BOUND, in case the sign of Litestream is stale."""
         if replicated:
             page = db.execute("PRAGMA page_size").fetchone()[0]
             db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_BOUND // page)}")
@@ -1491,12 +1391,10 @@ class Database:
 
     def _make_room(self, db):
         """Before a write under Litestream: while the log is longer than WAL_SOFT, wait for
-        Litestream to checkpoint it (it does after each sync, every second), so that the log
-        stays short; if it has not within WAL_WAIT seconds, it is not running (its directory
-        outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting first.
-        (A stream of remembers alone writes megabytes of log a second.)"""
+        Litestream to checkpoint it; if it has not in WAL_WAIT seconds, it is not running (its
+        directory outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting."""
         if time.monotonic() >= self._looked + LITESTREAM_LOOK:
-            # A stat a write (a tenth of a remember) for what changes once in a long while.
+            # A stat at every write costs too much for what changes once in a long while.
             self._looked, self._replicated = time.monotonic(), replicated(self.path)
         now = self._replicated
         if now != self._local.replicated:  # Litestream came, or went, since db was opened
@@ -1533,14 +1431,12 @@ class Database:
         """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
         rolled back if a statement in it fails; on the disk once it is committed.
 
-        The threads of this process take turns first (see WriteQueue), so that SQLite's wait
-        of `timeout` seconds only ever waits for another process; a thread that cannot get
-        its turn in twice that long gives up, saying the cause was this server's own load.
-        A durable write waits for Litestream to shorten the log (see _make_room) before it
-        takes its turn, so that no other writer waits behind it meanwhile. Not `durable` (a
-        recall's access counts): the commit waits neither for the disk nor for Litestream; a
-        count lost in a power cut harms no one. Without `wait`, Busy at once (BUSY_POLL) if
-        another writer of this process or another holds the lock: a recall must not wait.
+        Threads of this process take turns first (WriteQueue), so SQLite's wait of `timeout`
+        seconds is only for other processes; a thread not given its turn in twice that long
+        gives up, blaming this server's load. A durable write lets Litestream shorten the log
+        (_make_room) before its turn, so that no writer waits behind it. Not `durable` (access
+        counts), the commit waits for neither the disk nor Litestream: a lost count harms no
+        one. Without `wait`, Busy at once if another writer holds the lock: recall must not wait.
         """
         db = self.connection()
         if durable:
@@ -1563,20 +1459,16 @@ class Database:
             self.queue.give()
 
     def _begin(self, db, timeout):
-        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end.
-
-        SQLite's own wait sleeps longer and longer between tries, and a process writing in bursts
-        (an import) leaves shorter gaps, so a writer could wait out its whole timeout between
-        them. Each try here waits BUSY_POLL at most, so the next one comes soon enough.
-        """
+        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end, in
+        tries of BUSY_POLL at most: SQLite's own wait sleeps longer and longer between tries,
+        and could wait out its timeout between the gaps of a process writing in bursts."""
         deadline = time.monotonic() + timeout
         while True:
             try:
                 db.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                if _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or \
-                        time.monotonic() >= deadline:
+                if _code(exc) not in _LOCKED or time.monotonic() >= deadline:
                     raise
 
     @contextlib.contextmanager
@@ -1593,18 +1485,15 @@ class Database:
 
     def use_wal(self, db):
         """WAL, so that readers never block the writer; the mode persists in the file.
-
-        Switching takes a moment of sole use and does not wait for it as other statements
-        do: when another process is opening the same new file, try again until `timeout`.
-        """
+        Switching needs a moment of sole use and does not wait for it as other statements do:
+        while another process opens the same new file, try again until `timeout`."""
         deadline = time.monotonic() + self.timeout
         while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             try:
                 db.execute("PRAGMA journal_mode=WAL")
                 return  # WAL, or a mode this file cannot leave (":memory:")
             except sqlite3.OperationalError as exc:
-                if _code(exc) not in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) or \
-                        time.monotonic() > deadline:
+                if _code(exc) not in _LOCKED or time.monotonic() > deadline:
                     raise
                 time.sleep(0.01)
 
