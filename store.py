@@ -3332,8 +3332,7 @@ def _check_file(path):
 
 def reader_gone(exc, system=None):
     """Whether `exc`, raised by a write to standard output, says that its reader has gone:
-    BrokenPipeError, or on Windows (`system`, os.name, says "nt") OSError EINVAL, which is
-    what a write to a pipe closed at the other end raises there."""
+    BrokenPipeError, or OSError EINVAL on Windows (`system`, os.name, says "nt")."""
     return isinstance(exc, BrokenPipeError) or (
         (system or os.name) == "nt" and isinstance(exc, OSError) and exc.errno == errno.EINVAL
         and exc.filename is None)
@@ -3406,22 +3405,18 @@ def utf8_lines(source):
     byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is decoded."""
     head = source.read(2)
     if head not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-        return itertools.chain(io.BytesIO(head + source.readline()), source)
-    return _utf16_lines(head, source)
-
-
-def _utf16_lines(head, source):
-    decoder = codecs.getincrementaldecoder("utf-16")()  # the byte order mark picks LE or BE
-    pending = [decoder.decode(head)]  # the line read so far, in pieces: one may be long
+        yield from itertools.chain(io.BytesIO(head + source.readline()), source)
+        return
+    chunks = itertools.chain([head], iter(lambda: source.read(1 << 16), b""))
+    pending = []  # the line read so far, in pieces: one may be long
     try:
-        for chunk in iter(lambda: source.read(1 << 16), b""):
-            *ended, rest = decoder.decode(chunk).split("\n")
-            for text in ended:
-                pending.append(text)
+        for text in codecs.iterdecode(chunks, "utf-16"):  # the byte order mark picks LE or BE
+            *ended, rest = text.split("\n")
+            for piece in ended:
+                pending.append(piece)
                 yield ("".join(pending) + "\n").encode("utf-8")
                 pending = []
             pending.append(rest)
-        pending.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
     last = "".join(pending)
@@ -3483,16 +3478,13 @@ def _is_graph(value):
 # name and type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic")
 # tagged with both names and its type, and linked to both entities' memories; the two
 # entities' own memories are linked too. So connections from any of John's memories reaches
-# Anthropic's within two hops. Ids are made
-# from what a memory says, so that importing a file again adds only what is new in it.
+# Anthropic's within two hops. Ids are made from what a memory says, so that importing a file
+# again adds only what is new in it.
 #
-# An entity with more than OFFICIAL_LINKED observations (a file often has one such, the
-# user) is linked to its relations by its own memory only: linked to every observation, each
-# relation of it cost as many links: a user with 3,000 observations and 300 relations made
-# 900,000 of them.
-# From one of its observations, a related entity is two hops away and that entity's
-# observations three; connections at depth 2 from it would list its thousands of
-# neighbours first anyway.
+# An entity with more than OFFICIAL_LINKED observations (often one, the user) meets its
+# relations through its own memory only: linking each relation to every observation cost
+# observations times relations links, and connections from there would list its thousands
+# of neighbours first anyway.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
 OFFICIAL_LINKED = 20  # past this many observations, an entity meets its relations by its own memory
@@ -3501,8 +3493,7 @@ OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the
 
 def _official_id(key):
     """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
-    one a memory): the namespace is hashed once, and the version and variant are set in the
-    hex digits."""
+    one a memory): the namespace is hashed once, the version and variant set in hex digits."""
     digest = _OFFICIAL_SHA1.copy()
     digest.update(key.encode("utf-8"))
     h = digest.hexdigest()
@@ -3630,25 +3621,6 @@ def _official_memories(entities, relations, source, report):
                      created or now, created or now, 0)
 
 
-def _summary(report, held, where="the file"):
-    """What an import held (`held`: (key of `report`, its singular) of each thing counted),
-    what it skipped and why, what it changed, and what it kept as text only, in one line.
-    Each is counted under ("skipped", "changed" or "kept as text only", singular, plural,
-    the rest of the reason)."""
-    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in held)
-    said = {"skipped": [], "changed": [], "kept as text only": []}
-    for key, n in report.items():
-        if isinstance(key, tuple) and n:
-            what, one, many, why = key
-            said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
-    return f"flood-memory: {where} held {made}" + "".join(
-        f"; {what}: {'; '.join(items)}" for what, items in said.items() if items)
-
-
-OFFICIAL_HELD = (("entities", "entity"), ("observations", "observation"),
-                 ("relations", "relation"))
-
-
 def _as_tag(text):
     """`text` made a tag that remember takes: control characters made spaces, cut to
     MAX_TAG_LENGTH characters; empty if nothing is left."""
@@ -3714,37 +3686,35 @@ def _when(created):
 # the new content and tags; what is gone from it is listed, never deleted.
 
 UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
-PEER_HELD = (("memories", "memory"),)
-BASIC_MEMORY_HELD = (("notes", "note"), ("observations", "observation"),
-                     ("relations", "relation"))
 
 
 class _Shaper:
     """The Records of one import from another memory server, made by the official import's
     rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, and a key that came before is skipped."""
+    was skipped is counted in `report`, and a key that came before is skipped. A reader
+    yields what `record` gives, None too: _Spool drops it."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
         self.seen = _Seen()  # the ids made so far, as _id_numbers
+
+    def skip(self, why):
+        """Count a memory skipped, and why; None, as `record` gives for it."""
+        self.report["skipped", "memory", "memories", why] += 1
 
     def record(self, key, content, tags, created, source, links=()):
         """The Record made from `key` (a tuple of strings) and the rest, or None when there
         is nothing to keep (counted)."""
         node_id = _official_id("\0".join((self.format, *key)))
         if _id_number(node_id) in self.seen:
-            self.report["skipped", "memory", "memories", "repeated in the source"] += 1
-            return None
+            return self.skip("repeated in the source")
         try:
             content = _text(content, "content").strip()
             tags = [_text(t, "a tag") for t in tags]
         except InvalidInput:
-            self.report["skipped", "memory", "memories", "with text that is not valid "
-                        "Unicode"] += 1
-            return None
+            return self.skip("with text that is not valid Unicode")
         if not content:
-            self.report["skipped", "memory", "memories", "with no text"] += 1
-            return None
+            return self.skip("with no text")
         if len(content) > MAX_CONTENT:
             kept = content[:MAX_CONTENT - 60].rstrip()
             content = f"{kept} [cut: {len(content) - len(kept):,} more characters in the source]"
@@ -3773,37 +3743,35 @@ def _id_number(node_id):
 
 
 class _Seen:
-    """A set of the _id_numbers of an import, 16 bytes each (open addressing in an array):
-    a Python set of them took 64 bytes a number, and a source of short memories may hold
-    millions (1,000,000 of six letters peaked at 170 MB, against 136 allowed)."""
+    """A set of the _id_numbers of an import, in an array (open addressing): a Python set
+    takes four times the memory, and a source of short memories may hold millions."""
 
     def __init__(self, numbers=()):
         self.slots, self.n = array.array("Q", bytes(8 * 1024)), 0
         for number in numbers:
             self.add(number)
 
-    def __contains__(self, number):
-        slots, mask = self.slots, len(self.slots) - 1
-        i = number & mask
-        while slots[i]:
-            if slots[i] == number:
-                return True
-            i = (i + 1) & mask
-        return False
-
-    def add(self, number):
-        if 2 * (self.n + 1) > len(self.slots):  # at most half full: probes stay short
-            old, self.slots, self.n = self.slots, array.array("Q", bytes(16 * len(
-                self.slots))), 0
-            for kept in old:
-                if kept:
-                    self.add(kept)
+    def _slot(self, number):
+        """Where `number` is, or else the empty slot where it goes."""
         slots, mask = self.slots, len(self.slots) - 1
         i = number & mask
         while slots[i] and slots[i] != number:
             i = (i + 1) & mask
-        self.n += not slots[i]
-        slots[i] = number
+        return i
+
+    def __contains__(self, number):
+        return self.slots[self._slot(number)] == number
+
+    def add(self, number):
+        if 2 * (self.n + 1) > len(self.slots):  # at most half full: probes stay short
+            old = self.slots
+            self.slots, self.n = array.array("Q", bytes(16 * len(old))), 0
+            for kept in old:
+                if kept:
+                    self.add(kept)
+        i = self._slot(number)
+        self.n += not self.slots[i]
+        self.slots[i] = number
 
 
 def _source_name(format_name, path):
@@ -3847,8 +3815,8 @@ def _split_tags(value):
 
 def mcp_memory_service_records(path, report):
     """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
-    shaper, source = _Shaper(report, "mcp-memory-service"), _source_name("mcp-memory-service",
-                                                                         path)
+    shaper = _Shaper(report, "mcp-memory-service")
+    source = _source_name("mcp-memory-service", path)
     try:
         db = _read_only(path)
         try:
@@ -3864,23 +3832,18 @@ def mcp_memory_service_records(path, report):
             while rows := cursor.fetchmany(500):
                 for key, content, tags, created, created_iso, deleted, newer in rows:
                     report["memories"] += 1
-                    if deleted is not None:
-                        report["skipped", "memory", "memories", "deleted there"] += 1
-                        continue
-                    if newer:
-                        report["skipped", "memory", "memories", "replaced there by a newer "
-                               "version"] += 1
-                        continue
                     texts = [_decoded(v) for v in (key, content, tags)]
-                    if None in texts[:2] or tags is not None and texts[2] is None:
-                        report["skipped", "memory", "memories", "with no content_hash or "
-                               "content, or text that is not UTF-8"] += 1
-                        continue
-                    key, content, tags = texts
-                    record = shaper.record((key,), content, _split_tags(tags), _when(
-                        created) or _when(_decoded(created_iso)), source)
-                    if record:
-                        yield record
+                    if deleted is not None:
+                        shaper.skip("deleted there")
+                    elif newer:
+                        shaper.skip("replaced there by a newer version")
+                    elif None in texts[:2] or tags is not None and texts[2] is None:
+                        shaper.skip("with no content_hash or content, or text that is not "
+                                    "UTF-8")
+                    else:
+                        yield shaper.record((texts[0],), texts[1], _split_tags(texts[2]),
+                                            _when(created) or _when(_decoded(created_iso)),
+                                            source)
         finally:
             db.close()
     except sqlite3.Error as exc:
@@ -3987,13 +3950,11 @@ def _json_export_records(binary, name, report):
         report["memories"] += 1
         tags, content_hash = item.get("tags"), item.get("content_hash")
         if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
-            report["skipped", "memory", "memories", "without content_hash or content"] += 1
+            shaper.skip("without content_hash or content")
             continue
-        record = shaper.record((content_hash,), item["content"], _split_tags(tags),
-                               _when(item.get("created_at")) or _when(
-                                   item.get("created_at_iso")), source)
-        if record:
-            yield record
+        yield shaper.record((content_hash,), item["content"], _split_tags(tags),
+                            _when(item.get("created_at")) or _when(item.get("created_at_iso")),
+                            source)
     if "memories" not in keys:
         raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s '
                            'export')
@@ -4025,35 +3986,32 @@ def openmemory_records(path, report):
                 elif key == "memories" and None in names.values():
                     later = True
                 elif key == "memories":
-                    yield from _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(shaper, value, names, source, report)
             for key, value in members() if later else ():
                 if key == "memories":
-                    yield from _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(shaper, value, names, source, report)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
             NotImplementedError, RuntimeError) as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
 
 
 def _openmemory_record(shaper, memory, names, source, report):
-    """The Record of one memory of memories.json, if it is kept (as a list, for yield from)."""
+    """The Record of one memory of memories.json, or None if it is not kept."""
     if not isinstance(memory, dict):
         raise InvalidInput("memories.json's memories must be an array of objects")
     report["memories"] += 1
     state = memory.get("state")
     if state not in ("active", "paused"):
-        report["skipped", "memory", "memories", f"{state} there"
-               if state in ("archived", "deleted") else "in no state it knows"] += 1
-        return []
+        return shaper.skip(f"{state} there" if state in ("archived", "deleted") else
+                           "in no state it knows")
     if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
-        report["skipped", "memory", "memories", "without id or content"] += 1
-        return []
+        return shaper.skip("without id or content")
     categories = memory.get("category_ids")
     tags = [(names["categories"] or {}).get(c) for c in categories
             if isinstance(c, str)] if isinstance(categories, list) else []
     tags.append((names["apps"] or {}).get(memory.get("app_id")))
-    record = shaper.record((memory["id"],), memory["content"],
-                           [t for t in tags if t], _when(memory.get("created_at")), source)
-    return [record] if record else []
+    return shaper.record((memory["id"],), memory["content"], [t for t in tags if t],
+                         _when(memory.get("created_at")), source)
 
 
 def _files(folder, report):
@@ -4093,13 +4051,10 @@ def _markdown(path, report):
     line breaks as \\n; None when it cannot be read or is not such text (counted)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            text = _text_stream(f).read()
     except OSError:
         report["skipped", "file", "files", "that could not be read"] += 1
         return None
-    try:
-        text = data.decode("utf-16" if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-                           else "utf-8-sig")
     except UnicodeDecodeError:
         report["skipped", "file", "files", "not UTF-8 text"] += 1
         return None
@@ -4368,11 +4323,9 @@ def basic_memory_records(folder, report):
             if other is None:
                 report["skipped", "relation", "relations", "to a note not in the folder"] += 1
                 continue
-            record = shaper.record((permalink, kind, other[0]),
-                                   f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
-                                   created, source, dict.fromkeys(reach + other[3]))
-            if record:
-                yield record
+            yield shaper.record((permalink, kind, other[0]),
+                                f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
+                                created, source, dict.fromkeys(reach + other[3]))
 
 
 def is_basic_memory(folder):
@@ -4474,16 +4427,12 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    shaper, source = _Shaper(report, "gemini"), f"gemini: {project}"
-    created = _mtime(file)
+    shaper, source, created = _Shaper(report, "gemini"), f"gemini: {project}", _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
             report["memories"] += 1
-            record = shaper.record((project, os.path.basename(file), item.strip()), item,
-                                   ["gemini"] + [project] * (project != "global"), created,
-                                   source)
-            if record:
-                yield record
+            yield shaper.record((project, os.path.basename(file), item.strip()), item,
+                                ["gemini"] + [project] * (project != "global"), created, source)
 
 
 _GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
@@ -4590,14 +4539,14 @@ def _memories(n):
 class _Spool:
     """Records kept in the binary file `file` and read back once: an import's checked records
     wait here, on disk, rather than in memory. In marshal's form, which this same process
-    reads back faster than JSON."""
+    reads back faster than JSON. A None among `records` (see _Shaper) is dropped."""
 
     def __init__(self, records, file):
         self.file = file
         self.n = 0
         self.first = []  # the first three, for samples
         self.sources = set()  # the sources they name
-        for self.n, record in enumerate(records, 1):
+        for self.n, record in enumerate(filter(None, records), 1):
             data = marshal.dumps(tuple(record))
             if self.n <= 3:
                 self.first.append(record)
@@ -4855,43 +4804,30 @@ def split_command(text, system=None):
     ValueError for a quote left open."""
     if (system or os.name) != "nt":
         return shlex.split(text)
-    words, word, started, quoted, at = [], [], False, False, 0
-    while at < len(text):
-        char = text[at]
-        if char == "\\":
-            end = at
-            while end < len(text) and text[end] == "\\":
-                end += 1
-            slashes = end - at
-            if text[end:end + 1] == '"':
-                # Before a quote, a pair of backslashes is one, and one left over makes
-                # the quote a character rather than a delimiter.
-                word.append("\\" * (slashes // 2))
-                if slashes % 2:
-                    word.append('"')
-                    end += 1
-            else:
-                word.append("\\" * slashes)
-            at, started = end, True
-        elif char == '"':
-            if quoted and text[at + 1:at + 2] == '"':
-                word.append('"')
-                at += 1
+    words, word, quoted = [], None, False  # word: None between words
+    tokens = re.finditer(r'(\\*)"|\\+|[ \t]|[^\\" \t]+', text)
+    for token in tokens:
+        slashes = token.group(1)
+        if token.group() in (" ", "\t") and not quoted:
+            if word is not None:
+                words.append(word)
+            word = None
+        elif slashes is None:
+            word = (word or "") + token.group()
+        else:
+            # Before a quote, a pair of backslashes is one, and one left over makes the
+            # quote a character rather than a delimiter.
+            word = (word or "") + "\\" * (len(slashes) // 2)
+            if len(slashes) % 2:
+                word += '"'
+            elif quoted and text.startswith('"', token.end()):  # "" inside quotes: a quote
+                word += '"'
+                next(tokens)
             else:
                 quoted = not quoted
-            at, started = at + 1, True
-        elif char in " \t" and not quoted:
-            if started:
-                words.append("".join(word))
-            word, started, at = [], False, at + 1
-        else:
-            word.append(char)
-            at, started = at + 1, True
     if quoted:
         raise ValueError("No closing quotation")
-    if started:
-        words.append("".join(word))
-    return words
+    return words + ([] if word is None else [word])
 
 
 # The editors tried, in order, when neither VISUAL nor EDITOR is set, as git does: Debian's
@@ -5076,20 +5012,36 @@ def _restore(store, args, directory):
     return 0
 
 
+_HELD = {  # format: where an import read, and what its report counts as held
+    "official": ("the file", ("entity", "entities"), ("observation", "observations"),
+                 ("relation", "relations")),
+    "basic-memory": ("the folder", ("note", "notes"), ("observation", "observations"),
+                     ("relation", "relations")),
+    "claude-code": ("the folders", ("topic file", "topic files")),
+}
+
+
 def _found(format_name, kind, records, report):
-    """Say what an import read: its kind, how many memories, three samples, and what was
-    held, skipped and changed."""
+    """Say what an import read: its kind, how many memories, three samples, what was held,
+    and what was skipped, changed or kept as text only, each counted in `report` under
+    ("skipped", "changed" or "kept as text only", singular, plural, the rest of the why)."""
     width = _width() - 4
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
         text = _visible(" ".join(record.content.split()))
         _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
-    if report is not None:
-        _say(_summary(report, *{
-            "official": (OFFICIAL_HELD,), "basic-memory": (BASIC_MEMORY_HELD, "the folder"),
-            "claude-code": ((("topic files", "topic file"),), "the folders"),
-        }.get(format_name, (PEER_HELD, "it"))))
+    if report is None:
+        return
+    where, *held = _HELD.get(format_name, ("it", ("memory", "memories")))
+    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for one, k in held)
+    said = {"skipped": [], "changed": [], "kept as text only": []}
+    for key, n in report.items():
+        if isinstance(key, tuple) and n:
+            what, one, many, why = key
+            said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
+    _say(f"flood-memory: {where} held {made}" + "".join(
+        f"; {what}: {'; '.join(items)}" for what, items in said.items() if items))
 
 
 def _import(store, args, records, peer):
