@@ -3347,8 +3347,8 @@ def export(store, out):
 
 
 def read_lines(lines):
-    """(line number, record number, value) of each JSON line (bytes), blank lines skipped;
-    a line that is not JSON is InvalidInput naming it."""
+    """("line 3", value) of each JSON line (bytes), blank lines skipped; a line that is not
+    JSON is InvalidInput naming it."""
     number = 0
     for line_number, line in enumerate(lines, 1):
         if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
@@ -3357,7 +3357,7 @@ def read_lines(lines):
             continue
         number += 1
         try:
-            yield line_number, number, json.loads(line.decode("utf-8"))
+            yield f"line {line_number}", json.loads(line.decode("utf-8"))
         except UnicodeDecodeError:
             raise InvalidInput(f"record {number} (line {line_number}) is not UTF-8 text") from None
         except (ValueError, RecursionError) as exc:
@@ -3385,10 +3385,9 @@ def read_entries(lines):
     if first != b"{" and not first.startswith(b"["):
         parsed = read_lines(itertools.chain(head, lines))
         top = next(parsed, None)
-        rest = ((f"line {line}", value) for line, _, value in parsed)
-        if top and _is_graph(top[2]):
-            return True, itertools.chain(_graph_entries(top[2]), rest)
-        return False, itertools.chain([(f"line {top[0]}", top[2])] if top else [], rest)
+        if top and _is_graph(top[1]):
+            return True, itertools.chain(_graph_entries(top[1]), parsed)
+        return False, itertools.chain([top] if top else [], parsed)
     try:
         values = _json_values(b"".join(itertools.chain(head, lines)).decode("utf-8"))
     except UnicodeDecodeError:
@@ -3429,8 +3428,7 @@ _DECODER = json.JSONDecoder()
 
 
 def _json_values(text):
-    """[(line, value)] of the JSON values in `text`, one after another, each with the line
-    it starts on; InvalidInput naming where one is not JSON."""
+    """[(line it starts on, value)] of the JSON values in `text`, one after another."""
     values, at, line = [], 0, 1
     while True:
         start = _JSON_SPACE.match(text, at).end()
@@ -3511,11 +3509,9 @@ def is_official(value):
 
 
 def official_records(entries, source, report):
-    """The Records of the memories of an official memory file, as an iterator, whose parsed
-    lines are `entries` ([(where, value)], where as "line 3"; see read_entries); `source`
-    names the file in each memory. Every line is checked before this returns: a malformed
-    one is InvalidInput naming it. `report`, a Counter, counts entities, observations and
-    relations, and what was skipped and why."""
+    """The Records of an official memory file's `entries` (see read_entries), as an iterator;
+    `source` names the file in each. Every line is checked before this returns: a malformed
+    one is InvalidInput naming it. `report` counts what was held, and skipped and why."""
     entities, relations = {}, {}
     for where, value in entries:
         if not isinstance(value, dict):
@@ -3574,14 +3570,12 @@ def _official_memories(entities, relations, source, report):
     seen = {}  # name -> its tag
 
     def tags_of(*names):
-        """The names of the file as tags: as they are when remember takes them as tags, or
-        else cut to MAX_TAG_LENGTH and cleared of control characters (counted, once a name),
-        rather than refusing the file for them."""
+        # The names as tags: as they are if remember takes them, else made tags it takes
+        # (counted, once a name) rather than refusing the file for them.
         for name in names:
             if name not in seen:
-                seen[name] = name
-                if len(name) > MAX_TAG_LENGTH or _CONTROL.search(name):
-                    seen[name] = _as_tag(name)
+                seen[name] = _as_tag(name)  # the names are stripped: changed only if it must be
+                if seen[name] != name:
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
         return _tags([seen[name] for name in names])
@@ -3590,8 +3584,7 @@ def _official_memories(entities, relations, source, report):
         ids[name] = [_official_id(f"entity\0{name}")]
         ids[name] += (_official_id(f"observation\0{name}\0{text}")
                       for text in entity["observations"])
-    # Related entities' own memories link too: from a memory of one relation of John's, the
-    # other entities he is related to are two links away.
+    # Related entities' own memories link too (see above).
     related = collections.defaultdict(list)
     for start, _, end in relations:
         if start in entities and end in entities and start != end:
@@ -3622,8 +3615,7 @@ def _official_memories(entities, relations, source, report):
 
 
 def _as_tag(text):
-    """`text` made a tag that remember takes: control characters made spaces, cut to
-    MAX_TAG_LENGTH characters; empty if nothing is left."""
+    """`text` made a tag that remember takes: control characters made spaces, cut to length."""
     return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
@@ -3703,8 +3695,7 @@ class _Shaper:
         self.report["skipped", "memory", "memories", why] += 1
 
     def record(self, key, content, tags, created, source, links=()):
-        """The Record made from `key` (a tuple of strings) and the rest, or None when there
-        is nothing to keep (counted)."""
+        """The Record made from `key` (a tuple of strings) and the rest; None if skipped."""
         node_id = _official_id("\0".join((self.format, *key)))
         if _id_number(node_id) in self.seen:
             return self.skip("repeated in the source")
@@ -3775,14 +3766,12 @@ class _Seen:
 
 
 def _source_name(format_name, path):
-    """The source of the memories of an import: the format and the file's or folder's name
-    (never its whole path: a folder moved elsewhere is the same source)."""
+    """The source of an import's memories: the format and the file's or folder's name."""
     return f"{format_name}: {os.path.basename(os.path.normpath(os.path.abspath(path)))}"
 
 
 def _read_only(path):
-    """A connection to the SQLite file `path` that cannot write it; bytes for text, so that
-    a value that is not UTF-8 reads as what it is."""
+    """A read-only connection to the SQLite file `path`; bytes for text, not UTF-8 as it is."""
     where = os.path.abspath(path).replace(os.sep, "/")
     where = where if where.startswith("/") else "/" + where  # C:/... on Windows
     db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
@@ -3852,8 +3841,7 @@ def mcp_memory_service_records(path, report):
 
 
 def _text_stream(binary):
-    """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 when it starts
-    with that byte order mark, as the official import reads a file."""
+    """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 after its BOM."""
     head = binary.peek(2)[:2]
     utf16 = head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
     return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
@@ -3924,13 +3912,10 @@ def _json_members(stream, arrays, keys=None):
         expect(":")
         if key in arrays and space() == "[":
             at += 1
-            if space() != "]":
-                while True:
-                    yield key, value()
-                    if expect(",]") == "]":
-                        break
-            else:
-                at += 1
+            after = expect("]") if space() == "]" else ","  # "," while an item follows
+            while after == ",":
+                yield key, value()
+                after = expect(",]")
         else:
             yield key, value()
         if expect(",}") == "}":
@@ -3938,8 +3923,7 @@ def _json_members(stream, arrays, keys=None):
 
 
 def _json_export_records(binary, name, report):
-    """The Records of mcp-memory-service's JSON export, read from the binary stream
-    `binary`, as an iterator."""
+    """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
     shaper, source = _Shaper(report, "mcp-memory-service"), f"mcp-memory-service: {name}"
     keys = set()
     for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
@@ -4149,8 +4133,7 @@ _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 
 
 def _lines(text):
-    """The lines of `text`, one at a time: a list of a file's millions would be many times
-    its size."""
+    """The lines of `text`, one at a time: a list of them would be many times its size."""
     start = 0
     while start < len(text):
         end = text.find("\n", start)
@@ -4329,8 +4312,7 @@ def basic_memory_records(folder, report):
 
 
 def is_basic_memory(folder):
-    """Whether `folder` holds basic-memory's notes: one at least whose front matter has
-    the title, type and permalink that basic-memory writes."""
+    """Whether a note in `folder` has the front matter basic-memory writes (title, type...)."""
     for path, relative in _files(folder, collections.Counter()):
         if relative.lower().endswith(".md"):
             with contextlib.suppress(OSError), open(path, "rb") as f:
@@ -4409,14 +4391,12 @@ def claude_code_records(path, report):
                     report["memories"] += 1
                     first = first or record.id
                     yield record
-        missing = sum(1 for name in titles if name not in found)
         report["skipped", "link of MEMORY.md", "links of MEMORY.md", "to a file not in the "
-               "folder"] += missing
+               "folder"] += len(titles.keys() - found)
 
 
 def gemini_records(path, report):
-    """The Records of the items of the "## Gemini Added Memories" section of a GEMINI.md
-    (at `path`, or in the folder `path`), as an iterator."""
+    """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`."""
     file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
     text = _markdown(file, report)
     if text is None:
@@ -4473,16 +4453,15 @@ def _import_source(args, stack):
     reads: the format as --format names it, or told from the content. `report` counts what
     was held, skipped and changed (None for Flood Memory's export)."""
     path, format_name, report = args.file, args.format, collections.Counter()
+    readers = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
+               "gemini": gemini_records, "openmemory": openmemory_records}  # of a path
     if path != "-" and os.path.isdir(path):
         format_name = format_name or _folder_format(path)
-        if format_name == "mcp-memory-service":
-            path = os.path.join(path, "sqlite_vec.db")
-        elif format_name not in ("basic-memory", "claude-code", "gemini"):
+        if format_name in ("basic-memory", "claude-code", "gemini"):
+            return format_name, FORMATS[format_name], readers[format_name](path, report), report
+        if format_name != "mcp-memory-service":
             raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
-    if path != "-" and os.path.isdir(path):
-        reader = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
-                  "gemini": gemini_records}[format_name]
-        return format_name, FORMATS[format_name], reader(path, report), report
+        path = os.path.join(path, "sqlite_vec.db")
     if path == "-" and sys.stdin is None:
         raise StoreError("standard input is closed: give the FILE to import")
     source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
@@ -4509,8 +4488,7 @@ def _import_source(args, stack):
     if format_name in ("basic-memory", "claude-code"):
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
     if format_name in ("openmemory", "gemini"):
-        reader = openmemory_records if format_name == "openmemory" else gemini_records
-        return format_name, FORMATS[format_name], reader(path, report), report
+        return format_name, FORMATS[format_name], readers[format_name](path, report), report
     try:  # a file that is none of the formats fails here, at its first value
         graph, entries = read_entries(utf8_lines(source))
         first = next(entries, None)
@@ -4542,8 +4520,7 @@ class _Spool:
     reads back faster than JSON. A None among `records` (see _Shaper) is dropped."""
 
     def __init__(self, records, file):
-        self.file = file
-        self.n = 0
+        self.file, self.n = file, 0
         self.first = []  # the first three, for samples
         self.sources = set()  # the sources they name
         for self.n, record in enumerate(filter(None, records), 1):
@@ -4677,8 +4654,7 @@ def _parser():
 
 def _json_out(value, **options):
     """`value` as JSON for standard output: characters as they are where its encoding holds
-    them all, else as \\uXXXX escapes. A redirect or pipe on Windows writes in the ANSI code
-    page (cp1252, ...), which holds few of the world's characters."""
+    them all, else \\uXXXX escapes (a redirect on Windows writes in the ANSI code page)."""
     text = json.dumps(value, ensure_ascii=False, **options)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
@@ -4699,9 +4675,8 @@ def _say(text=""):
 
 def _asked(question, undone):
     """Whether the person at the terminal answers yes to `question` (asked on standard error,
-    as standard output may be a file). Off a terminal nobody can answer: a script, or Git
-    Bash's window (mintty), which Python sees as a pipe. Then InvalidInput says that
-    nothing was `undone` ("forgotten"), and that --yes does it without asking."""
+    as standard output may be a file). Off a terminal (a script, or Git Bash's mintty, a pipe
+    to Python) nobody can: InvalidInput says nothing was `undone` and that --yes goes ahead."""
     if sys.stdin is None or not sys.stdin.isatty():
         raise InvalidInput(f"standard input is not a terminal, so nobody can be asked: "
                            f"nothing was {undone}; give --yes to go ahead without asking")
@@ -4711,8 +4686,7 @@ def _asked(question, undone):
 
 
 def _one(store, given):
-    """The id of the one memory `given` (an id or its start) names; StoreError naming the
-    candidates when it is ambiguous, or saying that none has it."""
+    """The id of the one memory `given` (an id or its start) names, else StoreError saying why."""
     found = store.resolve(given)
     if not found:
         raise NotFound(f"no memory's id is or starts with {given.strip()!r}")
@@ -4724,8 +4698,7 @@ def _one(store, given):
 
 
 # Characters that a terminal obeys rather than shows (escape sequences can retitle it, hide
-# lines or set the clipboard), and those that reverse the text's direction: a memory may
-# hold text from anywhere.
+# lines or set the clipboard), and those that reverse the text's direction.
 _UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -4792,8 +4765,7 @@ def _show(store, args):
     if len(node["links"]) > 50:
         print(f"  ... and {len(node['links']) - 50:,} more ({store_py_command()} show --json "
               f"ID lists them all)")
-    print()
-    print("\n".join(_visible(line) for line in node["content"].split("\n")))
+    print("\n" + _visible(node["content"]))  # _visible keeps line breaks
 
 
 def split_command(text, system=None):
@@ -4839,9 +4811,8 @@ def editor_command(environ, system=None, which=shutil.which):
     """The editor to run, as words, program first, chosen as git chooses: VISUAL, else
     EDITOR, else the system's (Notepad on Windows, where `system`, os.name, says "nt"; else
     the first of SYSTEM_EDITORS). The program is looked up on the PATH of `environ` with
-    `which` (shutil.which), as a shell would: on Windows that finds a script by the
-    extensions of PATHEXT (VS Code's `code` is code.cmd), which a start without a shell
-    would miss. InvalidInput if the setting is not a command, or if there is no editor."""
+    `which` (shutil.which), as a shell would: on Windows that finds a script by PATHEXT (VS
+    Code's `code` is code.cmd). InvalidInput if the setting is not a command, or no editor."""
     system = system or os.name
     path = environ.get("PATH", os.defpath)
     setting = (environ.get("VISUAL") or "").strip() or (environ.get("EDITOR") or "").strip()
@@ -4851,9 +4822,8 @@ def editor_command(environ, system=None, which=shutil.which):
         raise InvalidInput(f"cannot read the editor command {setting!r} ({exc}); set VISUAL "
                            f"or EDITOR to a command") from None
     if not words:
-        found = [n for n in (("notepad",) if system == "nt" else SYSTEM_EDITORS)
-                 if which(n, path=path)]
-        words = found[:1]
+        words = [n for n in (("notepad",) if system == "nt" else SYSTEM_EDITORS)
+                 if which(n, path=path)][:1]
     if not words and system == "nt":
         raise InvalidInput("no editor is set, and Notepad is not on PATH: set EDITOR (in "
                            "PowerShell: $env:EDITOR = 'notepad'; in cmd.exe: set "
@@ -5065,8 +5035,7 @@ def _import(store, args, records, peer):
 
 
 def _say_gone(store, records):
-    """List the memories an import of the same source brought before that it no longer
-    holds: kept, for the person to forget or not."""
+    """List what earlier imports of these sources stored that they hold no more: kept."""
     kept = _Seen(_id_number(record.id) for record in records)
     gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in kept]
     if not gone:
