@@ -3370,11 +3370,10 @@ def read_entries(lines):
     it gives, and whether they come from a knowledge graph given as one object.
 
     Mostly a file holds a JSON value a line ("line 3"). One whose first line is "{" alone
-    or starts with "[", or is a whole graph, is read whole instead, as JSON values one after
-    another ("line 3" where each starts: printed with indents, as `jq .` writes them). One
-    array gives its items ("item 3"); one knowledge graph ({"entities": [...], "relations":
-    [...]}, as the official memory server's read_graph gives it) its entities and relations
-    ("entity 3"), each given its "type". What is not JSON is InvalidInput."""
+    or starts with "[", or is a whole graph, is read whole, as JSON values one after another
+    (printed with indents, as `jq .` writes them). One array gives its items ("item 3"); one
+    knowledge graph (the official server's read_graph: {"entities": [...], "relations":
+    [...]}) its entities and relations ("entity 3"), each given its "type"."""
     lines = iter(lines)
     head = []  # the blank lines before the first, and the first
     for line in lines:
@@ -3636,8 +3635,7 @@ def _official_name(value, key):
 
 def _when(created):
     """A time another program wrote (ISO 8601 text, or seconds or milliseconds since 1970),
-    in the stored form, or None: a field in some other form is not ours to refuse a file
-    for."""
+    in the stored form, or None: a field in another form is not ours to refuse a file for."""
     if created is None or isinstance(created, bool):
         return None
     try:
@@ -3807,8 +3805,7 @@ def mcp_memory_service_records(path, report):
     shaper = _Shaper(report, "mcp-memory-service")
     source = _source_name("mcp-memory-service", path)
     try:
-        db = _read_only(path)
-        try:
+        with contextlib.closing(_read_only(path)) as db:
             columns = {row[1].decode() for row in db.execute("PRAGMA table_info(memories)")}
             if not {"content_hash", "content"} <= columns:
                 raise InvalidInput(f"{os.path.basename(path)} is a SQLite database, but not "
@@ -3833,8 +3830,6 @@ def mcp_memory_service_records(path, report):
                         yield shaper.record((texts[0],), texts[1], _split_tags(texts[2]),
                                             _when(created) or _when(_decoded(created_iso)),
                                             source)
-        finally:
-            db.close()
     except sqlite3.Error as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
                            f"database: {exc}") from None
@@ -3848,10 +3843,9 @@ def _text_stream(binary):
 
 
 def _json_members(stream, arrays, keys=None):
-    """(key, value) of each member of the JSON object the text stream `stream` holds, read
-    a piece at a time; a member named in `arrays` whose value is an array gives (key, item)
-    for each of its items instead, so that a large one is never whole in memory (and the
-    set `keys` is given each key). InvalidInput where it is not JSON."""
+    """(key, value) of each member of the JSON object in the text stream `stream`, read a
+    piece at a time; a member named in `arrays` whose value is an array gives (key, item) for
+    each item instead, so that a large one is never whole in memory. `keys` gets each key."""
     text, at, done, base = "", 0, False, 0  # base: where `text` starts in the stream
 
     def more():
@@ -4051,10 +4045,9 @@ _LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
 
 
 def _front_matter(text):
-    """({field: value}, the text after it) of a markdown text with YAML front matter: plain
-    and quoted values, lists (- item, or [a, b]), block texts (| and >) and one level of
-    nested fields (metadata: with type: under it), which is what notes hold. ({}, text) when
-    it has none."""
+    """({field: value}, the text after it) of a markdown text with YAML front matter, or ({},
+    text): plain and quoted values, lists (- item, or [a, b]), block texts (| and >) and one
+    level of nested fields (metadata: with type: under it), which is what notes hold."""
     found = _FRONT_MATTER.match(text)
     if not found:
         return {}, text
@@ -4515,9 +4508,9 @@ def _memories(n):
 
 
 class _Spool:
-    """Records kept in the binary file `file` and read back once: an import's checked records
-    wait here, on disk, rather than in memory. In marshal's form, which this same process
-    reads back faster than JSON. A None among `records` (see _Shaper) is dropped."""
+    """Records kept in the binary file `file` (in marshal's form, faster to read back than
+    JSON) and read back once: an import's checked records wait on disk rather than in memory.
+    A None among `records` (see _Shaper) is dropped."""
 
     def __init__(self, records, file):
         self.file, self.n = file, 0
@@ -4869,10 +4862,9 @@ def _edit(store, args, environ):
             kept = True
             raise StoreError(f"the editor saved text that is not UTF-8; nothing was saved "
                              f"(what it saved is in {path})") from None
-        for end in ("\r\n", "\n"):  # the line end most editors close a file with
-            if after.endswith(end) and not before.endswith(end):
-                after = after[:-len(end)]
-                break
+        end = "\r\n" if after.endswith("\r\n") else "\n"  # as most editors close a file
+        if after.endswith(end) and not before.endswith(end):
+            after = after[:-len(end)]
         if after == before:
             _say("flood-memory: edit: the content is unchanged; nothing was saved")
         elif not after.strip():
@@ -5029,17 +5021,13 @@ def _import(store, args, records, peer):
              f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
-    if peer:
-        _say_gone(store, records)
-    return 0
-
-
-def _say_gone(store, records):
-    """List what earlier imports of these sources stored that they hold no more: kept."""
+    if not peer:
+        return 0
+    # What earlier imports of these sources stored that they hold no more is listed, and kept.
     kept = _Seen(_id_number(record.id) for record in records)
     gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in kept]
     if not gone:
-        return
+        return 0
     shown = store.peek(gone[:10])
     shorts, width = store.short_ids(list(shown)), _width() - 14
     _say(f"flood-memory: {_memories(len(gone))} imported before from "
@@ -5051,6 +5039,7 @@ def _say_gone(store, records):
                                              text[:width - 3] + "..."))
     if len(gone) > len(shown):
         _say(f"  and {len(gone) - len(shown):,} more")
+    return 0
 
 
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
