@@ -3463,25 +3463,22 @@ def _is_graph(value):
 
 # ----------------------------------------------------------------------------- the official format
 #
-# The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older
-# versions memory.json) keeps one JSON object a line: an entity {"type": "entity", "name",
-# "entityType", "observations": [...]} or a relation {"type": "relation", "from", "to",
-# "relationType"}. Forks add fields (createdAt, version, mtime); only createdAt is used.
-# The same graph as one JSON document (read_graph's {"entities", "relations"}) is read as
-# those lines (see read_entries).
+# The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older versions
+# memory.json) keeps one JSON object a line: an entity {"type": "entity", "name", "entityType",
+# "observations": [...]} or a relation {"type": "relation", "from", "to", "relationType"}. Forks
+# add fields (createdAt, version, mtime); only createdAt is used. The same graph as one JSON
+# document (read_graph's {"entities", "relations"}) is read as those lines (see read_entries).
 #
-# Each entity becomes a memory ("John_Smith is a person."), each observation one of its own
-# that names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's
-# name and type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic")
-# tagged with both names and its type, and linked to both entities' memories; the two
-# entities' own memories are linked too. So connections from any of John's memories reaches
-# Anthropic's within two hops. Ids are made from what a memory says, so that importing a file
-# again adds only what is new in it.
+# Each entity becomes a memory ("John_Smith is a person."), each observation one of its own that
+# names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's name and
+# type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic") tagged with
+# both names and its type, and linked to both entities' memories; the two entities' own memories
+# are linked too. So connections from any of John's memories reaches Anthropic's within two hops.
+# Ids are made from what a memory says, so that importing a file again adds only what is new in it.
 #
-# An entity with more than OFFICIAL_LINKED observations (often one, the user) meets its
-# relations through its own memory only: linking each relation to every observation cost
-# observations times relations links, and connections from there would list its thousands
-# of neighbours first anyway.
+# An entity with more than OFFICIAL_LINKED observations (often one, the user) meets its relations
+# through its own memory only: linking each relation to every observation cost observations times
+# relations links, and connections from there would list its thousands of neighbours first anyway.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
 OFFICIAL_LINKED = 20  # past this many observations, an entity meets its relations by its own memory
@@ -3539,8 +3536,7 @@ def official_records(entries, source, report):
                     if not text:
                         report["skipped", "empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
-                        report["skipped", "repeated observation", "repeated observations",
-                               ""] += 1
+                        report["skipped", "repeated observation", "repeated observations", ""] += 1
                     else:
                         entity["observations"][text] = created
             elif kind == "relation":
@@ -3648,32 +3644,30 @@ def _when(created):
 # ----------------------------------------------------------------------------- other memory servers
 #
 # What other memory servers leave on disk, read as they left it and never written:
-# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a
-#   mode=ro URI (a normal connection would checkpoint their log into their file) by the
-#   standard sqlite3 module, which cannot load their vector extension and need not: only the
-#   `memories` table is read, never the vec0 one. Or its JSON export ({"export_metadata":
-#   ..., "memories": [...]}, read an item at a time). A row deleted (deleted_at) or replaced
-#   by a newer version (superseded_by) is not imported. Key: content_hash.
-# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag
-#   (context)") becomes a memory, "Title: text", tagged with the note's tags and its own; a
-#   note without one becomes one memory of its text. Relations ("- relation_type
-#   [[Target]]", and [[links]] in the text, as its parser reads them) become memories linked
-#   as the official import links a relation: to every memory of both notes, or to a note's
-#   own memory when it has more than OFFICIAL_LINKED observations (then it has one,
-#   linked to each). Key: the permalink with the category and the text.
-# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/
-#   backup.py in mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories
-#   name their app and categories by id. Active and paused memories are imported. Key: its
-#   memory id.
-# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with
-#   front matter, and MEMORY.md, an index read only for the titles its links give), one
-#   memory a statement; Gemini CLI's GEMINI.md, the items of the section its save_memory
-#   tool appends to. Key: the project, the file's name and the statement.
+# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a mode=ro URI
+#   (a normal connection would checkpoint their log into their file) by the standard sqlite3
+#   module, which cannot load their vector extension and need not: only the `memories` table is
+#   read, never the vec0 one. Or its JSON export ({"export_metadata": ..., "memories": [...]}, read
+#   an item at a time). A row deleted (deleted_at) or replaced by a newer version (superseded_by)
+#   is not imported. Key: content_hash.
+# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag (context)")
+#   becomes a memory, "Title: text", tagged with the note's tags and its own; a note without one
+#   becomes one memory of its text. Relations ("- relation_type [[Target]]", and [[links]] in the
+#   text, as its parser reads them) become memories linked as the official import links a relation:
+#   to every memory of both notes, or to a note's own memory when it has more than OFFICIAL_LINKED
+#   observations (then it has one, linked to each). Key: the permalink, category and text.
+# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/backup.py in
+#   mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories name their app and
+#   categories by id. Active and paused memories are imported. Key: its memory id.
+# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with front
+#   matter, and MEMORY.md, an index read only for the titles its links give), one memory a
+#   statement; Gemini CLI's GEMINI.md, the items of the section its save_memory tool appends to.
+#   Key: the project, the file's name and the statement.
 #
-# Ids are made from the keys as the official import makes its own (the format's name first),
-# so that importing a source again stores what is new in it only, and no key holds a path:
-# a folder moved elsewhere is the same source. What changed there under the same key takes
-# the new content and tags; what is gone from it is listed, never deleted.
+# Ids are made from the keys as the official import makes its own (the format's name first), so
+# that importing a source again stores what is new in it only, and no key holds a path: a folder
+# moved elsewhere is the same source. What changed there under the same key takes the new content
+# and tags; what is gone from it is listed, never deleted.
 
 UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
 
@@ -3837,8 +3831,7 @@ def mcp_memory_service_records(path, report):
 
 def _text_stream(binary):
     """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 after its BOM."""
-    head = binary.peek(2)[:2]
-    utf16 = head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    utf16 = binary.peek(2)[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
     return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
 
 
@@ -3934,8 +3927,7 @@ def _json_export_records(binary, name, report):
                             _when(item.get("created_at")) or _when(item.get("created_at_iso")),
                             source)
     if "memories" not in keys:
-        raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s '
-                           'export')
+        raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s export')
 
 
 def openmemory_records(path, report):
@@ -4012,8 +4004,7 @@ def _files(folder, report):
         files = []
         for entry in entries:
             if entry.name.startswith("."):
-                report["skipped", "hidden file or folder", "hidden files and folders",
-                       ""] += 1
+                report["skipped", "hidden file or folder", "hidden files and folders", ""] += 1
             elif entry.is_dir():
                 stack.append((entry.path, relative + entry.name + "/"))
             elif entry.is_file():
@@ -4187,13 +4178,11 @@ def _note_parts(body):
         if kind == "code":
             continue
         bare = _LINKS_TO.sub("", text.strip())
-        explicit = _explicit_relation(bare) if kind == "item" and bare == text.strip() \
-            else None
+        explicit = _explicit_relation(bare) if kind == "item" and bare == text.strip() else None
         if explicit:
             relations.append(explicit)
         else:
-            relations += (("links_to", t.strip()) for t in _WIKI_LINK.findall(bare)
-                          if t.strip())
+            relations += (("links_to", t.strip()) for t in _WIKI_LINK.findall(bare) if t.strip())
         observation = _observation(bare) if kind != "quote" else None
         if observation:
             observations.append(observation)
@@ -4243,8 +4232,7 @@ def _observation(text):
     if content.endswith(")") and "(" in content:
         start = content.rfind("(")
         content, context = content[:start].strip(), content[start + 1:-1].strip() or None
-    tags = [t for part in content.split() if part.startswith("#")
-            for t in part.split("#") if t]
+    tags = [t for part in content.split() if part.startswith("#") for t in part.split("#") if t]
     return (category, content, context, tags) if content else None
 
 
@@ -4263,8 +4251,7 @@ def basic_memory_records(folder, report):
         fields, body = _front_matter(text)
         stem = relative[:-3]
         title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
-        permalink = _field_text(fields.get("permalink")) or re.sub(
-            r"[\s_]+", "-", stem.lower())
+        permalink = _field_text(fields.get("permalink")) or re.sub(r"[\s_]+", "-", stem.lower())
         tags = _field_tags(fields.get("tags"))
         created = _when(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)
@@ -4277,8 +4264,7 @@ def basic_memory_records(folder, report):
                           else m.group(0), body)
             own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
                                 not hub else title, tags, created, source)
-            if own:
-                yield own
+            yield own  # None if skipped (_Spool drops it)
         reach = {}
         for category, content, context, own_tags in observations:
             record = shaper.record((permalink, category, content), f"{title}: {content}" + (
@@ -4310,8 +4296,7 @@ def is_basic_memory(folder):
         if relative.lower().endswith(".md"):
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 head = f.read(1 << 16).decode("utf-8", "replace").replace("\r\n", "\n")
-                fields = _front_matter(head)[0]
-                if {"title", "type", "permalink"} <= fields.keys():
+                if {"title", "type", "permalink"} <= _front_matter(head)[0].keys():
                     return True
     return False
 
@@ -4918,12 +4903,11 @@ def _forget(store, args):
             store.delete(node_id)
         except NotFound:
             _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
-            gone.add(node_id)
-            continue
-        links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
+        else:
+            links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
+            _say(f"flood-memory: forgot {node_id}" +
+                 (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
         gone.add(node_id)
-        _say(f"flood-memory: forgot {node_id}" +
-             (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
     return 0
 
 
