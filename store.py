@@ -4092,7 +4092,6 @@ def _yaml_value(text):
 
 
 def _field_text(value):
-    """A front matter field as text, or None."""
     if isinstance(value, list):
         value = ", ".join(v for v in value if isinstance(v, str))
     return value.strip() or None if isinstance(value, str) else None
@@ -4685,7 +4684,6 @@ def _visible(text):
 
 
 def _width():
-    """How wide a line to print: the terminal's width, within 60 and 200 characters."""
     return max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
 
 
