@@ -3481,7 +3481,7 @@ def _is_graph(value):
 # relations links, and connections from there would list its thousands of neighbours first anyway.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
-OFFICIAL_LINKED = 20  # past this many observations, an entity meets its relations by its own memory
+OFFICIAL_LINKED = 20  # past this many observations, an entity's relations link to its own memory
 OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the file
 
 
