@@ -3221,8 +3221,7 @@ def _check_file(path):
 
 def reader_gone(exc, system=None):
     """Whether `exc`, raised by a write to standard output, says that its reader has gone:
-    BrokenPipeError, or on Windows (`system`, os.name, says "nt") OSError EINVAL, which is
-    what a write to a pipe closed at the other end raises there."""
+    BrokenPipeError, or OSError EINVAL on Windows (`system`, os.name, says "nt")."""
     return isinstance(exc, BrokenPipeError) or (
         (system or os.name) == "nt" and isinstance(exc, OSError) and exc.errno == errno.EINVAL
         and exc.filename is None)
@@ -3237,8 +3236,8 @@ def export(store, out):
 
 
 def read_lines(lines):
-    """(line number, record number, value) of each JSON line (bytes), blank lines skipped;
-    a line that is not JSON is InvalidInput naming it."""
+    """("line 3", value) of each JSON line (bytes), blank lines skipped; a line that is not
+    JSON is InvalidInput naming it."""
     number = 0
     for line_number, line in enumerate(lines, 1):
         if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
@@ -3247,7 +3246,7 @@ def read_lines(lines):
             continue
         number += 1
         try:
-            yield line_number, number, json.loads(line.decode("utf-8"))
+            yield f"line {line_number}", json.loads(line.decode("utf-8"))
         except UnicodeDecodeError:
             raise InvalidInput(f"record {number} (line {line_number}) is not UTF-8 text") from None
         except (ValueError, RecursionError) as exc:
@@ -3260,11 +3259,10 @@ def read_entries(lines):
     it gives, and whether they come from a knowledge graph given as one object.
 
     Mostly a file holds a JSON value a line ("line 3"). One whose first line is "{" alone
-    or starts with "[", or is a whole graph, is read whole instead, as JSON values one after
-    another ("line 3" where each starts: printed with indents, as `jq .` writes them). One
-    array gives its items ("item 3"); one knowledge graph ({"entities": [...], "relations":
-    [...]}, as the official memory server's read_graph gives it) its entities and relations
-    ("entity 3"), each given its "type". What is not JSON is InvalidInput."""
+    or starts with "[", or is a whole graph, is read whole, as JSON values one after another
+    (printed with indents, as `jq .` writes them). One array gives its items ("item 3"); one
+    knowledge graph (the official server's read_graph: {"entities": [...], "relations":
+    [...]}) its entities and relations ("entity 3"), each given its "type"."""
     lines = iter(lines)
     head = []  # the blank lines before the first, and the first
     for line in lines:
@@ -3275,10 +3273,9 @@ def read_entries(lines):
     if first != b"{" and not first.startswith(b"["):
         parsed = read_lines(itertools.chain(head, lines))
         top = next(parsed, None)
-        rest = ((f"line {line}", value) for line, _, value in parsed)
-        if top and _is_graph(top[2]):
-            return True, itertools.chain(_graph_entries(top[2]), rest)
-        return False, itertools.chain([(f"line {top[0]}", top[2])] if top else [], rest)
+        if top and _is_graph(top[1]):
+            return True, itertools.chain(_graph_entries(top[1]), parsed)
+        return False, itertools.chain([top] if top else [], parsed)
     try:
         values = _json_values(b"".join(itertools.chain(head, lines)).decode("utf-8"))
     except UnicodeDecodeError:
@@ -3295,22 +3292,18 @@ def utf8_lines(source):
     byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is decoded."""
     head = source.read(2)
     if head not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-        return itertools.chain(io.BytesIO(head + source.readline()), source)
-    return _utf16_lines(head, source)
-
-
-def _utf16_lines(head, source):
-    decoder = codecs.getincrementaldecoder("utf-16")()  # the byte order mark picks LE or BE
-    pending = [decoder.decode(head)]  # the line read so far, in pieces: one may be long
+        yield from itertools.chain(io.BytesIO(head + source.readline()), source)
+        return
+    chunks = itertools.chain([head], iter(lambda: source.read(1 << 16), b""))
+    pending = []  # the line read so far, in pieces: one may be long
     try:
-        for chunk in iter(lambda: source.read(1 << 16), b""):
-            *ended, rest = decoder.decode(chunk).split("\n")
-            for text in ended:
-                pending.append(text)
+        for text in codecs.iterdecode(chunks, "utf-16"):  # the byte order mark picks LE or BE
+            *ended, rest = text.split("\n")
+            for piece in ended:
+                pending.append(piece)
                 yield ("".join(pending) + "\n").encode("utf-8")
                 pending = []
             pending.append(rest)
-        pending.append(decoder.decode(b"", final=True))
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
     last = "".join(pending)
@@ -3323,8 +3316,7 @@ _DECODER = json.JSONDecoder()
 
 
 def _json_values(text):
-    """[(line, value)] of the JSON values in `text`, one after another, each with the line
-    it starts on; InvalidInput naming where one is not JSON."""
+    """[(line it starts on, value)] of the JSON values in `text`, one after another."""
     values, at, line = [], 0, 1
     while True:
         start = _JSON_SPACE.match(text, at).end()
@@ -3360,38 +3352,31 @@ def _is_graph(value):
 
 # ----------------------------------------------------------------------------- the official format
 #
-# The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older
-# versions memory.json) keeps one JSON object a line: an entity {"type": "entity", "name",
-# "entityType", "observations": [...]} or a relation {"type": "relation", "from", "to",
-# "relationType"}. Forks add fields (createdAt, version, mtime); only createdAt is used.
-# The same graph as one JSON document (read_graph's {"entities", "relations"}) is read as
-# those lines (see read_entries).
+# The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older versions
+# memory.json) keeps one JSON object a line: an entity {"type": "entity", "name", "entityType",
+# "observations": [...]} or a relation {"type": "relation", "from", "to", "relationType"}. Forks
+# add fields (createdAt, version, mtime); only createdAt is used. The same graph as one JSON
+# document (read_graph's {"entities", "relations"}) is read as those lines (see read_entries).
 #
-# Each entity becomes a memory ("John_Smith is a person."), each observation one of its own
-# that names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's
-# name and type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic")
-# tagged with both names and its type, and linked to both entities' memories; the two
-# entities' own memories are linked too. So connections from any of John's memories reaches
-# Anthropic's within two hops. Ids are made
-# from what a memory says, so that importing a file again adds only what is new in it.
+# Each entity becomes a memory ("John_Smith is a person."), each observation one of its own that
+# names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's name and
+# type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic") tagged with
+# both names and its type, and linked to both entities' memories; the two entities' own memories
+# are linked too. So connections from any of John's memories reaches Anthropic's within two hops.
+# Ids are made from what a memory says, so that importing a file again adds only what is new in it.
 #
-# An entity with more than OFFICIAL_LINKED observations (a file often has one such, the
-# user) is linked to its relations by its own memory only: linked to every observation, each
-# relation of it cost as many links: a user with 3,000 observations and 300 relations made
-# 900,000 of them.
-# From one of its observations, a related entity is two hops away and that entity's
-# observations three; connections at depth 2 from it would list its thousands of
-# neighbours first anyway.
+# An entity with more than OFFICIAL_LINKED observations (often one, the user) meets its relations
+# through its own memory only: linking each relation to every observation cost observations times
+# relations links, and connections from there would list its thousands of neighbours first anyway.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
-OFFICIAL_LINKED = 20  # past this many observations, an entity meets its relations by its own memory
+OFFICIAL_LINKED = 20  # past this many observations, an entity's relations link to its own memory
 OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the file
 
 
 def _official_id(key):
     """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
-    one a memory): the namespace is hashed once, and the version and variant are set in the
-    hex digits."""
+    one a memory): the namespace is hashed once, the version and variant set in hex digits."""
     digest = _OFFICIAL_SHA1.copy()
     digest.update(key.encode("utf-8"))
     h = digest.hexdigest()
@@ -3409,11 +3394,9 @@ def is_official(value):
 
 
 def official_records(entries, source, report):
-    """The Records of the memories of an official memory file, as an iterator, whose parsed
-    lines are `entries` ([(where, value)], where as "line 3"; see read_entries); `source`
-    names the file in each memory. Every line is checked before this returns: a malformed
-    one is InvalidInput naming it. `report`, a Counter, counts entities, observations and
-    relations, and what was skipped and why."""
+    """The Records of an official memory file's `entries` (see read_entries), as an iterator;
+    `source` names the file in each. Every line is checked before this returns: a malformed
+    one is InvalidInput naming it. `report` counts what was held, and skipped and why."""
     entities, relations = {}, {}
     for where, value in entries:
         if not isinstance(value, dict):
@@ -3442,8 +3425,7 @@ def official_records(entries, source, report):
                     if not text:
                         report["skipped", "empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
-                        report["skipped", "repeated observation", "repeated observations",
-                               ""] += 1
+                        report["skipped", "repeated observation", "repeated observations", ""] += 1
                     else:
                         entity["observations"][text] = created
             elif kind == "relation":
@@ -3472,14 +3454,12 @@ def _official_memories(entities, relations, source, report):
     seen = {}  # name -> its tag
 
     def tags_of(*names):
-        """The names of the file as tags: as they are when remember takes them as tags, or
-        else cut to MAX_TAG_LENGTH and cleared of control characters (counted, once a name),
-        rather than refusing the file for them."""
+        # The names as tags: as they are if remember takes them, else made tags it takes
+        # (counted, once a name) rather than refusing the file for them.
         for name in names:
             if name not in seen:
-                seen[name] = name
-                if len(name) > MAX_TAG_LENGTH or _CONTROL.search(name):
-                    seen[name] = _as_tag(name)
+                seen[name] = _as_tag(name)  # the names are stripped: changed only if it must be
+                if seen[name] != name:
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
         return _tags([seen[name] for name in names])
@@ -3488,8 +3468,7 @@ def _official_memories(entities, relations, source, report):
         ids[name] = [_official_id(f"entity\0{name}")]
         ids[name] += (_official_id(f"observation\0{name}\0{text}")
                       for text in entity["observations"])
-    # Related entities' own memories link too: from a memory of one relation of John's, the
-    # other entities he is related to are two links away.
+    # Related entities' own memories link too (see above).
     related = collections.defaultdict(list)
     for start, _, end in relations:
         if start in entities and end in entities and start != end:
@@ -3519,28 +3498,8 @@ def _official_memories(entities, relations, source, report):
                      created or now, created or now, 0)
 
 
-def _summary(report, held, where="the file"):
-    """What an import held (`held`: (key of `report`, its singular) of each thing counted),
-    what it skipped and why, what it changed, and what it kept as text only, in one line.
-    Each is counted under ("skipped", "changed" or "kept as text only", singular, plural,
-    the rest of the reason)."""
-    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for k, one in held)
-    said = {"skipped": [], "changed": [], "kept as text only": []}
-    for key, n in report.items():
-        if isinstance(key, tuple) and n:
-            what, one, many, why = key
-            said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
-    return f"flood-memory: {where} held {made}" + "".join(
-        f"; {what}: {'; '.join(items)}" for what, items in said.items() if items)
-
-
-OFFICIAL_HELD = (("entities", "entity"), ("observations", "observation"),
-                 ("relations", "relation"))
-
-
 def _as_tag(text):
-    """`text` made a tag that remember takes: control characters made spaces, cut to
-    MAX_TAG_LENGTH characters; empty if nothing is left."""
+    """`text` made a tag that remember takes: control characters made spaces, cut to length."""
     return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
@@ -3561,8 +3520,7 @@ def _official_name(value, key):
 
 def _when(created):
     """A time another program wrote (ISO 8601 text, or seconds or milliseconds since 1970),
-    in the stored form, or None: a field in some other form is not ours to refuse a file
-    for."""
+    in the stored form, or None: a field in another form is not ours to refuse a file for."""
     if created is None or isinstance(created, bool):
         return None
     try:
@@ -3575,65 +3533,60 @@ def _when(created):
 # ----------------------------------------------------------------------------- other memory servers
 #
 # What other memory servers leave on disk, read as they left it and never written:
-# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a
-#   mode=ro URI (a normal connection would checkpoint their log into their file) by the
-#   standard sqlite3 module, which cannot load their vector extension and need not: only the
-#   `memories` table is read, never the vec0 one. Or its JSON export ({"export_metadata":
-#   ..., "memories": [...]}, read an item at a time). A row deleted (deleted_at) or replaced
-#   by a newer version (superseded_by) is not imported. Key: content_hash.
-# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag
-#   (context)") becomes a memory, "Title: text", tagged with the note's tags and its own; a
-#   note without one becomes one memory of its text. Relations ("- relation_type
-#   [[Target]]", and [[links]] in the text, as its parser reads them) become memories linked
-#   as the official import links a relation: to every memory of both notes, or to a note's
-#   own memory when it has more than OFFICIAL_LINKED observations (then it has one,
-#   linked to each). Key: the permalink with the category and the text.
-# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/
-#   backup.py in mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories
-#   name their app and categories by id. Active and paused memories are imported. Key: its
-#   memory id.
-# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with
-#   front matter, and MEMORY.md, an index read only for the titles its links give), one
-#   memory a statement; Gemini CLI's GEMINI.md, the items of the section its save_memory
-#   tool appends to. Key: the project, the file's name and the statement.
+# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a mode=ro URI
+#   (a normal connection would checkpoint their log into their file) by the standard sqlite3
+#   module, which cannot load their vector extension and need not: only the `memories` table is
+#   read, never the vec0 one. Or its JSON export ({"export_metadata": ..., "memories": [...]}, read
+#   an item at a time). A row deleted (deleted_at) or replaced by a newer version (superseded_by)
+#   is not imported. Key: content_hash.
+# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag (context)")
+#   becomes a memory, "Title: text", tagged with the note's tags and its own; a note without one
+#   becomes one memory of its text. Relations ("- relation_type [[Target]]", and [[links]] in the
+#   text, as its parser reads them) become memories linked as the official import links a relation:
+#   to every memory of both notes, or to a note's own memory when it has more than OFFICIAL_LINKED
+#   observations (then it has one, linked to each). Key: the permalink, category and text.
+# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/backup.py in
+#   mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories name their app and
+#   categories by id. Active and paused memories are imported. Key: its memory id.
+# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with front
+#   matter, and MEMORY.md, an index read only for the titles its links give), one memory a
+#   statement; Gemini CLI's GEMINI.md, the items of the section its save_memory tool appends to.
+#   Key: the project, the file's name and the statement.
 #
-# Ids are made from the keys as the official import makes its own (the format's name first),
-# so that importing a source again stores what is new in it only, and no key holds a path:
-# a folder moved elsewhere is the same source. What changed there under the same key takes
-# the new content and tags; what is gone from it is listed, never deleted.
+# Ids are made from the keys as the official import makes its own (the format's name first), so
+# that importing a source again stores what is new in it only, and no key holds a path: a folder
+# moved elsewhere is the same source. What changed there under the same key takes the new content
+# and tags; what is gone from it is listed, never deleted.
 
 UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
-PEER_HELD = (("memories", "memory"),)
-BASIC_MEMORY_HELD = (("notes", "note"), ("observations", "observation"),
-                     ("relations", "relation"))
 
 
 class _Shaper:
     """The Records of one import from another memory server, made by the official import's
     rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, and a key that came before is skipped."""
+    was skipped is counted in `report`, and a key that came before is skipped. A reader
+    yields what `record` gives, None too: _Spool drops it."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
         self.seen = _Seen()  # the ids made so far, as _id_numbers
 
+    def skip(self, why):
+        """Count a memory skipped, and why; None, as `record` gives for it."""
+        self.report["skipped", "memory", "memories", why] += 1
+
     def record(self, key, content, tags, created, source, links=()):
-        """The Record made from `key` (a tuple of strings) and the rest, or None when there
-        is nothing to keep (counted)."""
+        """The Record made from `key` (a tuple of strings) and the rest; None if skipped."""
         node_id = _official_id("\0".join((self.format, *key)))
         if _id_number(node_id) in self.seen:
-            self.report["skipped", "memory", "memories", "repeated in the source"] += 1
-            return None
+            return self.skip("repeated in the source")
         try:
             content = _text(content, "content").strip()
             tags = [_text(t, "a tag") for t in tags]
         except InvalidInput:
-            self.report["skipped", "memory", "memories", "with text that is not valid "
-                        "Unicode"] += 1
-            return None
+            return self.skip("with text that is not valid Unicode")
         if not content:
-            self.report["skipped", "memory", "memories", "with no text"] += 1
-            return None
+            return self.skip("with no text")
         if len(content) > MAX_CONTENT:
             kept = content[:MAX_CONTENT - 60].rstrip()
             content = f"{kept} [cut: {len(content) - len(kept):,} more characters in the source]"
@@ -3662,48 +3615,44 @@ def _id_number(node_id):
 
 
 class _Seen:
-    """A set of the _id_numbers of an import, 16 bytes each (open addressing in an array):
-    a Python set of them took 64 bytes a number, and a source of short memories may hold
-    millions (1,000,000 of six letters peaked at 170 MB, against 136 allowed)."""
+    """A set of the _id_numbers of an import, in an array (open addressing): a Python set
+    takes four times the memory, and a source of short memories may hold millions."""
 
     def __init__(self, numbers=()):
         self.slots, self.n = array.array("Q", bytes(8 * 1024)), 0
         for number in numbers:
             self.add(number)
 
-    def __contains__(self, number):
-        slots, mask = self.slots, len(self.slots) - 1
-        i = number & mask
-        while slots[i]:
-            if slots[i] == number:
-                return True
-            i = (i + 1) & mask
-        return False
-
-    def add(self, number):
-        if 2 * (self.n + 1) > len(self.slots):  # at most half full: probes stay short
-            old, self.slots, self.n = self.slots, array.array("Q", bytes(16 * len(
-                self.slots))), 0
-            for kept in old:
-                if kept:
-                    self.add(kept)
+    def _slot(self, number):
+        """Where `number` is, or else the empty slot where it goes."""
         slots, mask = self.slots, len(self.slots) - 1
         i = number & mask
         while slots[i] and slots[i] != number:
             i = (i + 1) & mask
-        self.n += not slots[i]
-        slots[i] = number
+        return i
+
+    def __contains__(self, number):
+        return self.slots[self._slot(number)] == number
+
+    def add(self, number):
+        if 2 * (self.n + 1) > len(self.slots):  # at most half full: probes stay short
+            old = self.slots
+            self.slots, self.n = array.array("Q", bytes(16 * len(old))), 0
+            for kept in old:
+                if kept:
+                    self.add(kept)
+        i = self._slot(number)
+        self.n += not self.slots[i]
+        self.slots[i] = number
 
 
 def _source_name(format_name, path):
-    """The source of the memories of an import: the format and the file's or folder's name
-    (never its whole path: a folder moved elsewhere is the same source)."""
+    """The source of an import's memories: the format and the file's or folder's name."""
     return f"{format_name}: {os.path.basename(os.path.normpath(os.path.abspath(path)))}"
 
 
 def _read_only(path):
-    """A connection to the SQLite file `path` that cannot write it; bytes for text, so that
-    a value that is not UTF-8 reads as what it is."""
+    """A read-only connection to the SQLite file `path`; bytes for text, not UTF-8 as it is."""
     where = os.path.abspath(path).replace(os.sep, "/")
     where = where if where.startswith("/") else "/" + where  # C:/... on Windows
     db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
@@ -3736,11 +3685,10 @@ def _split_tags(value):
 
 def mcp_memory_service_records(path, report):
     """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
-    shaper, source = _Shaper(report, "mcp-memory-service"), _source_name("mcp-memory-service",
-                                                                         path)
+    shaper = _Shaper(report, "mcp-memory-service")
+    source = _source_name("mcp-memory-service", path)
     try:
-        db = _read_only(path)
-        try:
+        with contextlib.closing(_read_only(path)) as db:
             columns = {row[1].decode() for row in db.execute("PRAGMA table_info(memories)")}
             if not {"content_hash", "content"} <= columns:
                 raise InvalidInput(f"{os.path.basename(path)} is a SQLite database, but not "
@@ -3753,43 +3701,33 @@ def mcp_memory_service_records(path, report):
             while rows := cursor.fetchmany(500):
                 for key, content, tags, created, created_iso, deleted, newer in rows:
                     report["memories"] += 1
-                    if deleted is not None:
-                        report["skipped", "memory", "memories", "deleted there"] += 1
-                        continue
-                    if newer:
-                        report["skipped", "memory", "memories", "replaced there by a newer "
-                               "version"] += 1
-                        continue
                     texts = [_decoded(v) for v in (key, content, tags)]
-                    if None in texts[:2] or tags is not None and texts[2] is None:
-                        report["skipped", "memory", "memories", "with no content_hash or "
-                               "content, or text that is not UTF-8"] += 1
-                        continue
-                    key, content, tags = texts
-                    record = shaper.record((key,), content, _split_tags(tags), _when(
-                        created) or _when(_decoded(created_iso)), source)
-                    if record:
-                        yield record
-        finally:
-            db.close()
+                    if deleted is not None:
+                        shaper.skip("deleted there")
+                    elif newer:
+                        shaper.skip("replaced there by a newer version")
+                    elif None in texts[:2] or tags is not None and texts[2] is None:
+                        shaper.skip("with no content_hash or content, or text that is not "
+                                    "UTF-8")
+                    else:
+                        yield shaper.record((texts[0],), texts[1], _split_tags(texts[2]),
+                                            _when(created) or _when(_decoded(created_iso)),
+                                            source)
     except sqlite3.Error as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
                            f"database: {exc}") from None
 
 
 def _text_stream(binary):
-    """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 when it starts
-    with that byte order mark, as the official import reads a file."""
-    head = binary.peek(2)[:2]
-    utf16 = head in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+    """The text of the binary stream `binary` (with peek): UTF-8, or UTF-16 after its BOM."""
+    utf16 = binary.peek(2)[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
     return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
 
 
 def _json_members(stream, arrays, keys=None):
-    """(key, value) of each member of the JSON object the text stream `stream` holds, read
-    a piece at a time; a member named in `arrays` whose value is an array gives (key, item)
-    for each of its items instead, so that a large one is never whole in memory (and the
-    set `keys` is given each key). InvalidInput where it is not JSON."""
+    """(key, value) of each member of the JSON object in the text stream `stream`, read a
+    piece at a time; a member named in `arrays` whose value is an array gives (key, item) for
+    each item instead, so that a large one is never whole in memory. `keys` gets each key."""
     text, at, done, base = "", 0, False, 0  # base: where `text` starts in the stream
 
     def more():
@@ -3850,13 +3788,10 @@ def _json_members(stream, arrays, keys=None):
         expect(":")
         if key in arrays and space() == "[":
             at += 1
-            if space() != "]":
-                while True:
-                    yield key, value()
-                    if expect(",]") == "]":
-                        break
-            else:
-                at += 1
+            after = expect("]") if space() == "]" else ","  # "," while an item follows
+            while after == ",":
+                yield key, value()
+                after = expect(",]")
         else:
             yield key, value()
         if expect(",}") == "}":
@@ -3864,8 +3799,7 @@ def _json_members(stream, arrays, keys=None):
 
 
 def _json_export_records(binary, name, report):
-    """The Records of mcp-memory-service's JSON export, read from the binary stream
-    `binary`, as an iterator."""
+    """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
     shaper, source = _Shaper(report, "mcp-memory-service"), f"mcp-memory-service: {name}"
     keys = set()
     for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
@@ -3876,16 +3810,13 @@ def _json_export_records(binary, name, report):
         report["memories"] += 1
         tags, content_hash = item.get("tags"), item.get("content_hash")
         if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
-            report["skipped", "memory", "memories", "without content_hash or content"] += 1
+            shaper.skip("without content_hash or content")
             continue
-        record = shaper.record((content_hash,), item["content"], _split_tags(tags),
-                               _when(item.get("created_at")) or _when(
-                                   item.get("created_at_iso")), source)
-        if record:
-            yield record
+        yield shaper.record((content_hash,), item["content"], _split_tags(tags),
+                            _when(item.get("created_at")) or _when(item.get("created_at_iso")),
+                            source)
     if "memories" not in keys:
-        raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s '
-                           'export')
+        raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s export')
 
 
 def openmemory_records(path, report):
@@ -3914,35 +3845,32 @@ def openmemory_records(path, report):
                 elif key == "memories" and None in names.values():
                     later = True
                 elif key == "memories":
-                    yield from _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(shaper, value, names, source, report)
             for key, value in members() if later else ():
                 if key == "memories":
-                    yield from _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(shaper, value, names, source, report)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
             NotImplementedError, RuntimeError) as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
 
 
 def _openmemory_record(shaper, memory, names, source, report):
-    """The Record of one memory of memories.json, if it is kept (as a list, for yield from)."""
+    """The Record of one memory of memories.json, or None if it is not kept."""
     if not isinstance(memory, dict):
         raise InvalidInput("memories.json's memories must be an array of objects")
     report["memories"] += 1
     state = memory.get("state")
     if state not in ("active", "paused"):
-        report["skipped", "memory", "memories", f"{state} there"
-               if state in ("archived", "deleted") else "in no state it knows"] += 1
-        return []
+        return shaper.skip(f"{state} there" if state in ("archived", "deleted") else
+                           "in no state it knows")
     if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
-        report["skipped", "memory", "memories", "without id or content"] += 1
-        return []
+        return shaper.skip("without id or content")
     categories = memory.get("category_ids")
     tags = [(names["categories"] or {}).get(c) for c in categories
             if isinstance(c, str)] if isinstance(categories, list) else []
     tags.append((names["apps"] or {}).get(memory.get("app_id")))
-    record = shaper.record((memory["id"],), memory["content"],
-                           [t for t in tags if t], _when(memory.get("created_at")), source)
-    return [record] if record else []
+    return shaper.record((memory["id"],), memory["content"], [t for t in tags if t],
+                         _when(memory.get("created_at")), source)
 
 
 def _files(folder, report):
@@ -3965,8 +3893,7 @@ def _files(folder, report):
         files = []
         for entry in entries:
             if entry.name.startswith("."):
-                report["skipped", "hidden file or folder", "hidden files and folders",
-                       ""] += 1
+                report["skipped", "hidden file or folder", "hidden files and folders", ""] += 1
             elif entry.is_dir():
                 stack.append((entry.path, relative + entry.name + "/"))
             elif entry.is_file():
@@ -3982,13 +3909,10 @@ def _markdown(path, report):
     line breaks as \\n; None when it cannot be read or is not such text (counted)."""
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            text = _text_stream(f).read()
     except OSError:
         report["skipped", "file", "files", "that could not be read"] += 1
         return None
-    try:
-        text = data.decode("utf-16" if data[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
-                           else "utf-8-sig")
     except UnicodeDecodeError:
         report["skipped", "file", "files", "not UTF-8 text"] += 1
         return None
@@ -4001,10 +3925,9 @@ _LIST_ITEM = re.compile(r"\s*(?:[-*+]|\d{1,9}[.)])(?:[ \t]+(.*))?$")
 
 
 def _front_matter(text):
-    """({field: value}, the text after it) of a markdown text with YAML front matter: plain
-    and quoted values, lists (- item, or [a, b]), block texts (| and >) and one level of
-    nested fields (metadata: with type: under it), which is what notes hold. ({}, text) when
-    it has none."""
+    """({field: value}, the text after it) of a markdown text with YAML front matter, or ({},
+    text): plain and quoted values, lists (- item, or [a, b]), block texts (| and >) and one
+    level of nested fields (metadata: with type: under it), which is what notes hold."""
     found = _FRONT_MATTER.match(text)
     if not found:
         return {}, text
@@ -4058,7 +3981,6 @@ def _yaml_value(text):
 
 
 def _field_text(value):
-    """A front matter field as text, or None."""
     if isinstance(value, list):
         value = ", ".join(v for v in value if isinstance(v, str))
     return value.strip() or None if isinstance(value, str) else None
@@ -4083,8 +4005,7 @@ _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
 
 
 def _lines(text):
-    """The lines of `text`, one at a time: a list of a file's millions would be many times
-    its size."""
+    """The lines of `text`, one at a time: a list of them would be many times its size."""
     start = 0
     while start < len(text):
         end = text.find("\n", start)
@@ -4145,13 +4066,11 @@ def _note_parts(body):
         if kind == "code":
             continue
         bare = _LINKS_TO.sub("", text.strip())
-        explicit = _explicit_relation(bare) if kind == "item" and bare == text.strip() \
-            else None
+        explicit = _explicit_relation(bare) if kind == "item" and bare == text.strip() else None
         if explicit:
             relations.append(explicit)
         else:
-            relations += (("links_to", t.strip()) for t in _WIKI_LINK.findall(bare)
-                          if t.strip())
+            relations += (("links_to", t.strip()) for t in _WIKI_LINK.findall(bare) if t.strip())
         observation = _observation(bare) if kind != "quote" else None
         if observation:
             observations.append(observation)
@@ -4201,8 +4120,7 @@ def _observation(text):
     if content.endswith(")") and "(" in content:
         start = content.rfind("(")
         content, context = content[:start].strip(), content[start + 1:-1].strip() or None
-    tags = [t for part in content.split() if part.startswith("#")
-            for t in part.split("#") if t]
+    tags = [t for part in content.split() if part.startswith("#") for t in part.split("#") if t]
     return (category, content, context, tags) if content else None
 
 
@@ -4221,8 +4139,7 @@ def basic_memory_records(folder, report):
         fields, body = _front_matter(text)
         stem = relative[:-3]
         title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
-        permalink = _field_text(fields.get("permalink")) or re.sub(
-            r"[\s_]+", "-", stem.lower())
+        permalink = _field_text(fields.get("permalink")) or re.sub(r"[\s_]+", "-", stem.lower())
         tags = _field_tags(fields.get("tags"))
         created = _when(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)
@@ -4235,8 +4152,7 @@ def basic_memory_records(folder, report):
                           else m.group(0), body)
             own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
                                 not hub else title, tags, created, source)
-            if own:
-                yield own
+            yield own  # None if skipped (_Spool drops it)
         reach = {}
         for category, content, context, own_tags in observations:
             record = shaper.record((permalink, category, content), f"{title}: {content}" + (
@@ -4257,22 +4173,18 @@ def basic_memory_records(folder, report):
             if other is None:
                 report["skipped", "relation", "relations", "to a note not in the folder"] += 1
                 continue
-            record = shaper.record((permalink, kind, other[0]),
-                                   f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
-                                   created, source, dict.fromkeys(reach + other[3]))
-            if record:
-                yield record
+            yield shaper.record((permalink, kind, other[0]),
+                                f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
+                                created, source, dict.fromkeys(reach + other[3]))
 
 
 def is_basic_memory(folder):
-    """Whether `folder` holds basic-memory's notes: one at least whose front matter has
-    the title, type and permalink that basic-memory writes."""
+    """Whether a note in `folder` has the front matter basic-memory writes (title, type...)."""
     for path, relative in _files(folder, collections.Counter()):
         if relative.lower().endswith(".md"):
             with contextlib.suppress(OSError), open(path, "rb") as f:
                 head = f.read(1 << 16).decode("utf-8", "replace").replace("\r\n", "\n")
-                fields = _front_matter(head)[0]
-                if {"title", "type", "permalink"} <= fields.keys():
+                if {"title", "type", "permalink"} <= _front_matter(head)[0].keys():
                     return True
     return False
 
@@ -4345,14 +4257,12 @@ def claude_code_records(path, report):
                     report["memories"] += 1
                     first = first or record.id
                     yield record
-        missing = sum(1 for name in titles if name not in found)
         report["skipped", "link of MEMORY.md", "links of MEMORY.md", "to a file not in the "
-               "folder"] += missing
+               "folder"] += len(titles.keys() - found)
 
 
 def gemini_records(path, report):
-    """The Records of the items of the "## Gemini Added Memories" section of a GEMINI.md
-    (at `path`, or in the folder `path`), as an iterator."""
+    """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`."""
     file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
     text = _markdown(file, report)
     if text is None:
@@ -4363,16 +4273,12 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    shaper, source = _Shaper(report, "gemini"), f"gemini: {project}"
-    created = _mtime(file)
+    shaper, source, created = _Shaper(report, "gemini"), f"gemini: {project}", _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
             report["memories"] += 1
-            record = shaper.record((project, os.path.basename(file), item.strip()), item,
-                                   ["gemini"] + [project] * (project != "global"), created,
-                                   source)
-            if record:
-                yield record
+            yield shaper.record((project, os.path.basename(file), item.strip()), item,
+                                ["gemini"] + [project] * (project != "global"), created, source)
 
 
 _GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
@@ -4413,16 +4319,15 @@ def _import_source(args, stack):
     reads: the format as --format names it, or told from the content. `report` counts what
     was held, skipped and changed (None for Flood Memory's export)."""
     path, format_name, report = args.file, args.format, collections.Counter()
+    readers = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
+               "gemini": gemini_records, "openmemory": openmemory_records}  # of a path
     if path != "-" and os.path.isdir(path):
         format_name = format_name or _folder_format(path)
-        if format_name == "mcp-memory-service":
-            path = os.path.join(path, "sqlite_vec.db")
-        elif format_name not in ("basic-memory", "claude-code", "gemini"):
+        if format_name in ("basic-memory", "claude-code", "gemini"):
+            return format_name, FORMATS[format_name], readers[format_name](path, report), report
+        if format_name != "mcp-memory-service":
             raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
-    if path != "-" and os.path.isdir(path):
-        reader = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
-                  "gemini": gemini_records}[format_name]
-        return format_name, FORMATS[format_name], reader(path, report), report
+        path = os.path.join(path, "sqlite_vec.db")
     if path == "-" and sys.stdin is None:
         raise StoreError("standard input is closed: give the FILE to import")
     source = stack.enter_context(sys.stdin.buffer if path == "-" else open(path, "rb"))
@@ -4449,8 +4354,7 @@ def _import_source(args, stack):
     if format_name in ("basic-memory", "claude-code"):
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
     if format_name in ("openmemory", "gemini"):
-        reader = openmemory_records if format_name == "openmemory" else gemini_records
-        return format_name, FORMATS[format_name], reader(path, report), report
+        return format_name, FORMATS[format_name], readers[format_name](path, report), report
     try:  # a file that is none of the formats fails here, at its first value
         graph, entries = read_entries(utf8_lines(source))
         first = next(entries, None)
@@ -4477,16 +4381,15 @@ def _memories(n):
 
 
 class _Spool:
-    """Records kept in the binary file `file` and read back once: an import's checked records
-    wait here, on disk, rather than in memory. In marshal's form, which this same process
-    reads back faster than JSON."""
+    """Records kept in the binary file `file` (in marshal's form, faster to read back than
+    JSON) and read back once: an import's checked records wait on disk rather than in memory.
+    A None among `records` (see _Shaper) is dropped."""
 
     def __init__(self, records, file):
-        self.file = file
-        self.n = 0
+        self.file, self.n = file, 0
         self.first = []  # the first three, for samples
         self.sources = set()  # the sources they name
-        for self.n, record in enumerate(records, 1):
+        for self.n, record in enumerate(filter(None, records), 1):
             data = marshal.dumps(tuple(record))
             if self.n <= 3:
                 self.first.append(record)
@@ -4617,8 +4520,7 @@ def _parser():
 
 def _json_out(value, **options):
     """`value` as JSON for standard output: characters as they are where its encoding holds
-    them all, else as \\uXXXX escapes. A redirect or pipe on Windows writes in the ANSI code
-    page (cp1252, ...), which holds few of the world's characters."""
+    them all, else \\uXXXX escapes (a redirect on Windows writes in the ANSI code page)."""
     text = json.dumps(value, ensure_ascii=False, **options)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
@@ -4639,9 +4541,8 @@ def _say(text=""):
 
 def _asked(question, undone):
     """Whether the person at the terminal answers yes to `question` (asked on standard error,
-    as standard output may be a file). Off a terminal nobody can answer: a script, or Git
-    Bash's window (mintty), which Python sees as a pipe. Then InvalidInput says that
-    nothing was `undone` ("forgotten"), and that --yes does it without asking."""
+    as standard output may be a file). Off a terminal (a script, or Git Bash's mintty, a pipe
+    to Python) nobody can: InvalidInput says nothing was `undone` and that --yes goes ahead."""
     if sys.stdin is None or not sys.stdin.isatty():
         raise InvalidInput(f"standard input is not a terminal, so nobody can be asked: "
                            f"nothing was {undone}; give --yes to go ahead without asking")
@@ -4651,8 +4552,7 @@ def _asked(question, undone):
 
 
 def _one(store, given):
-    """The id of the one memory `given` (an id or its start) names; StoreError naming the
-    candidates when it is ambiguous, or saying that none has it."""
+    """The id of the one memory `given` (an id or its start) names, else StoreError saying why."""
     found = store.resolve(given)
     if not found:
         raise NotFound(f"no memory's id is or starts with {given.strip()!r}")
@@ -4664,8 +4564,7 @@ def _one(store, given):
 
 
 # Characters that a terminal obeys rather than shows (escape sequences can retitle it, hide
-# lines or set the clipboard), and those that reverse the text's direction: a memory may
-# hold text from anywhere.
+# lines or set the clipboard), and those that reverse the text's direction.
 _UNSEEN = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
@@ -4674,7 +4573,6 @@ def _visible(text):
 
 
 def _width():
-    """How wide a line to print: the terminal's width, within 60 and 200 characters."""
     return max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
 
 
@@ -4732,8 +4630,7 @@ def _show(store, args):
     if len(node["links"]) > 50:
         print(f"  ... and {len(node['links']) - 50:,} more ({store_py_command()} show --json "
               f"ID lists them all)")
-    print()
-    print("\n".join(_visible(line) for line in node["content"].split("\n")))
+    print("\n" + _visible(node["content"]))  # _visible keeps line breaks
 
 
 def split_command(text, system=None):
@@ -4744,43 +4641,30 @@ def split_command(text, system=None):
     ValueError for a quote left open."""
     if (system or os.name) != "nt":
         return shlex.split(text)
-    words, word, started, quoted, at = [], [], False, False, 0
-    while at < len(text):
-        char = text[at]
-        if char == "\\":
-            end = at
-            while end < len(text) and text[end] == "\\":
-                end += 1
-            slashes = end - at
-            if text[end:end + 1] == '"':
-                # Before a quote, a pair of backslashes is one, and one left over makes
-                # the quote a character rather than a delimiter.
-                word.append("\\" * (slashes // 2))
-                if slashes % 2:
-                    word.append('"')
-                    end += 1
-            else:
-                word.append("\\" * slashes)
-            at, started = end, True
-        elif char == '"':
-            if quoted and text[at + 1:at + 2] == '"':
-                word.append('"')
-                at += 1
+    words, word, quoted = [], None, False  # word: None between words
+    tokens = re.finditer(r'(\\*)"|\\+|[ \t]|[^\\" \t]+', text)
+    for token in tokens:
+        slashes = token.group(1)
+        if token.group() in (" ", "\t") and not quoted:
+            if word is not None:
+                words.append(word)
+            word = None
+        elif slashes is None:
+            word = (word or "") + token.group()
+        else:
+            # Before a quote, a pair of backslashes is one, and one left over makes the
+            # quote a character rather than a delimiter.
+            word = (word or "") + "\\" * (len(slashes) // 2)
+            if len(slashes) % 2:
+                word += '"'
+            elif quoted and text.startswith('"', token.end()):  # "" inside quotes: a quote
+                word += '"'
+                next(tokens)
             else:
                 quoted = not quoted
-            at, started = at + 1, True
-        elif char in " \t" and not quoted:
-            if started:
-                words.append("".join(word))
-            word, started, at = [], False, at + 1
-        else:
-            word.append(char)
-            at, started = at + 1, True
     if quoted:
         raise ValueError("No closing quotation")
-    if started:
-        words.append("".join(word))
-    return words
+    return words + ([] if word is None else [word])
 
 
 # The editors tried, in order, when neither VISUAL nor EDITOR is set, as git does: Debian's
@@ -4792,9 +4676,8 @@ def editor_command(environ, system=None, which=shutil.which):
     """The editor to run, as words, program first, chosen as git chooses: VISUAL, else
     EDITOR, else the system's (Notepad on Windows, where `system`, os.name, says "nt"; else
     the first of SYSTEM_EDITORS). The program is looked up on the PATH of `environ` with
-    `which` (shutil.which), as a shell would: on Windows that finds a script by the
-    extensions of PATHEXT (VS Code's `code` is code.cmd), which a start without a shell
-    would miss. InvalidInput if the setting is not a command, or if there is no editor."""
+    `which` (shutil.which), as a shell would: on Windows that finds a script by PATHEXT (VS
+    Code's `code` is code.cmd). InvalidInput if the setting is not a command, or no editor."""
     system = system or os.name
     path = environ.get("PATH", os.defpath)
     setting = (environ.get("VISUAL") or "").strip() or (environ.get("EDITOR") or "").strip()
@@ -4804,9 +4687,8 @@ def editor_command(environ, system=None, which=shutil.which):
         raise InvalidInput(f"cannot read the editor command {setting!r} ({exc}); set VISUAL "
                            f"or EDITOR to a command") from None
     if not words:
-        found = [n for n in (("notepad",) if system == "nt" else SYSTEM_EDITORS)
-                 if which(n, path=path)]
-        words = found[:1]
+        words = [n for n in (("notepad",) if system == "nt" else SYSTEM_EDITORS)
+                 if which(n, path=path)][:1]
     if not words and system == "nt":
         raise InvalidInput("no editor is set, and Notepad is not on PATH: set EDITOR (in "
                            "PowerShell: $env:EDITOR = 'notepad'; in cmd.exe: set "
@@ -4852,10 +4734,9 @@ def _edit(store, args, environ):
             kept = True
             raise StoreError(f"the editor saved text that is not UTF-8; nothing was saved "
                              f"(what it saved is in {path})") from None
-        for end in ("\r\n", "\n"):  # the line end most editors close a file with
-            if after.endswith(end) and not before.endswith(end):
-                after = after[:-len(end)]
-                break
+        end = "\r\n" if after.endswith("\r\n") else "\n"  # as most editors close a file
+        if after.endswith(end) and not before.endswith(end):
+            after = after[:-len(end)]
         if after == before:
             _say("flood-memory: edit: the content is unchanged; nothing was saved")
         elif not after.strip():
@@ -4909,12 +4790,11 @@ def _forget(store, args):
             store.delete(node_id)
         except NotFound:
             _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
-            gone.add(node_id)
-            continue
-        links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
+        else:
+            links = sum(1 for t in nodes[node_id]["links"] if t not in gone)  # each link once
+            _say(f"flood-memory: forgot {node_id}" +
+                 (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
         gone.add(node_id)
-        _say(f"flood-memory: forgot {node_id}" +
-             (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
     return 0
 
 
@@ -4965,20 +4845,36 @@ def _restore(store, args, directory):
     return 0
 
 
+_HELD = {  # format: where an import read, and what its report counts as held
+    "official": ("the file", ("entity", "entities"), ("observation", "observations"),
+                 ("relation", "relations")),
+    "basic-memory": ("the folder", ("note", "notes"), ("observation", "observations"),
+                     ("relation", "relations")),
+    "claude-code": ("the folders", ("topic file", "topic files")),
+}
+
+
 def _found(format_name, kind, records, report):
-    """Say what an import read: its kind, how many memories, three samples, and what was
-    held, skipped and changed."""
+    """Say what an import read: its kind, how many memories, three samples, what was held,
+    and what was skipped, changed or kept as text only, each counted in `report` under
+    ("skipped", "changed" or "kept as text only", singular, plural, the rest of the why)."""
     width = _width() - 4
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
         text = _visible(" ".join(record.content.split()))
         _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
-    if report is not None:
-        _say(_summary(report, *{
-            "official": (OFFICIAL_HELD,), "basic-memory": (BASIC_MEMORY_HELD, "the folder"),
-            "claude-code": ((("topic files", "topic file"),), "the folders"),
-        }.get(format_name, (PEER_HELD, "it"))))
+    if report is None:
+        return
+    where, *held = _HELD.get(format_name, ("it", ("memory", "memories")))
+    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for one, k in held)
+    said = {"skipped": [], "changed": [], "kept as text only": []}
+    for key, n in report.items():
+        if isinstance(key, tuple) and n:
+            what, one, many, why = key
+            said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
+    _say(f"flood-memory: {where} held {made}" + "".join(
+        f"; {what}: {'; '.join(items)}" for what, items in said.items() if items))
 
 
 def _import(store, args, records, peer):
@@ -4996,18 +4892,13 @@ def _import(store, args, records, peer):
              f"content and tags, or change them one by one with {store_py_command()} edit ID")
         _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
                                        if done["differ"] > len(shown) else ""))
-    if peer:
-        _say_gone(store, records)
-    return 0
-
-
-def _say_gone(store, records):
-    """List the memories an import of the same source brought before that it no longer
-    holds: kept, for the person to forget or not."""
+    if not peer:
+        return 0
+    # What earlier imports of these sources stored that they hold no more is listed, and kept.
     kept = _Seen(_id_number(record.id) for record in records)
     gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in kept]
     if not gone:
-        return
+        return 0
     shown = store.peek(gone[:10])
     shorts, width = store.short_ids(list(shown)), _width() - 14
     _say(f"flood-memory: {_memories(len(gone))} imported before from "
@@ -5019,6 +4910,7 @@ def _say_gone(store, records):
                                              text[:width - 3] + "..."))
     if len(gone) > len(shown):
         _say(f"  and {len(gone) - len(shown):,} more")
+    return 0
 
 
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
