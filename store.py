@@ -74,11 +74,15 @@ _TEXT_KEY = ("length(" + functools.reduce(lambda sql, c: f"replace({sql}, char({
                                           (9, 10, 11, 12, 13, 32), "content") + ")",
              f"substr(ltrim(content, {_SPACES}), 1, 1)",
              f"substr(rtrim(content, {_SPACES}), -1)")
+_SAME_KEY = " AND ".join(f"{key} = {key.replace('content', '?1')}" for key in _TEXT_KEY)
 
 
 def _collapsed(content):
-    """`content`, each run of spaces one space, none at the ends: what exact duplicates share."""
-    return _SPACE_RUN.sub(" ", content).strip(" ")
+    """`content`, each run of spaces one space, none at the ends: what exact duplicates share.
+    Most text has no run to collapse, which `in` tells faster than the pattern."""
+    if "  " in content or any(space in content for space in "\t\n\x0b\x0c\r"):
+        content = _SPACE_RUN.sub(" ", content)
+    return content.strip(" ")
 
 
 # SQL: a row's links as json_insert can extend them: '[]' if another program wrote no array.
