@@ -2183,7 +2183,6 @@ class Store:
         node_id, now = str(uuid.uuid4()), _now()
         words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
         mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
-        hint = self._hinter().submit(self._hint, words, mine)
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
@@ -2201,6 +2200,9 @@ class Store:
                        "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                        (node_id, content, _json(tags), _json(links), source, now, now))
             _fold_tags(db)
+            # Asked now, to read while the commit syncs: asked before, its Python held up
+            # this thread's statements.
+            hint = self._hinter().submit(self._hint, words, mine)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         try:
@@ -2221,10 +2223,9 @@ class Store:
             return self._hints
 
     def _hint(self, words, mine):
-        """_near, asked in a thread and a read transaction of its own while the new memory is
-        written and synced: FTS5's lookups of its words then cost a remember nothing (they
-        open each of FTS5's 12-23 segments, and took as long as the rest of a remember). The
-        snapshot it reads may already hold the new memory (add leaves it out); the words
+        """_near, in a thread and a read transaction of its own while the new memory's commit
+        syncs: FTS5's lookups of its words (each opens every segment) then cost a remember
+        little. The snapshot may already hold the new memory (add leaves it out); the words
         were stemmed before, as Python code here would hold up the writing thread."""
         with self.db.errors("look for similar memories"), self.db.read() as db:
             return self._near(db, words, mine)
@@ -2234,10 +2235,9 @@ class Store:
         (tags whatever their case): nodes_text gives the few memories that may, and they are
         compared here."""
         text, tagged = _collapsed(content), _folded(tags)
-        asked = " AND ".join(f"{key} = {key.replace('content', '?1')}" for key in _TEXT_KEY)
         for node_id, stored, stored_tags in db.execute(
-                f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes WHERE {asked} "
-                f"ORDER BY rowid", (content,)):
+                f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes "
+                f"WHERE {_SAME_KEY} ORDER BY rowid", (content,)):
             if _collapsed(stored) == text and _folded_tags(stored_tags) == tagged:
                 return node_id
         return None
