@@ -2010,9 +2010,9 @@ class Store:
             _chunks(list(sources))))
 
     def _snapshot(self, queries):
-        """The rows of `queries` ([(SQL, parameters)]), one snapshot, through a connection of
-        its own: a caller may stop early, which must not leave the thread's connection inside
-        a transaction."""
+        """The rows of `queries` ([(SQL, parameters)]), one snapshot, one by one. Read through
+        a connection of its own: a caller may stop early and keep the rest unread, which must
+        not leave the thread's connection inside a transaction (its next write failed)."""
         with self.db.errors("read the memories"):
             db = sqlite3.connect(self.path, isolation_level=None)
             try:
@@ -2115,8 +2115,9 @@ class Store:
         made two-way, dropping those that lead nowhere. Exact duplicates, odd times and ids,
         and damage to the file itself are left: check says what to do about them.
 
-        Each step is a write transaction of its own, what reading can find found before it,
-        so that other writers get turns; a memory changed meanwhile waits for the next repair."""
+        Each step is a write transaction of its own, and what reading can find is found
+        before it, so that other writers get turns in between; a memory another writer
+        changes meanwhile is left as it is, for the next repair."""
         with self.db.errors("repair the database"):
             db = self.db.connection()
             found = " ".join(r for (r,) in db.execute("PRAGMA integrity_check"))
@@ -2156,10 +2157,11 @@ class Store:
         """Store a new memory, linked both ways to the existing ids in `links`; the memory,
         with the links left out listed under "skipped_links" ({"id", "reason"}).
 
-        An exact duplicate (the same content once runs of spaces are collapsed, the same tags
-        in any order and case) is not stored again: the stored one comes back, marked
-        "already_remembered" and given the links. Stored memories very close to a new one
-        are listed under "similar" (see _similar), never merged."""
+        An exact duplicate (the same content once runs of spaces, tabs and line breaks are
+        collapsed, the same tags in any order and case) is not stored again: the stored one
+        comes back, marked "already_remembered" and given the links. Stored memories very
+        close to a new one are listed under "similar" (see _similar), never merged.
+        """
         content = _content(content)
         tags = _tags(tags)
         skipped = []
@@ -2217,7 +2219,8 @@ class Store:
 
     def _exact_duplicate(self, db, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly
-        (tags whatever their case), among the few that nodes_text gives."""
+        (tags whatever their case): nodes_text gives the few memories that may, and they are
+        compared here."""
         text, tagged = _collapsed(content), _folded(tags)
         for node_id, stored, stored_tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes "
@@ -2286,8 +2289,10 @@ class Store:
         return _Load(self, pause, update).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
-        """Replace the given fields of a memory, links with their back-links; the memory, links
-        left out listed under "skipped_links", as for add."""
+        """Replace the given fields of a memory; links keep their back-links in step.
+
+        Returns the memory; links left out are listed under "skipped_links", as for add.
+        """
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
@@ -2357,10 +2362,13 @@ class Store:
                fit=None, report=None, count=True):
         """The `limit` memories after `offset` matching the words of `query`, carrying every
         one of `tags`, created from `since` (inclusive) to `until` (exclusive): ranked by
-        relevance with a query (see rank), newest first without. With `fit`, a function of
-        the memories found, only the first fit(memories) come back. Each counts as accessed,
-        unless not `count`. A dict `report` is told "words" searched, and "cut" (words past
-        MAX_QUERY_WORDS were ignored)."""
+        relevance with a query (see rank), newest first without.
+
+        With `fit`, a function of the memories found, only the first fit(memories) come back
+        (a caller's size budget). Each counts as accessed, unless not `count`. A dict
+        `report` is told what was searched: "words", and "cut" (words past MAX_QUERY_WORDS
+        were ignored).
+        """
         query = _text(query, "query")
         tags = _tags(tags)
         limit = _int(limit, "limit", 1, MAX_LIMIT)
