@@ -1075,12 +1075,6 @@ def _chunks(items, size=500):
         yield items[start:start + size]
 
 
-def _rows_of(db, ids, columns="id"):
-    """The `columns` of the memories whose id is in `ids`, a chunk of ids at a time."""
-    for chunk in _chunks(list(ids)):
-        yield from db.execute(f"SELECT {columns} FROM nodes WHERE id IN ({_marks(chunk)})", chunk)
-
-
 def _marks(items):
     return ",".join("?" * len(items))
 
@@ -2247,9 +2241,9 @@ class Store:
         """[(id, content)] of the stored memories that a new one, of `words` and distinctive
         terms `mine`, may be very close to (see _similar): the NEAR_CANDIDATES sharing the most
         rare terms with it (held by RARE memories or fewer), NEAR_RARE at least. FTS5 is asked
-        which memories hold its NEAR_PROBES longest distinctive words not known to be common
-        (long words are the rare ones; asking about every word cost more than the rest of a
-        remember); the ones held by more than RARE are remembered as common."""
+        which memories hold each of its NEAR_PROBES longest distinctive words (the long words
+        are the rare ones, as words go: asking about every word cost more than the rest of a
+        remember), RARE + 1 at most: a term held by more is not rare."""
         if len(mine) < NEAR_SHARED:
             return []
         rare = mine - self._common
@@ -2336,7 +2330,10 @@ class Store:
 
     def _existing(self, db, ids, skipped):
         """The ids that name a memory, in order; the others are added to `skipped`."""
-        found = {i for (i,) in _rows_of(db, ids)}
+        found = set()
+        for chunk in _chunks(ids):
+            found.update(r[0] for r in db.execute(
+                f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
         skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in ids if i not in found)
         return [i for i in ids if i in found]
 
@@ -2533,7 +2530,11 @@ class Store:
                         met.append(target)
                 if len(distances) > TRAVERSAL_CAP:
                     break
-            found = dict(_rows_of(db, met, f"id, {'links' if distance < depth else 'NULL'}"))
+            found = {}
+            further = "links" if distance < depth else "NULL"
+            for chunk in _chunks(met):
+                found.update(db.execute(
+                    f"SELECT id, {further} FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
             for target in met:
                 if target not in found:
                     del distances[target]
@@ -2547,7 +2548,10 @@ class Store:
     def _read_counted(self, column, keys, fit=None, extra=None, count=True):
         """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
         fields of `extra[key]` added, cut to what `fit` allows, and counted as accessed
-        (unless not `count`): written now if the lock is free, else later (count_accesses)."""
+        (unless not `count`), the count committed before they are returned. When it cannot be
+        written (another process holds the lock past the timeout, a full disk), the memories
+        come back uncounted, with a warning.
+        """
         if not keys:
             return []
         now = _now()
@@ -2771,7 +2775,10 @@ class _Load:
         with self.db.write() as db:
             asked = list({i: None for r in batch
                           for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
-            stored = dict(_rows_of(db, asked, "id, rowid"))
+            stored = {}  # id -> rowid
+            for chunk in _chunks(asked):
+                stored.update(db.execute(
+                    f"SELECT id, rowid FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
             fresh = [r for r in batch if r.id not in stored]
             self.find_differ(db, [r for r in batch if r.id in stored])
             new = {r.id for r in fresh}
@@ -2869,10 +2876,12 @@ class _Load:
 
     def find_differ(self, db, records):
         """Note those of `records` (stored already) whose content or tags differ."""
-        stored = {i: (content, tags) for i, content, tags in
-                  _rows_of(db, [r.id for r in records], "id, content, tags")}
-        self.differ += (r for r in records if stored[r.id][0] != r.content or
-                        _strings(stored[r.id][1]) != r.tags)
+        for chunk in _chunks(records):
+            stored = {i: (content, tags) for i, content, tags in db.execute(
+                f"SELECT id, content, tags FROM nodes WHERE id IN ({_marks(chunk)})",
+                [r.id for r in chunk])}
+            self.differ += (r for r in chunk if stored[r.id][0] != r.content or
+                            _strings(stored[r.id][1]) != r.tags)
 
     def add_links(self, db, group):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
@@ -2881,7 +2890,11 @@ class _Load:
         SQL. A link to a memory another writer forgot since the load began is dropped."""
         later = {i for _, _, linked in group for i in linked}
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
-            later = {i for (i,) in _rows_of(db, later)}
+            stored = set()
+            for chunk in _chunks(list(later)):
+                stored.update(i for (i,) in db.execute(
+                    f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            later = stored
         first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
         changed, back = [], collections.defaultdict(list)  # later id -> the first ones
         for chunk in _chunks(list(first)):  # a chunk at a time: a hub's links are long
