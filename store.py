@@ -1779,16 +1779,19 @@ class Search:
     # -- stage two
 
     def rerank(self, first, limit):
-        """Stage two: re-score stage one's best, then let the LENDERS best lend weight;
-        [(score, rowid)], best first.
+        """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
 
         Scores use RERANK_K1/B, which judge a long memory less harshly by its length; asked
         when, a memory that says when weighs WHEN more (see _SAYS_WHEN). Then each of the best
         lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
-        the one just before it, where they carry the same tags: memories stored together share
-        a context (after a matching question, often its answer). Only a memory holding a query
-        term that is not faint gains, or one right after a memory that asks something ("?").
-        Lent weight lifts a memory to just below its strongest lender at most.
+        the one stored just before it, where they carry the same tags: memories stored
+        together share a context (in a conversation, the memory after a matching question
+        is often its answer; notes written from one exchange sit next to each other). Only
+        a memory holding a query term that is not faint gains, or one right after a memory
+        that asks something ("?"): an answer need not repeat the question's words. Lent
+        weight lifts a memory to just below the score of its strongest lender at most: a
+        neighbour never overtakes the memory it is next to (it may pass a weaker lender, as
+        the stronger one vouches for it). Returns [(score, rowid)], best first.
         """
         if not first:
             return []
@@ -2290,8 +2293,10 @@ class Store:
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
-        content = None if content is None else _content(content)
-        tags = None if tags is None else _tags(tags)
+        if content is not None:
+            content = _content(content)
+        if tags is not None:
+            tags = _tags(tags)
         skipped = []
         if links is not None:
             links = _link_ids(links, skipped=skipped)
@@ -2415,12 +2420,13 @@ class Store:
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
-        """What a recall that found nothing can tell the model about what there is, as
+        """What a recall that found nothing can tell the model about what there is: for each
+        of `tags`, how many memories carry it and, when none does, up to CLOSEST_TAGS tags
+        close to it (see _closest_tags); without tags, the CLOSEST_TAGS most used; with a
+        window, how many memories were created in it; with the query's `words` and tags or a
+        window, how many memories the words find without them (MAX_LIMIT + 1 at most). As
         {"tags": [{"tag", "memories", "closest"}], "most_used": [(tag, memories)],
-        "in_window": n, "matching": n}, each key only when it applies: how many memories carry
-        each of `tags` and, when none does, tags close to it (_closest_tags); without tags, the
-        most used; how many memories the window holds, and how many the query's `words` find
-        without the tags and window (MAX_LIMIT + 1 at most)."""
+        "in_window": n, "matching": n}, each key only when it applies."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
