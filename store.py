@@ -1657,10 +1657,8 @@ def _asks_when(query):
 # the week, a time of day, or a time relative to now ("last week", "two days ago",
 # "recently"). "May" and "March" count only next to a number (they are words too), and
 # month abbreviations only before one. For lowered text (cheaper than asking the expression
-# to ignore case). Asked when, the answer is likely a memory that gives a time:
-# 47% of the facts and 82% of the dialog turns that answer a LoCoMo dev question asking
-# when match, against 13% and 16% of all. They weigh WHEN more in stage two (temporal
-# questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
+# to ignore case). Asked when, the answer is likely a memory that gives a time: stage two
+# weighs those WHEN more.
 _SAYS_WHEN = re.compile(
     r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
@@ -1673,8 +1671,6 @@ _SAYS_WHEN = re.compile(
     r"|(?:\d+|a|one|two|three|four|five|six|seven|eight|nine|ten|few|several|couple of) "
     r"(?:days|weeks|months|years)"
     r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
-
-
 
 
 # The words of ranking:
@@ -1737,14 +1733,25 @@ def _averages(db):
     return count, _varint(row[0], i)[0]
 
 
+def _select_in(db, sql, keys):
+    """The rows of `sql`, which ends in "IN", for the list of `keys`: asked a chunk at a time,
+    as SQLite limits the parameters of a statement."""
+    keys = list(keys)
+    for chunk in _chunks(keys):
+        yield from db.execute(f"{sql} ({_marks(chunk)})", chunk)
+
+
+def _window(since, until, column="created_at"):
+    """(SQL, parameters) of the conditions that `column` is from `since` (inclusive) to `until`
+    (exclusive), each as " AND ...", for the ends given."""
+    ends = [(op, end) for op, end in ((">=", since), ("<", until)) if end is not None]
+    return "".join(f" AND {column} {op} ?" for op, _ in ends), [end for _, end in ends]
+
+
 def _doc_counts(db, terms):
     """{term: how many memories hold it} for those of `terms` any memory holds, from FTS5's
     vocabulary (temp.nodes_vocab, which each connection makes as it opens)."""
-    out = {}
-    for chunk in _chunks(list(terms)):
-        out.update(db.execute(f"SELECT term, doc FROM temp.nodes_vocab WHERE term IN "
-                              f"({_marks(chunk)})", chunk))
-    return out
+    return dict(_select_in(db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN", terms))
 
 
 def _similar(near, n, mine):
@@ -1754,10 +1761,8 @@ def _similar(near, n, mine):
 
     Very close: the Jaccard similarity of their distinctive terms (those of their words that
     are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common, and neither
-    is four times as long as the other. On 1,210 LoCoMo facts labelled by hand, the hint
-    fired on 5.3% of stores (2.1% with no restatement listed) and caught 28% of the
-    restatements, asking about every word (see Store._near). Compared after the new memory
-    is written, outside its transaction: comparing may read long texts.
+    is four times as long as the other. Compared after the new memory is written, outside
+    its transaction: comparing may read long texts.
     """
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
@@ -1784,12 +1789,10 @@ def _similar(near, n, mine):
 
 
 class Search:
-    """One search, inside one read transaction. Stage one (`top`) is FTS5's own bm25() over
-    the query's words OR-ed, with the tag filter and the time window in the same query.
-    Stage two (`rerank`) re-scores those few from what FTS5 holds (each term's df from its
-    vocabulary, each memory's length from its docsize record, the average from its averages
-    record) with flatter length normalisation, and lets a strong match lend weight to the
-    memories stored next to it."""
+    """One search, inside one read transaction: stage one (`top`) is FTS5's own bm25(), with
+    the tag filter and the time window in the same query; stage two (`rerank`) re-scores
+    those few from what FTS5 holds (each term's df from its vocabulary, each memory's length
+    from its docsize record, the average from its averages record)."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, when=False):
         self.db = db
@@ -1827,13 +1830,9 @@ class Search:
         tags and were created in the window."""
         sql, parameters = _carrying(self.tags, column)
         if self.since is not None or self.until is not None:
-            sql += f" JOIN nodes w ON w.rowid = {column}"
-            for bound, op in ((self.since, ">="), (self.until, "<")):
-                if bound is not None:
-                    sql += f" AND w.created_at {op} ?"
-                    parameters.append(bound)
-            sql += f" AND {column} BETWEEN ? AND ?"
-            parameters.extend(self._span())
+            window, ends = _window(self.since, self.until, "w.created_at")
+            sql += f" JOIN nodes w ON w.rowid = {column}{window} AND {column} BETWEEN ? AND ?"
+            parameters += [*ends, *self._span()]
         return sql, parameters
 
     def _span(self):
@@ -1841,11 +1840,9 @@ class Search:
         instead of scoring every memory that holds a word and then dropping those of other
         times; memories are mostly stored in time order, so the range is narrow."""
         if self.span is None:
+            window, ends = _window(self.since, self.until)
             self.span = self.db.execute(
-                f"SELECT min(rowid), max(rowid) FROM nodes WHERE 1"
-                f"{' AND created_at >= ?' if self.since is not None else ''}"
-                f"{' AND created_at < ?' if self.until is not None else ''}",
-                [b for b in (self.since, self.until) if b is not None]).fetchone()
+                f"SELECT min(rowid), max(rowid) FROM nodes WHERE 1{window}", ends).fetchone()
         return self.span
 
     def _in_window(self, created):
@@ -1860,33 +1857,30 @@ class Search:
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         none = [0] * len(terms)  # shared by the memories holding no term: never changed
-        for chunk in _chunks(missing):
-            for rowid, content, tagged, created, size in self.db.execute(
-                    f"SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
-                    f"CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT "
-                    f"JOIN nodes_fts_docsize d ON d.id = n.rowid "
-                    f"WHERE n.rowid IN ({_marks(chunk)})", chunk):
-                if not content.isascii():
-                    words = [w for w in tokenize(content) if w.startswith(prefixes)]
-                else:
-                    lowered = content.lower()
-                    words = self.ascii_words.findall(lowered) if self.ascii_words and any(
-                        p in lowered for p in prefixes) else ()
-                if words:
-                    found = collections.Counter(map(stem, words))
-                    counts = [found[t] for t in terms]
-                else:
-                    counts = none
-                known[rowid] = Features(counts, _varint(size)[0] if size else 0,
-                                        tagged or "[]", created, "?" in content)
+        for rowid, content, tagged, created, size in _select_in(
+                self.db, "SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
+                "CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT JOIN nodes_fts_docsize d "
+                "ON d.id = n.rowid WHERE n.rowid IN", missing):
+            if not content.isascii():
+                words = [w for w in tokenize(content) if w.startswith(prefixes)]
+            else:
+                lowered = content.lower()
+                words = self.ascii_words.findall(lowered) if self.ascii_words and any(
+                    p in lowered for p in prefixes) else ()
+            if words:
+                found = collections.Counter(map(stem, words))
+                counts = [found[t] for t in terms]
+            else:
+                counts = none
+            known[rowid] = Features(counts, _varint(size)[0] if size else 0,
+                                    tagged or "[]", created, "?" in content)
         return {r: known[r] for r in rowids if r in known and
                 (not window or self._in_window(known[r].created))}
 
     def _contents(self, rowids):
         """{rowid: content} of the memories at `rowids`."""
-        return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
-                self.db.execute(f"SELECT rowid, CAST(content AS TEXT) FROM nodes WHERE rowid IN "
-                                f"({_marks(chunk)})", chunk)}
+        return dict(_select_in(self.db, "SELECT rowid, CAST(content AS TEXT) FROM nodes "
+                               "WHERE rowid IN", rowids))
 
     # -- stage two
 
@@ -1936,8 +1930,8 @@ class Search:
         ahead = 2 * len(FOLLOWERS)
         window = sorted({r + k for r in lenders for k in range(-2, ahead + 1)
                          if k and 0 < r + k <= MAX_INT})
-        stored = dict(self.db.execute(
-            f"SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid IN ({_marks(window)})", window))
+        tags_by_rowid = "SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid"
+        stored = dict(_select_in(self.db, f"{tags_by_rowid} IN", window))
         lent = collections.Counter()
         cap = {}
         answers = set()  # memories right after one that asks: they need not match the query
@@ -1945,15 +1939,14 @@ class Search:
             following = [r for r in range(lender + 1, lender + ahead + 1)
                          if r in stored][:len(FOLLOWERS)]
             if len(following) < len(FOLLOWERS):  # a gap: memories forgotten in between
-                rows = self.db.execute("SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid > ? "
-                                       "ORDER BY rowid LIMIT ?",
+                rows = self.db.execute(f"{tags_by_rowid} > ? ORDER BY rowid LIMIT ?",
                                        (lender, len(FOLLOWERS))).fetchall()
                 stored.update(rows)
                 following = [r for r, _ in rows]
             before = [r for r in (lender - 1, lender - 2) if r in stored][:1]
             if not before:  # the first memory, or a gap
-                rows = self.db.execute("SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid < ? "
-                                       "ORDER BY rowid DESC LIMIT 1", (lender,)).fetchall()
+                rows = self.db.execute(f"{tags_by_rowid} < ? ORDER BY rowid DESC LIMIT 1",
+                                       (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
             context, asks = _folded_tags(features[lender].tags), features[lender].asks
@@ -1971,8 +1964,6 @@ class Search:
                                               r in self._read([r], window=True)])
         features.update(extra_features)
         scores.update(extra_scores)
-        # Only a memory that matches the query itself gains: one holding a term that is not
-        # faint (unless the query has nothing else), or one that follows a question.
         matched = {r for _, r in first}
         for rowid, extra in lent.items():
             if rowid in features and (any(features[rowid].counts[i] for i in weighty)
@@ -2007,8 +1998,8 @@ class Store:
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
-            with contextlib.suppress(OSError):
-                _create_private(self.path)
+            with contextlib.suppress(OSError):  # there already, or SQLite will say what is wrong
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
         try:
             try:
                 db = self.db.connection()
@@ -2106,40 +2097,32 @@ class Store:
         with self.db.errors("count the memories"):
             return self.db.connection().execute("SELECT count(*) FROM nodes").fetchone()[0]
 
-    def records(self):
-        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot.
-
-        Read through a connection of its own: a caller may stop early and keep the rest
-        unread, which must not leave the thread's connection inside a transaction (its next
-        write failed)."""
+    @contextlib.contextmanager
+    def _snapshot(self):
+        """A read transaction on a connection of its own, for a caller that may stop reading
+        early and keep the rest unread: that must not leave the thread's connection inside a
+        transaction (its next write failed)."""
         with self.db.errors("read the memories"):
             db = sqlite3.connect(self.path, isolation_level=None)
             try:
                 db.execute("BEGIN")
-                db.text_factory = _TEXT
-                cursor = db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
-                                    f"ORDER BY rowid")
-                while rows := cursor.fetchmany(1000):
-                    yield from map(_node, rows)
+                yield db
             finally:
                 db.close()
+
+    def records(self):
+        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot."""
+        with self._snapshot() as db:
+            db.text_factory = _TEXT
+            yield from map(_node, db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
+                                             f"ORDER BY rowid"))
 
     def ids_from(self, sources):
-        """The ids of the memories whose source is one of `sources`, one by one: what
-        imports of another memory server's data brought. Read as records reads, through a
-        connection of its own."""
-        sources = list(sources)
-        with self.db.errors("read the memories"):
-            db = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                db.execute("BEGIN")
-                for chunk in _chunks(sources):
-                    cursor = db.execute(f"SELECT id FROM nodes WHERE source IN "
-                                        f"({_marks(chunk)})", chunk)
-                    while rows := cursor.fetchmany(1000):
-                        yield from (i for (i,) in rows)
-            finally:
-                db.close()
+        """The ids of the memories whose source is one of `sources`, one by one, from one
+        snapshot: what imports of another memory server's data brought."""
+        with self._snapshot() as db:
+            yield from (i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE source IN",
+                                                 sources))
 
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
@@ -2199,7 +2182,6 @@ class Store:
         return {"memories": memories, "links": int(links) // 2, "tags": tags,
                 "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
 
-
     def check(self):
         """What is wrong with the database, in words ([] when nothing is): SQLite's own check;
         what is derived from the memories (the full-text index, node_tags, tags) against the
@@ -2236,8 +2218,7 @@ class Store:
 
         Each step is a write transaction of its own, taken only when it has something to do,
         and what can be found out by reading is found out before, so that other writers get
-        turns in between (at 230,000 memories a repair in one transaction held them up 5 s);
-        a memory another writer changes meanwhile is left as it is, for the next repair."""
+        turns in between; a memory another writer changes meanwhile is left for the next."""
         with self.db.errors("repair the database"):
             db = self.db.connection()
             found = " ".join(r for (r,) in db.execute("PRAGMA integrity_check"))
@@ -2329,10 +2310,9 @@ class Store:
 
     def _hint(self, words, mine):
         """_near, asked in a thread and a read transaction of its own while the new memory is
-        written and synced: FTS5's lookups of its words then cost a remember nothing (they
-        open each of FTS5's 12-23 segments, and took as long as the rest of a remember). The
-        snapshot it reads may already hold the new memory (add leaves it out); the words
-        were stemmed before, as Python code here would hold up the writing thread."""
+        written and synced: FTS5's lookups of its words (each opens every segment) then cost
+        a remember nothing. The snapshot it reads may already hold the new memory (add leaves
+        it out); the words were stemmed before, as Python code here would hold up the writer."""
         with self.db.errors("look for similar memories"), self.db.read() as db:
             return self._near(db, words, mine)
 
@@ -2362,7 +2342,6 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-
     def _near(self, db, words, mine):
         """[(id, content)] of the stored memories that a new one, of `words` and distinctive
         terms `mine`, may be very close to (see _similar): the NEAR_CANDIDATES sharing the most
@@ -2388,9 +2367,8 @@ class Store:
                                      for r in found)
         near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
                               key=lambda r: (shared[r], r))
-        return db.execute(f"SELECT id, CAST(content AS TEXT) FROM nodes WHERE rowid IN "
-                          f"({_marks(near)}) AND id IS NOT NULL",
-                          near).fetchall() if near else []
+        return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
+                               "NULL AND rowid IN", near))
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
@@ -2460,10 +2438,7 @@ class Store:
 
     def _existing(self, db, ids, skipped):
         """The ids that name a memory, in order; the others are added to `skipped`."""
-        found = set()
-        for chunk in _chunks(ids):
-            found.update(r[0] for r in db.execute(
-                f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+        found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)}
         skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in ids if i not in found)
         return [i for i in ids if i in found]
 
@@ -2517,7 +2492,6 @@ class Store:
             else:
                 rowids = self._newest(tags, since, until, limit, offset)
             return self._read_counted("rowid", rowids, fit, count=count)
-
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
@@ -2610,11 +2584,7 @@ class Store:
         window.
         """
         db = self.db.connection()
-        window, bounds = "", []
-        for bound, op in ((since, ">="), (until, "<")):
-            if bound is not None:
-                window += f" AND created_at {op} ?"
-                bounds.append(bound)
+        window, bounds = _window(since, until)
         if not tags:
             return [r for (r,) in db.execute(
                 f"SELECT rowid FROM nodes WHERE 1{window} ORDER BY created_at DESC, rowid DESC "
@@ -2670,11 +2640,8 @@ class Store:
                         met.append(target)
                 if len(distances) > TRAVERSAL_CAP:
                     break
-            found = {}
             further = "links" if distance < depth else "NULL"
-            for chunk in _chunks(met):
-                found.update(db.execute(
-                    f"SELECT id, {further} FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            found = dict(_select_in(db, f"SELECT id, {further} FROM nodes WHERE id IN", met))
             for target in met:
                 if target not in found:
                     del distances[target]
@@ -2711,9 +2678,10 @@ class Store:
 
     def count_accesses(self, wait=True):
         """Write the accesses counted since the last time they could be (see _read_counted):
-        {id: (how many, the last one's time)} of those written, or None. Without `wait`, a write of another thread or process holding the
-        lock leaves them for the next call: a recall never waits for a write, and its counts
-        are not dropped (test_a_recall_never_waits_for_another_process_s_write)."""
+        {id: (how many, the last one's time)} of those written, or None. Without `wait`, a
+        write of another thread or process holding the lock leaves them for the next call: a
+        recall never waits for a write, and its counts are not dropped
+        (test_a_recall_never_waits_for_another_process_s_write)."""
         with self._uncounted_lock:
             counted, self._uncounted = self._uncounted, {}
         if not counted:
@@ -2743,12 +2711,8 @@ class Store:
     def _read_fitted(self, db, column, keys, fit, extra):
         """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
         `fit` allows."""
-        found = {}
-        for chunk in _chunks(keys):
-            found.update((row[0], _node(row[1:])) for row in db.execute(
-                f"SELECT {column}, {_READ} FROM nodes WHERE {column} IN ({_marks(chunk)}) "
-                f"AND id IS NOT NULL",
-                chunk))
+        found = {row[0]: _node(row[1:]) for row in _select_in(
+            db, f"SELECT {column}, {_READ} FROM nodes WHERE id IS NOT NULL AND {column} IN", keys)}
         nodes = []
         for key in keys:
             if key in found:  # a memory forgotten meanwhile is gone
@@ -2830,7 +2794,9 @@ class Store:
                     _copy_private(source + "-wal", copy + "-wal")
             except OSError as exc:
                 raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
-            count = _checked_backup(copy, source, self._page_size())
+            with self.db.errors("read the memory database"):
+                page_size = self.db.connection().execute("PRAGMA page_size").fetchone()[0]
+            count = _checked_backup(copy, source, page_size)
             if confirm is not None and not confirm(count):
                 return None
             with self.db.errors("restore the memories"):
@@ -2854,11 +2820,6 @@ class Store:
             shutil.rmtree(work, ignore_errors=True)
         return count
 
-    def _page_size(self):
-        with self.db.errors("read the memory database"):
-            return self.db.connection().execute("PRAGMA page_size").fetchone()[0]
-
-
 
 # The triggers of an insert; a load indexes its batch at once, and its rows, checked and new,
 # neither displace a row nor need refusing.
@@ -2868,13 +2829,10 @@ _INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 class _Load:
     """One Store.load, apart from the Store that other threads share: its records taken in
     batches, each one write transaction, and what it found. The links among the new memories
-    of a batch are written with them. A link that reaches a memory stored before (by an
-    earlier batch, or before the load) waits, both ways, and such links are made together
-    once LOAD_LINKS wait, and at the end (see link): a memory that thousands link to (an
-    entity of the official format) is written a few times, not once a batch. A record's link
-    to a memory not stored yet waits for it the same way. After every commit, each link
-    between stored memories has its back-link; a load stopped early leaves fewer links, and
-    running it again makes them."""
+    of a batch are written with them; a link that reaches a memory stored before (by an
+    earlier batch, or before the load), or one not stored yet, waits (see link). After every
+    commit, each link between stored memories has its back-link; a load stopped early leaves
+    fewer links, and running it again makes them."""
 
     def __init__(self, store, pause, update=False):
         self.store, self.db = store, store.db
@@ -2924,10 +2882,7 @@ class _Load:
         with self.db.write() as db:
             asked = list({i: None for r in batch
                           for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
-            stored = {}  # id -> rowid
-            for chunk in _chunks(asked):
-                stored.update(db.execute(
-                    f"SELECT id, rowid FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            stored = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", asked))
             fresh = [r for r in batch if r.id not in stored]
             self.find_differ(db, [r for r in batch if r.id in stored])
             new = {r.id for r in fresh}
@@ -2974,11 +2929,12 @@ class _Load:
             self.link()
 
     def link(self):
-        """Make the links waiting in self.pairs, both ways, in write transactions of about
-        LOAD_TXN seconds each. Each is kept with the one of its two memories stored first,
-        and they are taken in that order, so that a memory linked from thousands stored after
-        it (an entity of the official format) is read and written once with them all, and
-        memories stored together (its observations) in the same transaction."""
+        """Make the links waiting in self.pairs, both ways, once LOAD_LINKS wait and at the end,
+        in write transactions of about LOAD_TXN seconds each. Each is kept with the one of its
+        two memories stored first, and they are taken in that order, so that a memory linked
+        from thousands stored after it (an entity of the official format) is read and written
+        a few times, not once a batch, and memories stored together (its observations) in the
+        same transaction."""
         pairs, self.pairs, self.waited = self.pairs, {}, 0
         owners = sorted(pairs)
         size, at = 2 * LOAD_CHUNK, 0
@@ -2997,22 +2953,21 @@ class _Load:
     @staticmethod
     def insert(db, rows, tags):
         """Insert the memories `rows` (of _COLUMNS), carrying `tags` ({tag: how many}), and
-        index them, in the caller's write
-        transaction: the full-text and tag indexes in one statement each, not by their
-        triggers a row at a time (an official file of 80,000 memories: 1.9 s instead of 5),
-        which are set aside meanwhile. A DROP rolls back with the transaction, and no other
-        connection writes while this one holds the write lock. Returns their rowids."""
+        index them in the caller's write transaction: the full-text and tag indexes in one
+        statement each, not by their triggers a row at a time, which are set aside meanwhile.
+        A DROP rolls back with the transaction, and no other connection writes while this one
+        holds the write lock. Returns their rowids."""
         first = db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0
+        insert = f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         if first >= MAX_INT - len(rows):
             # Another program stored a memory at the last rowid: SQLite picks the new ones at
             # random, and the triggers index them one by one.
-            db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           rows)
+            db.executemany(insert, rows)
             return [db.execute("SELECT rowid FROM nodes WHERE id = ?", (row[0],)).fetchone()[0]
                     for row in rows]
         for trigger in _INDEXING:
             db.execute(f"DROP TRIGGER {trigger}")
-        db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.executemany(insert, rows)
         db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
                    "WHERE rowid > ?", (first,))
         # In the order of the index: inserted in the order of the memories, each row went
@@ -3028,12 +2983,10 @@ class _Load:
 
     def find_differ(self, db, records):
         """Note those of `records` (stored already) whose content or tags differ."""
-        for chunk in _chunks(records):
-            stored = {i: (content, tags) for i, content, tags in db.execute(
-                f"SELECT id, content, tags FROM nodes WHERE id IN ({_marks(chunk)})",
-                [r.id for r in chunk])}
-            self.differ += (r for r in chunk if stored[r.id][0] != r.content or
-                            _strings(stored[r.id][1]) != r.tags)
+        stored = {i: (content, tags) for i, content, tags in _select_in(
+            db, "SELECT id, content, tags FROM nodes WHERE id IN", [r.id for r in records])}
+        self.differ += (r for r in records if stored[r.id][0] != r.content or
+                        _strings(stored[r.id][1]) != r.tags)
 
     def add_links(self, db, group):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
@@ -3043,26 +2996,21 @@ class _Load:
         to a memory forgotten meanwhile, by another writer since the load began, is dropped."""
         later = {i for _, _, linked in group for i in linked}
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
-            stored = set()
-            for chunk in _chunks(list(later)):
-                stored.update(i for (i,) in db.execute(
-                    f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-            later = stored
+            later = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", later)}
         first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
         changed, back = [], collections.defaultdict(list)  # later id -> the first ones
-        for chunk in _chunks(list(first)):  # a chunk at a time: a hub's links are long
-            for rowid, node_id, text in db.execute(
-                    f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
-                if node_id != first[rowid][0]:
-                    continue  # forgotten, and its rowid taken by another memory
-                had = _strings(text)
-                there = set(had)
-                linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
-                more = [i for i in linked if i not in there]
-                if more:
-                    changed.append((_id_list(had + more), rowid))
-                for i in linked:
-                    back[i].append(node_id)
+        for rowid, node_id, text in _select_in(  # a chunk at a time: a hub's links are long
+                db, "SELECT rowid, id, links FROM nodes WHERE rowid IN", first):
+            if node_id != first[rowid][0]:
+                continue  # forgotten, and its rowid taken by another memory
+            had = _strings(text)
+            there = set(had)
+            linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
+            more = [i for i in linked if i not in there]
+            if more:
+                changed.append((_id_list(had + more), rowid))
+            for i in linked:
+                back[i].append(node_id)
         db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", changed)
         # Two at a time where there are two (an entity and its observation, mostly): each
         # update rewrites the row.
@@ -3234,15 +3182,6 @@ def _replace(source, target, system=None):
                                  f"(Windows does not let a file in use be replaced); close "
                                  f"it, or choose another file, and try again") from None
             time.sleep(REPLACE_PAUSE)
-
-
-def _create_private(path):
-    """Create the empty file `path` readable by its owner only; False if it was there."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
-    except FileExistsError:
-        return False
-    return True
 
 
 def _checked_backup(path, name, page_size):
