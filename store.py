@@ -1694,7 +1694,7 @@ LENDERS = 10                    # stage-two matches that lend
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 RARE = 16                       # a term held by this many memories or fewer is rare...
 NEAR_PROBES = 4                 # ...and remember's hint asks FTS5 about this many words at most
-COMMON_KEPT = 20_000            # ...among those not known to be common, of which it keeps this many
+COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones
 NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
 NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
@@ -1885,22 +1885,16 @@ class Search:
     # -- stage two
 
     def rerank(self, first, limit):
-        """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
-
-        Scores use RERANK_K1/B, which judge a long memory less harshly by its length; asked
-        when, a memory that says when weighs WHEN more (see _SAYS_WHEN). Then each of the best
-        lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
-        the one stored just before it, where they carry the same tags: memories stored
-        together share a context (in a conversation, the memory after a matching question
-        is often its answer; notes written from one exchange sit next to each other). Only
-        a memory holding a query term that is not faint gains, or one right after a memory
-        that asks something ("?"): an answer need not repeat the question's words. Lent
-        weight lifts a memory to just below the score of its strongest lender at most: a
-        neighbour never overtakes the memory it is next to (it may pass a weaker lender, as
-        the stronger one vouches for it). Returns [(score, rowid)], best first.
-        """
-        if not first:
-            return []
+        """Stage two: re-score stage one's best with RERANK_K1/B (and WHEN, see _SAYS_WHEN),
+        then let the LENDERS best lend FOLLOWERS and PRECEDER of their score to the memories
+        stored next to them that carry the same tags: memories stored together share a context
+        (in a conversation, the memory after a matching question is often its answer; notes
+        written from one exchange sit next to each other). Only a memory holding a query term
+        that is not faint gains, or one right after a memory that asks something ("?"): an
+        answer need not repeat the question's words. Lent weight lifts a memory to just below
+        the score of its strongest lender at most: a neighbour never overtakes the memory it is
+        next to (it may pass a weaker lender, as the stronger one vouches for it). Returns
+        [(score, rowid)], best first."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -1913,8 +1907,6 @@ class Search:
         matches = self._read([r for _, r in first])
         first = [(s, r) for s, r in first if r in matches and
                  any(matches[r].counts[i] for i in weighty)]
-        if not first:
-            return []
 
         def score(rowids):
             features = self._read(rowids)
@@ -1932,8 +1924,7 @@ class Search:
                          if k and 0 < r + k <= MAX_INT})
         tags_by_rowid = "SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid"
         stored = dict(_select_in(self.db, f"{tags_by_rowid} IN", window))
-        lent = collections.Counter()
-        cap = {}
+        lent, cap = collections.Counter(), {}
         answers = set()  # memories right after one that asks: they need not match the query
         for lender in lenders:
             following = [r for r in range(lender + 1, lender + ahead + 1)
@@ -2079,8 +2070,7 @@ class Store:
                 raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
                                  f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
                                  f"); refusing to touch it")
-        log.info("upgrading %s from schema version %d to %d", self.path, version,
-                 SCHEMA_VERSION)
+        log.info("upgrading %s from schema version %d to %d", self.path, version, SCHEMA_VERSION)
         _upgrade(db, version)
         db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
 
@@ -2263,11 +2253,8 @@ class Store:
         comes back, marked "already_remembered" and given the links. Stored memories very
         close to a new one are listed under "similar" (see _similar), never merged.
         """
-        content = _content(content)
-        tags = _tags(tags)
-        skipped = []
-        links = _link_ids(links, skipped=skipped)
-        source = _source(source)
+        content, tags, skipped = _content(content), _tags(tags), []
+        links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
         words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
         mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
@@ -2456,7 +2443,8 @@ class Store:
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
-                       f"json_valid(links) AND id IN ({_marks(chunk)})", (node_id, f'"{node_id}"', *chunk))
+                       f"json_valid(links) AND id IN ({_marks(chunk)})",
+                       (node_id, f'"{node_id}"', *chunk))
 
     # -- search
 
@@ -2471,10 +2459,8 @@ class Store:
         `report` is told what was searched: "words", and "cut" (words past MAX_QUERY_WORDS
         were ignored).
         """
-        query = _text(query, "query")
-        tags = _tags(tags)
-        limit = _int(limit, "limit", 1, MAX_LIMIT)
-        offset = _int(offset, "offset", 0, MAX_OFFSET)
+        query, tags = _text(query, "query"), _tags(tags)
+        limit, offset = _int(limit, "limit", 1, MAX_LIMIT), _int(offset, "offset", 0, MAX_OFFSET)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         if since is not None and until is not None and since >= until:
             raise InvalidInput(f"since ({since}) must come before until ({until})")
@@ -2577,12 +2563,9 @@ class Store:
         return list(named.values())[:CLOSEST_TAGS]
 
     def _newest(self, tags, since, until, limit, offset):
-        """The rowids of the newest memories carrying every tag, created in the window.
-
-        Both indexes are ordered by time: the rarest tag's entries in node_tags (the other
-        tags checked per memory), or nodes_created without tags. Neither reads outside the
-        window.
-        """
+        """The rowids of the newest memories carrying every tag, created in the window: from
+        the rarest tag's entries in node_tags (the other tags checked per memory), or from
+        nodes_created without tags, both ordered by time, so neither reads outside the window."""
         db = self.db.connection()
         window, bounds = _window(since, until)
         if not tags:
@@ -2610,16 +2593,15 @@ class Store:
         shortest `distance`: {"nodes": [...], "total": n, "exact": bool}, the nodes from
         `offset` on, `limit` at most (fewer if `fit` says so), each counted as accessed;
         `total` counted up to TRAVERSAL_CAP (`exact` is False past it)."""
-        node_id = _node_id(node_id)
-        depth = _int(depth, "depth", 0, MAX_DEPTH)
+        node_id, depth = _node_id(node_id), _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
         limit = _int(limit, "limit", 1, MAX_NODES)
         with self.db.errors("traverse the links"):
             with self.db.read() as db:
                 distances = self._walk(db, node_id, depth)
             order = list(distances)[:TRAVERSAL_CAP]
-            page = order[offset:offset + limit]
-            nodes = self._read_counted("id", page, fit, {i: {"distance": distances[i]} for i in page})
+            page = {i: {"distance": distances[i]} for i in order[offset:offset + limit]}
+            nodes = self._read_counted("id", list(page), fit, page)
         return {"nodes": nodes, "total": len(order), "exact": len(distances) <= TRAVERSAL_CAP}
 
     def _walk(self, db, node_id, depth):
@@ -2713,12 +2695,8 @@ class Store:
         `fit` allows."""
         found = {row[0]: _node(row[1:]) for row in _select_in(
             db, f"SELECT {column}, {_READ} FROM nodes WHERE id IS NOT NULL AND {column} IN", keys)}
-        nodes = []
-        for key in keys:
-            if key in found:  # a memory forgotten meanwhile is gone
-                node = found[key]
-                node.update(extra[key] if extra else ())
-                nodes.append(node)
+        nodes = [found[key] | (extra[key] if extra else {}) for key in keys
+                 if key in found]  # a memory forgotten meanwhile is gone
         if fit and nodes:
             nodes = nodes[:fit(nodes)]
         return nodes
@@ -2912,13 +2890,10 @@ class _Load:
                      r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh],
                     collections.Counter(t for r in fresh for t in r.tags))))
                 _fold_tags(db)
-        pairs = self.pairs
         for a, b in later:  # kept with the memory stored first (its id once, as a key)
             if stored[a] > stored[b]:
                 a, b = b, a
-            if stored[a] not in pairs:
-                pairs[stored[a]] = (a, [])
-            pairs[stored[a]][1].append(b)
+            self.pairs.setdefault(stored[a], (a, []))[1].append(b)
         self.waited += len(later)
         self.loaded += len(fresh)
         self.skipped += len(batch) - len(fresh)
