@@ -1757,13 +1757,10 @@ def _doc_counts(db, terms):
 def _similar(near, n, mine):
     """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
     characters whose distinctive terms are `mine`, closest first: [{"id", "content"}], the
-    content cut to NEAR_SHOWN.
-
-    Very close: the Jaccard similarity of their distinctive terms (those of their words that
-    are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common, and neither
-    is four times as long as the other. Compared after the new memory is written, outside
-    its transaction: comparing may read long texts.
-    """
+    content cut to NEAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms
+    (those of their words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED
+    terms in common, and neither is four times as long as the other. Compared after the new
+    memory is written, outside its transaction: comparing may read long texts."""
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
     prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
@@ -2092,13 +2089,10 @@ class Store:
         """A read transaction on a connection of its own, for a caller that may stop reading
         early and keep the rest unread: that must not leave the thread's connection inside a
         transaction (its next write failed)."""
-        with self.db.errors("read the memories"):
-            db = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                db.execute("BEGIN")
-                yield db
-            finally:
-                db.close()
+        with self.db.errors("read the memories"), \
+                contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
+            db.execute("BEGIN")
+            yield db
 
     def records(self):
         """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot."""
@@ -2182,8 +2176,7 @@ class Store:
         check is written as an insert)."""
         problems = []
         with self.db.errors("check the database"):
-            db = self.db.connection()
-            found = [r for (r,) in db.execute("PRAGMA integrity_check")]
+            found = [r for (r,) in self.db.connection().execute("PRAGMA integrity_check")]
             if found != ["ok"]:
                 problems.append(f"SQLite's integrity check: {'; '.join(found[:3])}")
             with self.db.write() as db:
@@ -2193,25 +2186,21 @@ class Store:
                 except sqlite3.DatabaseError as exc:
                     problems.append(f"the full-text index disagrees with the memories ({exc})")
             with self.db.read() as db:
-                problems += _derived_problems(db)
-                problems += _rule_breakers(db)
+                problems += [*_derived_problems(db), *_rule_breakers(db)]
         return problems
 
     def repair(self):
         """Make right what check finds that can be made right: the indexes SQLite finds keys
         missing from are made again (another program's lower() or collation wrote them); rows
-        no tool would write are mended (_mend_rows); tags that remember would have stored
-        otherwise are put in its form (what it would refuse is dropped); the full-text index
-        and the tag tables are made again from the memories where they disagree; every link is
-        made two-way, dropping those that lead nowhere. Exact duplicates, odd times and ids,
-        and damage to the file itself are left: check says what to do about them.
-
-        Each step is a write transaction of its own, taken only when it has something to do,
-        and what can be found out by reading is found out before, so that other writers get
-        turns in between; a memory another writer changes meanwhile is left for the next."""
+        no tool would write are mended (_mend_rows); tags are put in remember's form (what it
+        would refuse is dropped); the full-text index and the tag tables are made again where
+        they disagree with the memories; every link is made two-way, dropping those that lead
+        nowhere. Exact duplicates, odd times and ids, and damage to the file itself are left:
+        check says what to do about them. Each step is a write transaction of its own, and what
+        reading can find out is found out before, so that other writers get turns in between; a
+        memory another writer changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
-            db = self.db.connection()
-            found = " ".join(r for (r,) in db.execute("PRAGMA integrity_check"))
+            found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
                 with self.db.write() as db:
                     for name in set(re.findall(r"index (\w+)", found)) or [""]:
@@ -2272,8 +2261,7 @@ class Store:
                 (node_id, target)).rowcount]
             skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
             links = linked
-            db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
-                       "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+            db.execute(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                        (node_id, content, _json(tags), _json(links), source, now, now))
             _fold_tags(db)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
@@ -2281,11 +2269,10 @@ class Store:
         try:
             similar = _similar([(i, text) for i, text in hint.result() if i != node_id],
                                len(content), mine)
+            if similar:
+                node["similar"] = similar
         except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
             _warn_once(f"remember's hint of similar memories failed: {exc}")
-            similar = []
-        if similar:
-            node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
 
     def _hinter(self):
@@ -2360,26 +2347,19 @@ class Store:
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
         {"loaded": n, "skipped": n, "differ": n, "differ_ids": [the first 10]}, `differ`
-        counting the records stored already whose content or tags differ (with `update`,
-        they take the record's).
-
-        Each record is checked before anything is written (unless `checked`: Records of
-        check_records, or an iterator of them). The records go in batches, each one write
-        transaction with `pause` seconds between them, so that other writers get their
-        turns (see _Load): once a batch is committed, its memories are found and every link
-        between stored memories is two-way. A record stored already is skipped, but for its
-        links, so that running a load again completes one that was interrupted; links to ids
-        found nowhere are dropped, with a warning.
-        """
+        counting the records stored already whose content or tags differ (with `update`, they
+        take the record's). Each record is checked before anything is written (unless
+        `checked`: Records of check_records, or an iterator of them). The records go in
+        batches with `pause` seconds between them (see _Load). A record stored already is
+        skipped, but for its links, so that running a load again completes one that was
+        interrupted; links to ids found nowhere are dropped, with a warning."""
         if not checked:
             records = check_records(records)
         return _Load(self, pause, update).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
-        """Replace the given fields of a memory; links keep their back-links in step.
-
-        Returns the memory; links left out are listed under "skipped_links", as for add.
-        """
+        """Replace the given fields of a memory, links keeping their back-links in step; the
+        memory, with the links left out listed under "skipped_links", as for add."""
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
@@ -2635,12 +2615,9 @@ class Store:
     # -- access counting
 
     def _read_counted(self, column, keys, fit=None, extra=None, count=True):
-        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
-        fields of `extra[key]` added, cut to what `fit` allows, and counted as accessed
-        (unless not `count`), the count committed before they are returned. When it cannot be
-        written (another process holds the lock past the timeout, a full disk), the memories
-        come back uncounted, with a warning.
-        """
+        """The memories _read_fitted reads, counted as accessed (unless not `count`), the count
+        committed before they are returned. When it cannot be written (another process holds
+        the lock past the timeout, a full disk), they come back uncounted, with a warning."""
         if not keys:
             return []
         now = _now()
@@ -2691,8 +2668,8 @@ class Store:
             return None
 
     def _read_fitted(self, db, column, keys, fit, extra):
-        """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
-        `fit` allows."""
+        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
+        fields of `extra[key]` added, cut to what `fit` allows."""
         found = {row[0]: _node(row[1:]) for row in _select_in(
             db, f"SELECT {column}, {_READ} FROM nodes WHERE id IS NOT NULL AND {column} IN", keys)}
         nodes = [found[key] | (extra[key] if extra else {}) for key in keys
@@ -2710,12 +2687,9 @@ class Store:
             for own in (self.path, self.path + "-wal", self.path + "-shm"))
 
     def backup(self, target):
-        """Copy the database, as one consistent snapshot, to the file `target`; return how
-        many memories the copy holds.
-
-        Writers go on meanwhile (WAL readers do not block them). The copy is made next to
-        `target` and renamed over it only once complete and checked.
-        """
+        """Copy the database, as one consistent snapshot, to the file `target`; how many
+        memories the copy holds. Writers go on meanwhile (WAL readers do not block them). The
+        copy is made next to `target` and renamed over it only once complete and checked."""
         target = _target_file(target, "a backup")
         if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
@@ -2726,16 +2700,13 @@ class Store:
         try:
             with self.db.errors(f"back up the memories to {target}"):
                 os.close(_open_private(partial))
-                copy = sqlite3.connect(partial, isolation_level=None)
-                try:
+                with contextlib.closing(sqlite3.connect(partial, isolation_level=None)) as copy:
                     self.db.connection().backup(copy)
                     problem = copy.execute("PRAGMA quick_check").fetchone()[0]
                     if problem != "ok":
                         raise StoreError(f"the copy of {self.path} failed its check: {problem}")
                     copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
                     count = copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
-                finally:
-                    copy.close()
             _replace(partial, target)
         except OSError as exc:
             raise StoreError(f"cannot write the backup {target}: {exc.strerror}") from exc
@@ -2778,7 +2749,6 @@ class Store:
             if confirm is not None and not confirm(count):
                 return None
             with self.db.errors("restore the memories"):
-                backup = sqlite3.connect(copy, isolation_level=None)
                 deadline = time.monotonic() + self.timeout
 
                 def waited(status, remaining, total):
@@ -2788,12 +2758,10 @@ class Store:
                                    f"locked by another process for more than "
                                    f"{self.timeout:g} s")
 
-                try:
+                with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as backup:
                     db = self.db.connection()
                     self.db._set_durable(db, True)  # restored means synced, as any write
                     backup.backup(db, progress=waited, sleep=0.02)
-                finally:
-                    backup.close()
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return count
@@ -2806,11 +2774,12 @@ _INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 
 class _Load:
     """One Store.load, apart from the Store that other threads share: its records taken in
-    batches, each one write transaction, and what it found. The links among the new memories
-    of a batch are written with them; a link that reaches a memory stored before (by an
-    earlier batch, or before the load), or one not stored yet, waits (see link). After every
-    commit, each link between stored memories has its back-link; a load stopped early leaves
-    fewer links, and running it again makes them."""
+    batches, each one write transaction (other writers get turns in between), and what it
+    found. The links among the new memories of a batch are written with them; a link that
+    reaches a memory stored before (by an earlier batch, or before the load), or one not
+    stored yet, waits (see link). Once a batch is committed, its memories are found and each
+    link between stored memories has its back-link; a load stopped early leaves fewer links,
+    and running it again makes them."""
 
     def __init__(self, store, pause, update=False):
         self.store, self.db = store, store.db
@@ -3047,10 +3016,9 @@ def _shared_mode(path):
     """Whether users other than the owner may read or write the file at `path`."""
     if os.name != "posix":
         return False  # Windows keeps files private through ACLs, not mode bits
-    try:
+    with contextlib.suppress(OSError):
         return bool(os.stat(path).st_mode & 0o077)
-    except OSError:
-        return False
+    return False
 
 
 def _quoted(path):
@@ -3167,8 +3135,7 @@ def _checked_backup(path, name, page_size):
         if not f.read(16).startswith(b"SQLite format 3\0"):
             raise InvalidInput(f"{name} is not a backup of the memories: it is not an SQLite "
                                f"database")
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         try:
             problem = db.execute("PRAGMA quick_check").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -3176,16 +3143,14 @@ def _checked_backup(path, name, page_size):
                                                "type = 'table'")}
         except sqlite3.DatabaseError as exc:
             raise InvalidInput(f"{name} is damaged ({exc}); nothing was restored") from exc
-        if problem != "ok":
-            raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
-        if "nodes" not in tables:
-            raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
-        if version > SCHEMA_VERSION:
-            raise InvalidInput(f"{name} has schema version {version}, newer than the "
-                               f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
-                               f"Flood Memory to restore it")
-    finally:
-        db.close()
+    if problem != "ok":
+        raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
+    if "nodes" not in tables:
+        raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
+    if version > SCHEMA_VERSION:
+        raise InvalidInput(f"{name} has schema version {version}, newer than the "
+                           f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
+                           f"Flood Memory to restore it")
     try:
         with Store(path) as copy:  # brings an older schema up to date
             db = copy.db.connection()
