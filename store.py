@@ -1792,8 +1792,7 @@ class Search:
     from its docsize record, the average from its averages record)."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, when=False):
-        self.db = db
-        self.words = words
+        self.db, self.words = db, words
         self.when = when  # the question asks when: stage two favours memories that say when
         self.tags = list(tags)  # the spellings of each tag asked
         self.since, self.until = since, until  # created_at window, in the stored form
@@ -2719,14 +2718,11 @@ class Store:
     def restore(self, source, confirm=None):
         """Replace every memory with those of the backup file `source`; how many. Once the
         backup has passed its checks, confirm(memories in it), if given, may say False: then
-        nothing is restored, and None returned.
-
-        The backup is checked and brought to this schema in a copy first, so a bad one
-        changes nothing. Then SQLite's backup API writes the copy into the live database as
-        one write transaction: running servers read the restored memories from their next
-        transaction on, and cannot write the old pages back (as their log would over a file
-        copied onto the database).
-        """
+        nothing is restored, and None returned. The backup is checked and brought to this
+        schema in a copy first, so a bad one changes nothing; then SQLite's backup API writes
+        the copy into the live database as one write transaction: running servers read the
+        restored memories from their next transaction on, and cannot write the old pages back
+        (as their log would over a file copied onto the database)."""
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
             raise InvalidInput("the backup to restore must not be the database itself")
@@ -2801,15 +2797,10 @@ class _Load:
         db.execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
         try:
             with self.db.errors("load the memories"):
-                batch = []
-                for record in records:
-                    batch.append(record)
-                    if len(batch) >= self.size:
-                        self.store_batch(batch)
-                        batch = []
-                        time.sleep(self.pause)  # another process's write may be waiting
-                if batch:
+                records = iter(records)
+                while batch := list(itertools.islice(records, self.size)):
                     self.store_batch(batch)
+                    time.sleep(self.pause)  # another process's write may be waiting
                 self.link()
             for record in self.differ if self.update else ():
                 self.store.update(record.id, content=record.content, tags=record.tags)
@@ -2984,12 +2975,10 @@ def _with_skipped(node, doing, skipped):
 
 
 def open_directory(directory):
-    """The store in `directory` (`~` expanded), creating the directory if need be.
-
-    A directory made here is private (0700), as is a database made in it (0600, and SQLite
-    gives its -wal and -shm files the database's mode). A database that other users of the
-    machine can read is warned about, with the command that fixes it.
-    """
+    """The store in `directory` (`~` expanded), creating the directory if need be. A directory
+    made here is private, as is a database made in it (SQLite gives its -wal and -shm files
+    the database's mode); one that other users of the machine can read is warned about, with
+    the command that fixes it."""
     directory = os.path.expanduser(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StoreError(f"the data directory {directory} is a file, not a directory; set "
@@ -3029,11 +3018,10 @@ def _target_file(target, what):
     """The path `what` (a backup, an export) named `target` is written to: `target` made
     absolute, or the regular file it points at if it is a symbolic link (written through, so
     the link stays); InvalidInput for a directory, a device or any other kind of file, or a
-    directory that does not exist.
-
-    Only a link at the end is followed: the directories on the way stay as given, so that
-    messages name the path the person gave (a Mac's temporary folder is reached through
-    the link /var, and Windows would expand a short name such as FIRSTL~1)."""
+    directory that does not exist. Only a link at the end is followed: the directories on the
+    way stay as given, so that messages name the path the person gave (a Mac's temporary
+    folder is reached through the link /var, and Windows would expand a short name such as
+    FIRSTL~1)."""
     path = os.path.abspath(os.path.expanduser(os.fspath(target)))
     if os.path.islink(path):
         path = os.path.realpath(path)
