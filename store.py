@@ -1550,10 +1550,8 @@ def _asks_when(query):
 # the week, a time of day, or a time relative to now ("last week", "two days ago",
 # "recently"). "May" and "March" count only next to a number (they are words too), and
 # month abbreviations only before one. For lowered text (cheaper than asking the expression
-# to ignore case). Asked when, the answer is likely a memory that gives a time:
-# 47% of the facts and 82% of the dialog turns that answer a LoCoMo dev question asking
-# when match, against 13% and 16% of all. They weigh WHEN more in stage two (temporal
-# questions' recall@5: facts 0.806 -> 0.814, dialog 0.780 -> 0.812).
+# to ignore case). Asked when, the answer is likely a memory that gives a time: stage two
+# weighs those WHEN more.
 _SAYS_WHEN = re.compile(
     r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
@@ -1566,8 +1564,6 @@ _SAYS_WHEN = re.compile(
     r"|(?:\d+|a|one|two|three|four|five|six|seven|eight|nine|ten|few|several|couple of) "
     r"(?:days|weeks|months|years)"
     r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
-
-
 
 
 # The words of ranking:
@@ -1591,7 +1587,7 @@ LENDERS = 10                    # stage-two matches that lend
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 RARE = 16                       # a term held by this many memories or fewer is rare...
 NEAR_PROBES = 3                 # ...and remember's hint asks FTS5 about this many words at most
-COMMON_KEPT = 20_000            # ...among those not known to be common, of which it keeps this many
+COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones
 NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
 NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
@@ -1630,28 +1626,34 @@ def _averages(db):
     return count, _varint(row[0], i)[0]
 
 
+def _select_in(db, sql, keys):
+    """The rows of `sql`, which ends in "IN", for the list of `keys`: asked a chunk at a time,
+    as SQLite limits the parameters of a statement."""
+    keys = list(keys)
+    for chunk in _chunks(keys):
+        yield from db.execute(f"{sql} ({_marks(chunk)})", chunk)
+
+
+def _window(since, until, column="created_at"):
+    """(SQL, parameters) of the conditions that `column` is from `since` (inclusive) to `until`
+    (exclusive), each as " AND ...", for the ends given."""
+    ends = [(op, end) for op, end in ((">=", since), ("<", until)) if end is not None]
+    return "".join(f" AND {column} {op} ?" for op, _ in ends), [end for _, end in ends]
+
+
 def _doc_counts(db, terms):
     """{term: how many memories hold it} for those of `terms` any memory holds, from FTS5's
     vocabulary (temp.nodes_vocab, which each connection makes as it opens)."""
-    out = {}
-    for chunk in _chunks(list(terms)):
-        out.update(db.execute(f"SELECT term, doc FROM temp.nodes_vocab WHERE term IN "
-                              f"({_marks(chunk)})", chunk))
-    return out
+    return dict(_select_in(db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN", terms))
 
 
 def _similar(near, n, mine):
     """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
     characters whose distinctive terms are `mine`, closest first: [{"id", "content"}], the
-    content cut to NEAR_SHOWN.
-
-    Very close: the Jaccard similarity of their distinctive terms (those of their words that
-    are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common, and neither
-    is four times as long as the other. On 1,210 LoCoMo facts labelled by hand, the hint
-    fired on 5.3% of stores (2.1% with no restatement listed) and caught 28% of the
-    restatements, asking about every word (see Store._near). Compared after the new memory
-    is written, outside its transaction: comparing may read long texts.
-    """
+    content cut to NEAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms
+    (those of their words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED
+    terms in common, and neither is four times as long as the other. Compared after the new
+    memory is written, outside its transaction: comparing may read long texts."""
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
     prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
@@ -1677,16 +1679,13 @@ def _similar(near, n, mine):
 
 
 class Search:
-    """One search, inside one read transaction. Stage one (`top`) is FTS5's own bm25() over
-    the query's words OR-ed, with the tag filter and the time window in the same query.
-    Stage two (`rerank`) re-scores those few from what FTS5 holds (each term's df from its
-    vocabulary, each memory's length from its docsize record, the average from its averages
-    record) with flatter length normalisation, and lets a strong match lend weight to the
-    memories stored next to it."""
+    """One search, inside one read transaction: stage one (`top`) is FTS5's own bm25(), with
+    the tag filter and the time window in the same query; stage two (`rerank`) re-scores
+    those few from what FTS5 holds (each term's df from its vocabulary, each memory's length
+    from its docsize record, the average from its averages record)."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, when=False):
-        self.db = db
-        self.words = words
+        self.db, self.words = db, words
         self.when = when  # the question asks when: stage two favours memories that say when
         self.tags = list(tags)  # the spellings of each tag asked
         self.since, self.until = since, until  # created_at window, in the stored form
@@ -1720,13 +1719,9 @@ class Search:
         tags and were created in the window."""
         sql, parameters = _carrying(self.tags, column)
         if self.since is not None or self.until is not None:
-            sql += f" JOIN nodes w ON w.rowid = {column}"
-            for bound, op in ((self.since, ">="), (self.until, "<")):
-                if bound is not None:
-                    sql += f" AND w.created_at {op} ?"
-                    parameters.append(bound)
-            sql += f" AND {column} BETWEEN ? AND ?"
-            parameters.extend(self._span())
+            window, ends = _window(self.since, self.until, "w.created_at")
+            sql += f" JOIN nodes w ON w.rowid = {column}{window} AND {column} BETWEEN ? AND ?"
+            parameters += [*ends, *self._span()]
         return sql, parameters
 
     def _span(self):
@@ -1734,11 +1729,9 @@ class Search:
         instead of scoring every memory that holds a word and then dropping those of other
         times; memories are mostly stored in time order, so the range is narrow."""
         if self.span is None:
+            window, ends = _window(self.since, self.until)
             self.span = self.db.execute(
-                f"SELECT min(rowid), max(rowid) FROM nodes WHERE 1"
-                f"{' AND created_at >= ?' if self.since is not None else ''}"
-                f"{' AND created_at < ?' if self.until is not None else ''}",
-                [b for b in (self.since, self.until) if b is not None]).fetchone()
+                f"SELECT min(rowid), max(rowid) FROM nodes WHERE 1{window}", ends).fetchone()
         return self.span
 
     def _in_window(self, created):
@@ -1753,53 +1746,44 @@ class Search:
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         none = [0] * len(terms)  # shared by the memories holding no term: never changed
-        for chunk in _chunks(missing):
-            for rowid, content, tagged, created, size in self.db.execute(
-                    f"SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
-                    f"CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT "
-                    f"JOIN nodes_fts_docsize d ON d.id = n.rowid "
-                    f"WHERE n.rowid IN ({_marks(chunk)})", chunk):
-                if not content.isascii():
-                    words = [w for w in tokenize(content) if w.startswith(prefixes)]
-                else:
-                    lowered = content.lower()
-                    words = self.ascii_words.findall(lowered) if self.ascii_words and any(
-                        p in lowered for p in prefixes) else ()
-                if words:
-                    found = collections.Counter(map(stem, words))
-                    counts = [found[t] for t in terms]
-                else:
-                    counts = none
-                known[rowid] = Features(counts, _varint(size)[0] if size else 0,
-                                        tagged or "[]", created, "?" in content)
+        for rowid, content, tagged, created, size in _select_in(
+                self.db, "SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
+                "CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT JOIN nodes_fts_docsize d "
+                "ON d.id = n.rowid WHERE n.rowid IN", missing):
+            if not content.isascii():
+                words = [w for w in tokenize(content) if w.startswith(prefixes)]
+            else:
+                lowered = content.lower()
+                words = self.ascii_words.findall(lowered) if self.ascii_words and any(
+                    p in lowered for p in prefixes) else ()
+            if words:
+                found = collections.Counter(map(stem, words))
+                counts = [found[t] for t in terms]
+            else:
+                counts = none
+            known[rowid] = Features(counts, _varint(size)[0] if size else 0,
+                                    tagged or "[]", created, "?" in content)
         return {r: known[r] for r in rowids if r in known and
                 (not window or self._in_window(known[r].created))}
 
     def _contents(self, rowids):
         """{rowid: content} of the memories at `rowids`."""
-        return {rowid: content for chunk in _chunks(list(rowids)) for rowid, content in
-                self.db.execute(f"SELECT rowid, CAST(content AS TEXT) FROM nodes WHERE rowid IN "
-                                f"({_marks(chunk)})", chunk)}
+        return dict(_select_in(self.db, "SELECT rowid, CAST(content AS TEXT) FROM nodes "
+                               "WHERE rowid IN", rowids))
 
     # -- stage two
 
     def rerank(self, first, limit):
-        """Stage two: re-score stage one's best, then let the LENDERS best lend weight.
-
-        Scores use RERANK_K1/B, which judge a long memory less harshly by its length; asked
-        when, a memory that says when weighs WHEN more (see _SAYS_WHEN). Then each of the best
-        lends FOLLOWERS of its score to the next memories stored after it, and PRECEDER to
-        the one stored just before it, where they carry the same tags: memories stored
-        together share a context (in a conversation, the memory after a matching question
-        is often its answer; notes written from one exchange sit next to each other). Only
-        a memory holding a query term that is not faint gains, or one right after a memory
-        that asks something ("?"): an answer need not repeat the question's words. Lent
-        weight lifts a memory to just below the score of its strongest lender at most: a
-        neighbour never overtakes the memory it is next to (it may pass a weaker lender, as
-        the stronger one vouches for it). Returns [(score, rowid)], best first.
-        """
-        if not first:
-            return []
+        """Stage two: re-score stage one's best with RERANK_K1/B (and WHEN, see _SAYS_WHEN),
+        then let the LENDERS best lend FOLLOWERS and PRECEDER of their score to the memories
+        stored next to them that carry the same tags: memories stored together share a context
+        (in a conversation, the memory after a matching question is often its answer; notes
+        written from one exchange sit next to each other). Only a memory holding a query term
+        that is not faint gains, or one right after a memory that asks something ("?"): an
+        answer need not repeat the question's words. Lent weight lifts a memory to just below
+        the score of its strongest lender at most: a neighbour never overtakes the memory it is
+        next to (it may pass a weaker lender, as the stronger one vouches for it). Returns
+        [(score, rowid)], best first."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -1812,8 +1796,6 @@ class Search:
         matches = self._read([r for _, r in first])
         first = [(s, r) for s, r in first if r in matches and
                  any(matches[r].counts[i] for i in weighty)]
-        if not first:
-            return []
 
         def score(rowids):
             features = self._read(rowids)
@@ -1829,24 +1811,22 @@ class Search:
         ahead = 2 * len(FOLLOWERS)
         window = sorted({r + k for r in lenders for k in range(-2, ahead + 1)
                          if k and 0 < r + k <= MAX_INT})
-        stored = dict(self.db.execute(
-            f"SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid IN ({_marks(window)})", window))
-        lent = collections.Counter()
-        cap = {}
+        tags_by_rowid = "SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid"
+        stored = dict(_select_in(self.db, f"{tags_by_rowid} IN", window))
+        lent, cap = collections.Counter(), {}
         answers = set()  # memories right after one that asks: they need not match the query
         for lender in lenders:
             following = [r for r in range(lender + 1, lender + ahead + 1)
                          if r in stored][:len(FOLLOWERS)]
             if len(following) < len(FOLLOWERS):  # a gap: memories forgotten in between
-                rows = self.db.execute("SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid > ? "
-                                       "ORDER BY rowid LIMIT ?",
+                rows = self.db.execute(f"{tags_by_rowid} > ? ORDER BY rowid LIMIT ?",
                                        (lender, len(FOLLOWERS))).fetchall()
                 stored.update(rows)
                 following = [r for r, _ in rows]
             before = [r for r in (lender - 1, lender - 2) if r in stored][:1]
             if not before:  # the first memory, or a gap
-                rows = self.db.execute("SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid < ? "
-                                       "ORDER BY rowid DESC LIMIT 1", (lender,)).fetchall()
+                rows = self.db.execute(f"{tags_by_rowid} < ? ORDER BY rowid DESC LIMIT 1",
+                                       (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
             context, asks = _folded_tags(features[lender].tags), features[lender].asks
@@ -1864,8 +1844,6 @@ class Search:
                                               r in self._read([r], window=True)])
         features.update(extra_features)
         scores.update(extra_scores)
-        # Only a memory that matches the query itself gains: one holding a term that is not
-        # faint (unless the query has nothing else), or one that follows a question.
         matched = {r for _, r in first}
         for rowid, extra in lent.items():
             if rowid in features and (any(features[rowid].counts[i] for i in weighty)
@@ -1900,8 +1878,8 @@ class Store:
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
-            with contextlib.suppress(OSError):
-                _create_private(self.path)
+            with contextlib.suppress(OSError):  # there already, or SQLite will say what is wrong
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
         try:
             try:
                 db = self.db.connection()
@@ -1981,8 +1959,7 @@ class Store:
                 raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
                                  f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
                                  f"); refusing to touch it")
-        log.info("upgrading %s from schema version %d to %d", self.path, version,
-                 SCHEMA_VERSION)
+        log.info("upgrading %s from schema version %d to %d", self.path, version, SCHEMA_VERSION)
         _upgrade(db, version)
         db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
 
@@ -1999,40 +1976,29 @@ class Store:
         with self.db.errors("count the memories"):
             return self.db.connection().execute("SELECT count(*) FROM nodes").fetchone()[0]
 
-    def records(self):
-        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot.
+    @contextlib.contextmanager
+    def _snapshot(self):
+        """A read transaction on a connection of its own, for a caller that may stop reading
+        early and keep the rest unread: that must not leave the thread's connection inside a
+        transaction (its next write failed)."""
+        with self.db.errors("read the memories"), \
+                contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
+            db.execute("BEGIN")
+            yield db
 
-        Read through a connection of its own: a caller may stop early and keep the rest
-        unread, which must not leave the thread's connection inside a transaction (its next
-        write failed)."""
-        with self.db.errors("read the memories"):
-            db = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                db.execute("BEGIN")
-                db.text_factory = _TEXT
-                cursor = db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
-                                    f"ORDER BY rowid")
-                while rows := cursor.fetchmany(1000):
-                    yield from map(_node, rows)
-            finally:
-                db.close()
+    def records(self):
+        """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot."""
+        with self._snapshot() as db:
+            db.text_factory = _TEXT
+            yield from map(_node, db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
+                                             f"ORDER BY rowid"))
 
     def ids_from(self, sources):
-        """The ids of the memories whose source is one of `sources`, one by one: what
-        imports of another memory server's data brought. Read as records reads, through a
-        connection of its own."""
-        sources = list(sources)
-        with self.db.errors("read the memories"):
-            db = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                db.execute("BEGIN")
-                for chunk in _chunks(sources):
-                    cursor = db.execute(f"SELECT id FROM nodes WHERE source IN "
-                                        f"({_marks(chunk)})", chunk)
-                    while rows := cursor.fetchmany(1000):
-                        yield from (i for (i,) in rows)
-            finally:
-                db.close()
+        """The ids of the memories whose source is one of `sources`, one by one, from one
+        snapshot: what imports of another memory server's data brought."""
+        with self._snapshot() as db:
+            yield from (i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE source IN",
+                                                 sources))
 
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
@@ -2092,7 +2058,6 @@ class Store:
         return {"memories": memories, "links": int(links) // 2, "tags": tags,
                 "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
 
-
     def check(self):
         """What is wrong with the database, in words ([] when nothing is): SQLite's own check;
         what is derived from the memories (the full-text index, node_tags, tags) against the
@@ -2103,8 +2068,7 @@ class Store:
         check is written as an insert)."""
         problems = []
         with self.db.errors("check the database"):
-            db = self.db.connection()
-            found = [r for (r,) in db.execute("PRAGMA integrity_check")]
+            found = [r for (r,) in self.db.connection().execute("PRAGMA integrity_check")]
             if found != ["ok"]:
                 problems.append(f"SQLite's integrity check: {'; '.join(found[:3])}")
             with self.db.write() as db:
@@ -2114,26 +2078,21 @@ class Store:
                 except sqlite3.DatabaseError as exc:
                     problems.append(f"the full-text index disagrees with the memories ({exc})")
             with self.db.read() as db:
-                problems += _derived_problems(db)
-                problems += _rule_breakers(db)
+                problems += [*_derived_problems(db), *_rule_breakers(db)]
         return problems
 
     def repair(self):
         """Make right what check finds that can be made right: the indexes SQLite finds keys
         missing from are made again (another program's lower() or collation wrote them); rows
-        no tool would write are mended (_mend_rows); tags that remember would have stored
-        otherwise are put in its form (what it would refuse is dropped); the full-text index
-        and the tag tables are made again from the memories where they disagree; every link is
-        made two-way, dropping those that lead nowhere. Exact duplicates, odd times and ids,
-        and damage to the file itself are left: check says what to do about them.
-
-        Each step is a write transaction of its own, taken only when it has something to do,
-        and what can be found out by reading is found out before, so that other writers get
-        turns in between (at 230,000 memories a repair in one transaction held them up 5 s);
-        a memory another writer changes meanwhile is left as it is, for the next repair."""
+        no tool would write are mended (_mend_rows); tags are put in remember's form (what it
+        would refuse is dropped); the full-text index and the tag tables are made again where
+        they disagree with the memories; every link is made two-way, dropping those that lead
+        nowhere. Exact duplicates, odd times and ids, and damage to the file itself are left:
+        check says what to do about them. Each step is a write transaction of its own, and what
+        reading can find out is found out before, so that other writers get turns in between; a
+        memory another writer changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
-            db = self.db.connection()
-            found = " ".join(r for (r,) in db.execute("PRAGMA integrity_check"))
+            found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
                 with self.db.write() as db:
                     for name in set(re.findall(r"index (\w+)", found)) or [""]:
@@ -2175,11 +2134,8 @@ class Store:
         comes back, marked "already_remembered" and given the links. Stored memories very
         close to a new one are listed under "similar" (see _similar), never merged.
         """
-        content = _content(content)
-        tags = _tags(tags)
-        skipped = []
-        links = _link_ids(links, skipped=skipped)
-        source = _source(source)
+        content, tags, skipped = _content(content), _tags(tags), []
+        links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
         words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
         mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
@@ -2196,8 +2152,7 @@ class Store:
                 (node_id, target)).rowcount]
             skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
             links = linked
-            db.execute("INSERT INTO nodes (id, content, tags, links, source, created_at, "
-                       "last_accessed, access_count) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
+            db.execute(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                        (node_id, content, _json(tags), _json(links), source, now, now))
             _fold_tags(db)
             # Asked now, to read while the commit syncs: asked before, its Python held up
@@ -2208,11 +2163,10 @@ class Store:
         try:
             similar = _similar([(i, text) for i, text in hint.result() if i != node_id],
                                len(content), mine)
+            if similar:
+                node["similar"] = similar
         except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
             _warn_once(f"remember's hint of similar memories failed: {exc}")
-            similar = []
-        if similar:
-            node["similar"] = similar
         return _with_skipped(node, "remember", skipped)
 
     def _hinter(self):
@@ -2255,14 +2209,13 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-
     def _near(self, db, words, mine):
         """[(id, content)] of the stored memories that a new one, of `words` and distinctive
         terms `mine`, may be very close to (see _similar): the NEAR_CANDIDATES sharing the most
         rare terms with it (held by RARE memories or fewer), NEAR_RARE at least. FTS5 is asked
-        which memories hold each of its NEAR_PROBES longest distinctive words (the long words
-        are the rare ones, as words go: asking about every word cost more than the rest of a
-        remember), RARE + 1 at most: a term held by more is not rare."""
+        which memories hold its NEAR_PROBES longest distinctive words not known to be common
+        (long words are the rare ones; asking about every word cost more than the rest of a
+        remember); those held by more than RARE are remembered as common."""
         if len(mine) < NEAR_SHARED:
             return []
         rare = mine - self._common
@@ -2281,33 +2234,25 @@ class Store:
                                      for r in found)
         near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
                               key=lambda r: (shared[r], r))
-        return db.execute(f"SELECT id, CAST(content AS TEXT) FROM nodes WHERE rowid IN "
-                          f"({_marks(near)}) AND id IS NOT NULL",
-                          near).fetchall() if near else []
+        return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
+                               "NULL AND rowid IN", near))
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
         {"loaded": n, "skipped": n, "differ": n, "differ_ids": [the first 10]}, `differ`
-        counting the records stored already whose content or tags differ (with `update`,
-        they take the record's).
-
-        Each record is checked before anything is written (unless `checked`: Records of
-        check_records, or an iterator of them). The records go in batches, each one write
-        transaction with `pause` seconds between them, so that other writers get their
-        turns (see _Load): once a batch is committed, its memories are found and every link
-        between stored memories is two-way. A record stored already is skipped, but for its
-        links, so that running a load again completes one that was interrupted; links to ids
-        found nowhere are dropped, with a warning.
-        """
+        counting the records stored already whose content or tags differ (with `update`, they
+        take the record's). Each record is checked before anything is written (unless
+        `checked`: Records of check_records, or an iterator of them). The records go in
+        batches with `pause` seconds between them (see _Load). A record stored already is
+        skipped, but for its links, so that running a load again completes one that was
+        interrupted; links to ids found nowhere are dropped, with a warning."""
         if not checked:
             records = check_records(records)
         return _Load(self, pause, update).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
-        """Replace the given fields of a memory; links keep their back-links in step.
-
-        Returns the memory; links left out are listed under "skipped_links", as for add.
-        """
+        """Replace the given fields of a memory, links keeping their back-links in step; the
+        memory, with the links left out listed under "skipped_links", as for add."""
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
@@ -2353,10 +2298,7 @@ class Store:
 
     def _existing(self, db, ids, skipped):
         """The ids that name a memory, in order; the others are added to `skipped`."""
-        found = set()
-        for chunk in _chunks(ids):
-            found.update(r[0] for r in db.execute(
-                f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+        found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)}
         skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in ids if i not in found)
         return [i for i in ids if i in found]
 
@@ -2374,7 +2316,8 @@ class Store:
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
-                       f"json_valid(links) AND id IN ({_marks(chunk)})", (node_id, f'"{node_id}"', *chunk))
+                       f"json_valid(links) AND id IN ({_marks(chunk)})",
+                       (node_id, f'"{node_id}"', *chunk))
 
     # -- search
 
@@ -2389,10 +2332,8 @@ class Store:
         `report` is told what was searched: "words", and "cut" (words past MAX_QUERY_WORDS
         were ignored).
         """
-        query = _text(query, "query")
-        tags = _tags(tags)
-        limit = _int(limit, "limit", 1, MAX_LIMIT)
-        offset = _int(offset, "offset", 0, MAX_OFFSET)
+        query, tags = _text(query, "query"), _tags(tags)
+        limit, offset = _int(limit, "limit", 1, MAX_LIMIT), _int(offset, "offset", 0, MAX_OFFSET)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         if since is not None and until is not None and since >= until:
             raise InvalidInput(f"since ({since}) must come before until ({until})")
@@ -2410,7 +2351,6 @@ class Store:
             else:
                 rowids = self._newest(tags, since, until, limit, offset)
             return self._read_counted("rowid", rowids, fit, count=count)
-
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
@@ -2496,18 +2436,11 @@ class Store:
         return list(named.values())[:CLOSEST_TAGS]
 
     def _newest(self, tags, since, until, limit, offset):
-        """The rowids of the newest memories carrying every tag, created in the window.
-
-        Both indexes are ordered by time: the rarest tag's entries in node_tags (the other
-        tags checked per memory), or nodes_created without tags. Neither reads outside the
-        window.
-        """
+        """The rowids of the newest memories carrying every tag, created in the window: from
+        the rarest tag's entries in node_tags (the other tags checked per memory), or from
+        nodes_created without tags, both ordered by time, so neither reads outside the window."""
         db = self.db.connection()
-        window, bounds = "", []
-        for bound, op in ((since, ">="), (until, "<")):
-            if bound is not None:
-                window += f" AND created_at {op} ?"
-                bounds.append(bound)
+        window, bounds = _window(since, until)
         if not tags:
             return [r for (r,) in db.execute(
                 f"SELECT rowid FROM nodes WHERE 1{window} ORDER BY created_at DESC, rowid DESC "
@@ -2533,16 +2466,15 @@ class Store:
         shortest `distance`: {"nodes": [...], "total": n, "exact": bool}, the nodes from
         `offset` on, `limit` at most (fewer if `fit` says so), each counted as accessed;
         `total` counted up to TRAVERSAL_CAP (`exact` is False past it)."""
-        node_id = _node_id(node_id)
-        depth = _int(depth, "depth", 0, MAX_DEPTH)
+        node_id, depth = _node_id(node_id), _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
         limit = _int(limit, "limit", 1, MAX_NODES)
         with self.db.errors("traverse the links"):
             with self.db.read() as db:
                 distances = self._walk(db, node_id, depth)
             order = list(distances)[:TRAVERSAL_CAP]
-            page = order[offset:offset + limit]
-            nodes = self._read_counted("id", page, fit, {i: {"distance": distances[i]} for i in page})
+            page = {i: {"distance": distances[i]} for i in order[offset:offset + limit]}
+            nodes = self._read_counted("id", list(page), fit, page)
         return {"nodes": nodes, "total": len(order), "exact": len(distances) <= TRAVERSAL_CAP}
 
     def _walk(self, db, node_id, depth):
@@ -2563,11 +2495,8 @@ class Store:
                         met.append(target)
                 if len(distances) > TRAVERSAL_CAP:
                     break
-            found = {}
             further = "links" if distance < depth else "NULL"
-            for chunk in _chunks(met):
-                found.update(db.execute(
-                    f"SELECT id, {further} FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            found = dict(_select_in(db, f"SELECT id, {further} FROM nodes WHERE id IN", met))
             for target in met:
                 if target not in found:
                     del distances[target]
@@ -2579,12 +2508,8 @@ class Store:
     # -- access counting
 
     def _read_counted(self, column, keys, fit=None, extra=None, count=True):
-        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
-        fields of `extra[key]` added, cut to what `fit` allows, and counted as accessed
-        (unless not `count`), the count committed before they are returned. When it cannot be
-        written (another process holds the lock past the timeout, a full disk), the memories
-        come back uncounted, with a warning.
-        """
+        """The memories _read_fitted reads, counted as accessed (unless not `count`): written
+        now if the write lock is free, else later (see count_accesses)."""
         if not keys:
             return []
         now = _now()
@@ -2604,9 +2529,10 @@ class Store:
 
     def count_accesses(self, wait=True):
         """Write the accesses counted since the last time they could be (see _read_counted):
-        {id: (how many, the last one's time)} of those written, or None. Without `wait`, a write of another thread or process holding the
-        lock leaves them for the next call: a recall never waits for a write, and its counts
-        are not dropped (test_a_recall_never_waits_for_another_process_s_write)."""
+        {id: (how many, the last one's time)} of those written, or None. Without `wait`, a
+        write of another thread or process holding the lock leaves them for the next call: a
+        recall never waits for a write, and its counts are not dropped
+        (test_a_recall_never_waits_for_another_process_s_write)."""
         with self._uncounted_lock:
             counted, self._uncounted = self._uncounted, {}
         if not counted:
@@ -2634,20 +2560,12 @@ class Store:
             return None
 
     def _read_fitted(self, db, column, keys, fit, extra):
-        """The memories whose `column` is in `keys`, in that order, `extra` added, cut to what
-        `fit` allows."""
-        found = {}
-        for chunk in _chunks(keys):
-            found.update((row[0], _node(row[1:])) for row in db.execute(
-                f"SELECT {column}, {_READ} FROM nodes WHERE {column} IN ({_marks(chunk)}) "
-                f"AND id IS NOT NULL",
-                chunk))
-        nodes = []
-        for key in keys:
-            if key in found:  # a memory forgotten meanwhile is gone
-                node = found[key]
-                node.update(extra[key] if extra else ())
-                nodes.append(node)
+        """The memories whose `column` ('rowid' or 'id') is in `keys`, in that order, with the
+        fields of `extra[key]` added, cut to what `fit` allows."""
+        found = {row[0]: _node(row[1:]) for row in _select_in(
+            db, f"SELECT {column}, {_READ} FROM nodes WHERE id IS NOT NULL AND {column} IN", keys)}
+        nodes = [found[key] | (extra[key] if extra else {}) for key in keys
+                 if key in found]  # a memory forgotten meanwhile is gone
         if fit and nodes:
             nodes = nodes[:fit(nodes)]
         return nodes
@@ -2661,12 +2579,9 @@ class Store:
             for own in (self.path, self.path + "-wal", self.path + "-shm"))
 
     def backup(self, target):
-        """Copy the database, as one consistent snapshot, to the file `target`; return how
-        many memories the copy holds.
-
-        Writers go on meanwhile (WAL readers do not block them). The copy is made next to
-        `target` and renamed over it only once complete and checked.
-        """
+        """Copy the database, as one consistent snapshot, to the file `target`; how many
+        memories the copy holds. Writers go on meanwhile (WAL readers do not block them). The
+        copy is made next to `target` and renamed over it only once complete and checked."""
         target = _target_file(target, "a backup")
         if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
@@ -2677,16 +2592,13 @@ class Store:
         try:
             with self.db.errors(f"back up the memories to {target}"):
                 os.close(_open_private(partial))
-                copy = sqlite3.connect(partial, isolation_level=None)
-                try:
+                with contextlib.closing(sqlite3.connect(partial, isolation_level=None)) as copy:
                     self.db.connection().backup(copy)
                     problem = copy.execute("PRAGMA quick_check").fetchone()[0]
                     if problem != "ok":
                         raise StoreError(f"the copy of {self.path} failed its check: {problem}")
                     copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
                     count = copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
-                finally:
-                    copy.close()
             _replace(partial, target)
         except OSError as exc:
             raise StoreError(f"cannot write the backup {target}: {exc.strerror}") from exc
@@ -2699,14 +2611,11 @@ class Store:
     def restore(self, source, confirm=None):
         """Replace every memory with those of the backup file `source`; how many. Once the
         backup has passed its checks, confirm(memories in it), if given, may say False: then
-        nothing is restored, and None returned.
-
-        The backup is checked and brought to this schema in a copy first, so a bad one
-        changes nothing. Then SQLite's backup API writes the copy into the live database as
-        one write transaction: running servers read the restored memories from their next
-        transaction on, and cannot write the old pages back (as their log would over a file
-        copied onto the database).
-        """
+        nothing is restored, and None returned. The backup is checked and brought to this
+        schema in a copy first, so a bad one changes nothing; then SQLite's backup API writes
+        the copy into the live database as one write transaction: running servers read the
+        restored memories from their next transaction on, and cannot write the old pages back
+        (as their log would over a file copied onto the database)."""
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
             raise InvalidInput("the backup to restore must not be the database itself")
@@ -2723,11 +2632,12 @@ class Store:
                     _copy_private(source + "-wal", copy + "-wal")
             except OSError as exc:
                 raise StoreError(f"cannot read the backup {source}: {exc.strerror}") from exc
-            count = _checked_backup(copy, source, self._page_size())
+            with self.db.errors("read the memory database"):
+                page_size = self.db.connection().execute("PRAGMA page_size").fetchone()[0]
+            count = _checked_backup(copy, source, page_size)
             if confirm is not None and not confirm(count):
                 return None
             with self.db.errors("restore the memories"):
-                backup = sqlite3.connect(copy, isolation_level=None)
                 deadline = time.monotonic() + self.timeout
 
                 def waited(status, remaining, total):
@@ -2737,20 +2647,13 @@ class Store:
                                    f"locked by another process for more than "
                                    f"{self.timeout:g} s")
 
-                try:
+                with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as backup:
                     db = self.db.connection()
                     self.db._set_durable(db, True)  # restored means synced, as any write
                     backup.backup(db, progress=waited, sleep=0.02)
-                finally:
-                    backup.close()
         finally:
             shutil.rmtree(work, ignore_errors=True)
         return count
-
-    def _page_size(self):
-        with self.db.errors("read the memory database"):
-            return self.db.connection().execute("PRAGMA page_size").fetchone()[0]
-
 
 
 # The triggers of an insert; a load indexes its batch at once, and its rows, checked and new,
@@ -2760,14 +2663,12 @@ _INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 
 class _Load:
     """One Store.load, apart from the Store that other threads share: its records taken in
-    batches, each one write transaction, and what it found. The links among the new memories
-    of a batch are written with them. A link that reaches a memory stored before (by an
-    earlier batch, or before the load) waits, both ways, and such links are made together
-    once LOAD_LINKS wait, and at the end (see link): a memory that thousands link to (an
-    entity of the official format) is written a few times, not once a batch. A record's link
-    to a memory not stored yet waits for it the same way. After every commit, each link
-    between stored memories has its back-link; a load stopped early leaves fewer links, and
-    running it again makes them."""
+    batches, each one write transaction (other writers get turns in between), and what it
+    found. The links among the new memories of a batch are written with them; a link that
+    reaches a memory stored before (by an earlier batch, or before the load), or one not
+    stored yet, waits (see link). Once a batch is committed, its memories are found and each
+    link between stored memories has its back-link; a load stopped early leaves fewer links,
+    and running it again makes them."""
 
     def __init__(self, store, pause, update=False):
         self.store, self.db = store, store.db
@@ -2789,15 +2690,10 @@ class _Load:
         db.execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
         try:
             with self.db.errors("load the memories"):
-                batch = []
-                for record in records:
-                    batch.append(record)
-                    if len(batch) >= self.size:
-                        self.store_batch(batch)
-                        batch = []
-                        time.sleep(self.pause)  # another process's write may be waiting
-                if batch:
+                records = iter(records)
+                while batch := list(itertools.islice(records, self.size)):
                     self.store_batch(batch)
+                    time.sleep(self.pause)  # another process's write may be waiting
                 self.link()
             for record in self.differ if self.update else ():
                 self.store.update(record.id, content=record.content, tags=record.tags)
@@ -2817,10 +2713,7 @@ class _Load:
         with self.db.write() as db:
             asked = list({i: None for r in batch
                           for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
-            stored = {}  # id -> rowid
-            for chunk in _chunks(asked):
-                stored.update(db.execute(
-                    f"SELECT id, rowid FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
+            stored = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", asked))
             fresh = [r for r in batch if r.id not in stored]
             self.find_differ(db, [r for r in batch if r.id in stored])
             new = {r.id for r in fresh}
@@ -2850,13 +2743,10 @@ class _Load:
                      r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh],
                     collections.Counter(t for r in fresh for t in r.tags))))
                 _fold_tags(db)
-        pairs = self.pairs
         for a, b in later:  # kept with the memory stored first (its id once, as a key)
             if stored[a] > stored[b]:
                 a, b = b, a
-            if stored[a] not in pairs:
-                pairs[stored[a]] = (a, [])
-            pairs[stored[a]][1].append(b)
+            self.pairs.setdefault(stored[a], (a, []))[1].append(b)
         self.waited += len(later)
         self.loaded += len(fresh)
         self.skipped += len(batch) - len(fresh)
@@ -2867,11 +2757,12 @@ class _Load:
             self.link()
 
     def link(self):
-        """Make the links waiting in self.pairs, both ways, in write transactions of about
-        LOAD_TXN seconds each. Each is kept with the one of its two memories stored first,
-        and they are taken in that order, so that a memory linked from thousands stored after
-        it (an entity of the official format) is read and written once with them all, and
-        memories stored together (its observations) in the same transaction."""
+        """Make the links waiting in self.pairs, both ways, once LOAD_LINKS wait and at the end,
+        in write transactions of about LOAD_TXN seconds each. Each is kept with the one of its
+        two memories stored first, and they are taken in that order, so that a memory linked
+        from thousands stored after it (an entity of the official format) is read and written
+        a few times, not once a batch, and memories stored together (its observations) in the
+        same transaction."""
         pairs, self.pairs, self.waited = self.pairs, {}, 0
         owners = sorted(pairs)
         size, at = 2 * LOAD_CHUNK, 0
@@ -2890,22 +2781,21 @@ class _Load:
     @staticmethod
     def insert(db, rows, tags):
         """Insert the memories `rows` (of _COLUMNS), carrying `tags` ({tag: how many}), and
-        index them, in the caller's write
-        transaction: the full-text and tag indexes in one statement each, not by their
-        triggers a row at a time (an official file of 80,000 memories: 1.9 s instead of 5),
-        which are set aside meanwhile. A DROP rolls back with the transaction, and no other
-        connection writes while this one holds the write lock. Returns their rowids."""
+        index them in the caller's write transaction: the full-text and tag indexes in one
+        statement each, not by their triggers a row at a time, which are set aside meanwhile.
+        A DROP rolls back with the transaction, and no other connection writes while this one
+        holds the write lock. Returns their rowids."""
         first = db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0
+        insert = f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         if first >= MAX_INT - len(rows):
             # Another program stored a memory at the last rowid: SQLite picks the new ones at
             # random, and the triggers index them one by one.
-            db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                           rows)
+            db.executemany(insert, rows)
             return [db.execute("SELECT rowid FROM nodes WHERE id = ?", (row[0],)).fetchone()[0]
                     for row in rows]
         for trigger in _INDEXING:
             db.execute(f"DROP TRIGGER {trigger}")
-        db.executemany(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        db.executemany(insert, rows)
         db.execute("INSERT INTO nodes_fts (rowid, content) SELECT rowid, content FROM nodes "
                    "WHERE rowid > ?", (first,))
         # In the order of the index: inserted in the order of the memories, each row went
@@ -2921,12 +2811,10 @@ class _Load:
 
     def find_differ(self, db, records):
         """Note those of `records` (stored already) whose content or tags differ."""
-        for chunk in _chunks(records):
-            stored = {i: (content, tags) for i, content, tags in db.execute(
-                f"SELECT id, content, tags FROM nodes WHERE id IN ({_marks(chunk)})",
-                [r.id for r in chunk])}
-            self.differ += (r for r in chunk if stored[r.id][0] != r.content or
-                            _strings(stored[r.id][1]) != r.tags)
+        stored = {i: (content, tags) for i, content, tags in _select_in(
+            db, "SELECT id, content, tags FROM nodes WHERE id IN", [r.id for r in records])}
+        self.differ += (r for r in records if stored[r.id][0] != r.content or
+                        _strings(stored[r.id][1]) != r.tags)
 
     def add_links(self, db, group):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
@@ -2936,26 +2824,21 @@ class _Load:
         to a memory forgotten meanwhile, by another writer since the load began, is dropped."""
         later = {i for _, _, linked in group for i in linked}
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
-            stored = set()
-            for chunk in _chunks(list(later)):
-                stored.update(i for (i,) in db.execute(
-                    f"SELECT id FROM nodes WHERE id IN ({_marks(chunk)})", chunk))
-            later = stored
+            later = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", later)}
         first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
         changed, back = [], collections.defaultdict(list)  # later id -> the first ones
-        for chunk in _chunks(list(first)):  # a chunk at a time: a hub's links are long
-            for rowid, node_id, text in db.execute(
-                    f"SELECT rowid, id, links FROM nodes WHERE rowid IN ({_marks(chunk)})", chunk):
-                if node_id != first[rowid][0]:
-                    continue  # forgotten, and its rowid taken by another memory
-                had = _strings(text)
-                there = set(had)
-                linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
-                more = [i for i in linked if i not in there]
-                if more:
-                    changed.append((_id_list(had + more), rowid))
-                for i in linked:
-                    back[i].append(node_id)
+        for rowid, node_id, text in _select_in(  # a chunk at a time: a hub's links are long
+                db, "SELECT rowid, id, links FROM nodes WHERE rowid IN", first):
+            if node_id != first[rowid][0]:
+                continue  # forgotten, and its rowid taken by another memory
+            had = _strings(text)
+            there = set(had)
+            linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
+            more = [i for i in linked if i not in there]
+            if more:
+                changed.append((_id_list(had + more), rowid))
+            for i in linked:
+                back[i].append(node_id)
         db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", changed)
         # Two at a time where there are two (an entity and its observation, mostly): each
         # update rewrites the row.
@@ -2985,12 +2868,10 @@ def _with_skipped(node, doing, skipped):
 
 
 def open_directory(directory):
-    """The store in `directory` (`~` expanded), creating the directory if need be.
-
-    A directory made here is private (0700), as is a database made in it (0600, and SQLite
-    gives its -wal and -shm files the database's mode). A database that other users of the
-    machine can read is warned about, with the command that fixes it.
-    """
+    """The store in `directory` (`~` expanded), creating the directory if need be. A directory
+    made here is private, as is a database made in it (SQLite gives its -wal and -shm files
+    the database's mode); one that other users of the machine can read is warned about, with
+    the command that fixes it."""
     directory = os.path.expanduser(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StoreError(f"the data directory {directory} is a file, not a directory; set "
@@ -3017,10 +2898,9 @@ def _shared_mode(path):
     """Whether users other than the owner may read or write the file at `path`."""
     if os.name != "posix":
         return False  # Windows keeps files private through ACLs, not mode bits
-    try:
+    with contextlib.suppress(OSError):
         return bool(os.stat(path).st_mode & 0o077)
-    except OSError:
-        return False
+    return False
 
 
 def _quoted(path):
@@ -3031,11 +2911,10 @@ def _target_file(target, what):
     """The path `what` (a backup, an export) named `target` is written to: `target` made
     absolute, or the regular file it points at if it is a symbolic link (written through, so
     the link stays); InvalidInput for a directory, a device or any other kind of file, or a
-    directory that does not exist.
-
-    Only a link at the end is followed: the directories on the way stay as given, so that
-    messages name the path the person gave (a Mac's temporary folder is reached through
-    the link /var, and Windows would expand a short name such as FIRSTL~1)."""
+    directory that does not exist. Only a link at the end is followed: the directories on the
+    way stay as given, so that messages name the path the person gave (a Mac's temporary
+    folder is reached through the link /var, and Windows would expand a short name such as
+    FIRSTL~1)."""
     path = os.path.abspath(os.path.expanduser(os.fspath(target)))
     if os.path.islink(path):
         path = os.path.realpath(path)
@@ -3129,15 +3008,6 @@ def _replace(source, target, system=None):
             time.sleep(REPLACE_PAUSE)
 
 
-def _create_private(path):
-    """Create the empty file `path` readable by its owner only; False if it was there."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE))
-    except FileExistsError:
-        return False
-    return True
-
-
 def _checked_backup(path, name, page_size):
     """Check the copy at `path` of the backup file `name` and bring it to this schema, in
     SQLite's page size `page_size`; how many memories it holds. InvalidInput if it is not an
@@ -3146,8 +3016,7 @@ def _checked_backup(path, name, page_size):
         if not f.read(16).startswith(b"SQLite format 3\0"):
             raise InvalidInput(f"{name} is not a backup of the memories: it is not an SQLite "
                                f"database")
-    db = sqlite3.connect(path, isolation_level=None)
-    try:
+    with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         try:
             problem = db.execute("PRAGMA quick_check").fetchone()[0]
             version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -3155,16 +3024,14 @@ def _checked_backup(path, name, page_size):
                                                "type = 'table'")}
         except sqlite3.DatabaseError as exc:
             raise InvalidInput(f"{name} is damaged ({exc}); nothing was restored") from exc
-        if problem != "ok":
-            raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
-        if "nodes" not in tables:
-            raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
-        if version > SCHEMA_VERSION:
-            raise InvalidInput(f"{name} has schema version {version}, newer than the "
-                               f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
-                               f"Flood Memory to restore it")
-    finally:
-        db.close()
+    if problem != "ok":
+        raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
+    if "nodes" not in tables:
+        raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
+    if version > SCHEMA_VERSION:
+        raise InvalidInput(f"{name} has schema version {version}, newer than the "
+                           f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
+                           f"Flood Memory to restore it")
     try:
         with Store(path) as copy:  # brings an older schema up to date
             db = copy.db.connection()
