@@ -1777,13 +1777,10 @@ class Search:
         """Stage two: re-score stage one's best with RERANK_K1/B (and WHEN, see _SAYS_WHEN),
         then let the LENDERS best lend FOLLOWERS and PRECEDER of their score to the memories
         stored next to them that carry the same tags: memories stored together share a context
-        (in a conversation, the memory after a matching question is often its answer; notes
-        written from one exchange sit next to each other). Only a memory holding a query term
-        that is not faint gains, or one right after a memory that asks something ("?"): an
-        answer need not repeat the question's words. Lent weight lifts a memory to just below
-        the score of its strongest lender at most: a neighbour never overtakes the memory it is
-        next to (it may pass a weaker lender, as the stronger one vouches for it). Returns
-        [(score, rowid)], best first."""
+        (after a matching question, often its answer). Only a memory holding a query term that
+        is not faint gains, or one right after a memory that asks something ("?"). Lent weight
+        lifts a memory to just below its strongest lender at most: a neighbour never overtakes
+        the memory it is next to. Returns [(score, rowid)], best first."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -2061,11 +2058,9 @@ class Store:
     def check(self):
         """What is wrong with the database, in words ([] when nothing is): SQLite's own check;
         what is derived from the memories (the full-text index, node_tags, tags) against the
-        memories; and what another program may have written that this one would not have:
-        tags that remember would refuse or store otherwise, links that lead nowhere or have
-        no back-link, exact duplicates, times not in the stored form, ids that are not memory
-        ids. Reads every memory, and holds the write lock while FTS5 checks its index (its
-        check is written as an insert)."""
+        memories; and what another program may have written that this one would not have
+        (see _rule_breakers). Holds the write lock while FTS5 checks its index (its check is
+        written as an insert)."""
         problems = []
         with self.db.errors("check the database"):
             found = [r for (r,) in self.db.connection().execute("PRAGMA integrity_check")]
@@ -2129,11 +2124,10 @@ class Store:
         """Store a new memory, linked both ways to the existing ids in `links`; the memory,
         with the links left out listed under "skipped_links" ({"id", "reason"}).
 
-        An exact duplicate (the same content once runs of spaces, tabs and line breaks are
-        collapsed, the same tags in any order and case) is not stored again: the stored one
-        comes back, marked "already_remembered" and given the links. Stored memories very
-        close to a new one are listed under "similar" (see _similar), never merged.
-        """
+        An exact duplicate (the same content once runs of spaces are collapsed, the same tags
+        in any order and case) is not stored again: the stored one comes back, marked
+        "already_remembered" and given the links. Stored memories very close to a new one
+        are listed under "similar" (see _similar), never merged."""
         content, tags, skipped = _content(content), _tags(tags), []
         links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
@@ -2325,13 +2319,10 @@ class Store:
                fit=None, report=None, count=True):
         """The `limit` memories after `offset` matching the words of `query`, carrying every
         one of `tags`, created from `since` (inclusive) to `until` (exclusive): ranked by
-        relevance with a query (see rank), newest first without.
-
-        With `fit`, a function of the memories found, only the first fit(memories) come back
-        (a caller's size budget). Each counts as accessed, unless not `count`. A dict
-        `report` is told what was searched: "words", and "cut" (words past MAX_QUERY_WORDS
-        were ignored).
-        """
+        relevance with a query (see rank), newest first without. With `fit`, a function of
+        the memories found, only the first fit(memories) come back. Each counts as accessed,
+        unless not `count`. A dict `report` is told "words" searched, and "cut" (words past
+        MAX_QUERY_WORDS were ignored)."""
         query, tags = _text(query, "query"), _tags(tags)
         limit, offset = _int(limit, "limit", 1, MAX_LIMIT), _int(offset, "offset", 0, MAX_OFFSET)
         since, until = _window_end(since, "since"), _window_end(until, "until")
@@ -2378,13 +2369,12 @@ class Store:
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
-        """What a recall that found nothing can tell the model about what there is: for each
-        of `tags`, how many memories carry it and, when none does, up to CLOSEST_TAGS tags
-        close to it (see _closest_tags); without tags, the CLOSEST_TAGS most used; with a
-        window, how many memories were created in it; with the query's `words` and tags or a
-        window, how many memories the words find without them (MAX_LIMIT + 1 at most). As
+        """What a recall that found nothing can tell the model about what there is, as
         {"tags": [{"tag", "memories", "closest"}], "most_used": [(tag, memories)],
-        "in_window": n, "matching": n}, each key only when it applies."""
+        "in_window": n, "matching": n}, each key only when it applies: how many memories carry
+        each of `tags` and, when none does, tags close to it (_closest_tags); without tags, the
+        most used; how many memories the window holds, and how many the query's `words` find
+        without the tags and window (MAX_LIMIT + 1 at most)."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
@@ -2411,10 +2401,8 @@ class Store:
         """Up to CLOSEST_TAGS tags close to `tag`, closest first and, as close, the most used
         first: those an edit or two away (a swap of two neighbouring letters counting as one:
         "marai" for "maria"), then those sharing a word with it ("maria-garcia"). Every tag
-        is read (a recall that found nothing is rare, and the tags are few beside the
-        memories); those whose letters differ from the tag's too much to be two edits away
-        are passed over, and MEASURED at most are measured, those closest by their letters
-        first."""
+        is read (tags are few beside memories); MEASURED at most, closest by their letters,
+        are measured."""
         asked = tag.casefold()
         letters, words = _letters(asked), set(_TOKEN.findall(asked))
         near, found = [], {}  # spelling -> (how far, fewer memories first)
@@ -2612,10 +2600,9 @@ class Store:
         """Replace every memory with those of the backup file `source`; how many. Once the
         backup has passed its checks, confirm(memories in it), if given, may say False: then
         nothing is restored, and None returned. The backup is checked and brought to this
-        schema in a copy first, so a bad one changes nothing; then SQLite's backup API writes
-        the copy into the live database as one write transaction: running servers read the
-        restored memories from their next transaction on, and cannot write the old pages back
-        (as their log would over a file copied onto the database)."""
+        schema in a copy first, so a bad one changes nothing; SQLite's backup API then writes
+        it into the live database in one write transaction, which running servers read from
+        their next on (their log would write old pages back over a file copied in its place)."""
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
             raise InvalidInput("the backup to restore must not be the database itself")
@@ -2664,11 +2651,9 @@ _INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 class _Load:
     """One Store.load, apart from the Store that other threads share: its records taken in
     batches, each one write transaction (other writers get turns in between), and what it
-    found. The links among the new memories of a batch are written with them; a link that
-    reaches a memory stored before (by an earlier batch, or before the load), or one not
-    stored yet, waits (see link). Once a batch is committed, its memories are found and each
-    link between stored memories has its back-link; a load stopped early leaves fewer links,
-    and running it again makes them."""
+    found. The links among the new memories of a batch are written with them; one to a memory
+    stored before, or not stored yet, waits (see link). After every commit each link between
+    stored memories has its back-link; running a stopped load again makes the rest."""
 
     def __init__(self, store, pause, update=False):
         self.store, self.db = store, store.db
@@ -2909,12 +2894,10 @@ def _quoted(path):
 
 def _target_file(target, what):
     """The path `what` (a backup, an export) named `target` is written to: `target` made
-    absolute, or the regular file it points at if it is a symbolic link (written through, so
-    the link stays); InvalidInput for a directory, a device or any other kind of file, or a
-    directory that does not exist. Only a link at the end is followed: the directories on the
-    way stay as given, so that messages name the path the person gave (a Mac's temporary
-    folder is reached through the link /var, and Windows would expand a short name such as
-    FIRSTL~1)."""
+    absolute, or the regular file a symbolic link there points at (written through, so the
+    link stays); InvalidInput for a directory, a special file or a missing directory. Only a
+    link at the end is followed, so that messages name the path the person gave (a Mac's
+    temporary folder is behind the link /var; Windows would expand FIRSTL~1)."""
     path = os.path.abspath(os.path.expanduser(os.fspath(target)))
     if os.path.islink(path):
         path = os.path.realpath(path)
