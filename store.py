@@ -1587,7 +1587,8 @@ LENDERS = 10                    # stage-two matches that lend
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 RARE = 16                       # a term held by this many memories or fewer is rare...
 NEAR_PROBES = 3                 # ...and remember's hint asks FTS5 about this many words at most
-COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones
+COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones,
+COMMON_RENEWED = 1_000          # ...found again every this many remembers (forgets make terms rare)
 NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
 NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
@@ -1871,6 +1872,7 @@ class Store:
         self._uncounted_lock = threading.Lock()
         self._hints = None  # see _hinter
         self._common = set()  # terms the hint found held by more than RARE memories (_near)
+        self._hints_asked = 0
         self._hints_lock = threading.Lock()
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
@@ -2221,8 +2223,9 @@ class Store:
         holders = collections.defaultdict(list)
         for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
             holders[probe].append(holder)
-        if len(self._common) > COMMON_KEPT:
-            self._common.clear()
+        self._hints_asked += 1
+        if len(self._common) > COMMON_KEPT or self._hints_asked % COMMON_RENEWED == 0:
+            self._common.clear()  # whoever deleted or changed memories since, it is right again
         self._common.update(stem(probes[i]) for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)

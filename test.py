@@ -5813,6 +5813,14 @@ class TimeAndDuplicatesTest(StoreTestCase):
         with unittest.mock.patch.object(store, "COMMON_KEPT", 2):
             self.store.add(f"Nate: {common}")
             self.assertLessEqual(len(self.store._common), 2 + store.NEAR_PROBES)
+        # Forgotten memories can make a common term rare again, whoever forgot them: the set
+        # is found anew every COMMON_RENEWED remembers.
+        for name in ("Ivy", "Otto"):
+            self.store.add(f"{name}: {common}")
+        self.assertGreater(len(self.store._common), store.NEAR_PROBES)
+        with unittest.mock.patch.object(store, "COMMON_RENEWED", 1):
+            self.store.add("Pia lost her keys")
+        self.assertEqual(self.store._common, set())
 
     def test_the_hint_never_lists_the_new_memory_itself(self):
         # The hint reads in a thread of its own while the memory is written: its snapshot may
