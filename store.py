@@ -89,15 +89,6 @@ def _collapsed(content):
 _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
-def _appended(n):
-    """SQL: the links column with ?1 to ?n appended, each unless there (?n+1 to ?2n: each
-    quoted, as the column holds it)."""
-    sql = _LINKS
-    for j in range(1, n + 1):
-        sql = f"iif(instr(coalesce(links, ''), ?{n + j}), {sql}, json_insert({sql}, '$[#]', ?{j}))"
-    return sql
-
-
 def _tag_array(value):
     """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, else
     '[]' (for an array holding a NUL too, which SQLite's JSON functions cut a string at)."""
@@ -2806,34 +2797,40 @@ class _Load:
 
     def add_links(self, db, group):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
-        ways, in the caller's write transaction. Each of the memories stored first is read and
-        given the links it lacks, after those it has (another writer may have given it some
-        meanwhile); the later ones, each with a short list, get theirs appended in SQL. A link
-        to a memory forgotten meanwhile, by another writer since the load began, is dropped."""
+        ways, in the caller's write transaction. Each memory is read and given the links it
+        lacks, after those it has (another writer may have given it some meanwhile): the ones
+        stored first by rowid, then the later ones by id. A link to a memory forgotten
+        meanwhile, by another writer since the load began, is dropped."""
         later = {i for _, _, linked in group for i in linked}
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
             later = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", later)}
         first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
-        changed, back = [], collections.defaultdict(list)  # later id -> the first ones
-        for rowid, node_id, text in _select_in(  # a chunk at a time: a hub's links are long
-                db, "SELECT rowid, id, links FROM nodes WHERE rowid IN", first):
+        back = collections.defaultdict(list)  # later id -> the first ones
+
+        def added(rows, gained):
+            # (links, rowid) of the `rows` that lack some of the ids gained(rowid, id).
+            for rowid, node_id, text in rows:
+                if more := gained(rowid, node_id):
+                    had = _strings(text) if text != "[]" else []  # "[]": most later ones
+                    there = set(had)
+                    more = [i for i in more if i not in there]
+                    if more:
+                        yield _id_list(had + more), rowid
+
+        def of_first(rowid, node_id):
             if node_id != first[rowid][0]:
-                continue  # forgotten, and its rowid taken by another memory
-            had = _strings(text)
-            there = set(had)
+                return ()  # forgotten, and its rowid taken by another memory
             linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
-            more = [i for i in linked if i not in there]
-            if more:
-                changed.append((_id_list(had + more), rowid))
             for i in linked:
                 back[i].append(node_id)
-        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", changed)
-        # Two at a time where there are two (an entity and its observation, mostly): each
-        # update rewrites the row.
-        for n in (2, 1):
-            db.executemany(f"UPDATE nodes SET links = {_appended(n)} WHERE id = ?{2 * n + 1}", [
-                (*pair, *(f'"{i}"' for i in pair), later) for later, ids in back.items()
-                for pair in [ids[k:k + 2] for k in range(0, len(ids), 2)] if len(pair) == n])
+            return linked
+
+        # A chunk at a time: a hub's links are long.
+        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", list(added(_select_in(
+            db, "SELECT rowid, id, links FROM nodes WHERE rowid IN", first), of_first)))
+        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", list(added(_select_in(
+            db, "SELECT rowid, id, links FROM nodes WHERE id IN", back),
+            lambda rowid, node_id: back[node_id])))
 
 
 _warned = {}  # warning -> when it was last logged
