@@ -1344,6 +1344,10 @@ class Database:
                     # macOS's fsync leaves what was written in the drive's own cache, which a
                     # power cut loses; F_FULLFSYNC flushes it (see README, Your data).
                     db.execute("PRAGMA fullfsync=ON")
+                # A statement's undo (an import's over many rows) and sorts in memory, not
+                # in temporary files: the dense import of issue 42 wrote 3 GB to them. Set
+                # before any temporary table, which a change of it would drop.
+                db.execute("PRAGMA temp_store=MEMORY")
                 # FTS5's vocabulary, the df of a search's terms (_doc_counts): a temporary
                 # table, so made before anything can make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "

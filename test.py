@@ -1654,6 +1654,14 @@ class StoreTest(StoreTestCase):
         self.assertEqual(self.store.add("written meanwhile")["content"], "written meanwhile")
         self.assertEqual(self.store.count(), 4)
 
+    def test_a_statement_s_undo_and_sorts_stay_out_of_temporary_files(self):
+        # An import's statements over many rows wrote gigabytes to temporary files
+        # (issue 42); in memory, and set before the temporary table a change would drop.
+        self.store.add("the quokka keeps its undo in memory")
+        for db in (self.store.db.connection(), self.open_store().db.connection()):
+            self.assertEqual(db.execute("PRAGMA temp_store").fetchone()[0], 2)
+        self.assertEqual(len(self.store.search("quokka")), 1)
+
     def test_the_access_count_stops_at_its_ceiling(self):
         # Past 2^63 - 1 SQLite's integer became a float, and the export could not be imported.
         node = {"id": str(uuid.uuid4()), "content": "recalled very often",
