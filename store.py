@@ -2809,32 +2809,28 @@ class _Load:
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
             later = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", later)}
         first = {rowid: (node_id, linked) for rowid, node_id, linked in group}
-        back = collections.defaultdict(list)  # later id -> the first ones
-
-        def added(rows, gained):
-            # (links, rowid) of the `rows` that lack some of the ids gained(rowid, id).
-            for rowid, node_id, text in rows:
-                if more := gained(rowid, node_id):
-                    had = _strings(text) if text != "[]" else []  # "[]": most later ones
-                    there = set(had)
-                    more = [i for i in more if i not in there]
-                    if more:
-                        yield _id_list(had + more), rowid
-
-        def of_first(rowid, node_id):
+        changed, back = [], collections.defaultdict(list)  # later id -> the first ones
+        for rowid, node_id, text in _select_in(  # a chunk at a time: a hub's links are long
+                db, "SELECT rowid, id, links FROM nodes WHERE rowid IN", first):
             if node_id != first[rowid][0]:
-                return ()  # forgotten, and its rowid taken by another memory
+                continue  # forgotten, and its rowid taken by another memory
             linked = [i for i in dict.fromkeys(first[rowid][1]) if i in later]
+            changed.append((_extended(text, linked), rowid))
             for i in linked:
                 back[i].append(node_id)
-            return linked
+        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", [c for c in changed if c[0]])
+        changed = [(_extended(text, back[node_id]), rowid) for rowid, node_id, text in
+                   _select_in(db, "SELECT rowid, id, links FROM nodes WHERE id IN", back)]
+        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", [c for c in changed if c[0]])
 
-        # A chunk at a time: a hub's links are long.
-        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", list(added(_select_in(
-            db, "SELECT rowid, id, links FROM nodes WHERE rowid IN", first), of_first)))
-        db.executemany("UPDATE nodes SET links = ? WHERE rowid = ?", list(added(_select_in(
-            db, "SELECT rowid, id, links FROM nodes WHERE id IN", back),
-            lambda rowid, node_id: back[node_id])))
+
+def _extended(text, ids):
+    """The links column value `text` with those of `ids` it lacks after its own, or None if
+    it lacks none."""
+    had = _strings(text) if text != "[]" else []  # "[]": most memories a load links to
+    there = set(had)
+    more = [i for i in ids if i not in there]
+    return _id_list(had + more) if more else None
 
 
 _warned = {}  # warning -> when it was last logged
