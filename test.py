@@ -9571,6 +9571,50 @@ BARS = {"remember": (PLAIN, 0.5, 1.75), "recall query": (PLAIN_RECALL, 0.95, 1.3
         MODERN_RECALL: (HANDSHAKE_RECALL, 0.5, 1.05)}
 
 
+# The listings and a query, through this checkout's server.py and another's on copies of one
+# file, called in turn (--against): what round four may cost beside the release before it.
+BEFORE_BAR = 1.05
+
+
+def against(corpus, size, calls, args):
+    """Recalls through this checkout's server.py and `args.against`'s, each on a copy of one
+    file that the other checkout loaded (this one upgrades its copy), called in turn: rows of
+    round trips in ms, each of ours compared in BARS with the other's at p50."""
+    work = tempfile.mkdtemp(prefix="flood-bench-against-")
+    other = os.path.basename(args.against)
+    try:
+        theirs, ours = (os.path.join(work, name) for name in ("theirs", "ours"))
+        for data_dir in (theirs, ours):
+            os.mkdir(data_dir)
+        cached = args.keep and os.path.join(args.keep, f"corpus-{size}-{other}.db")
+        if cached and os.path.exists(cached):
+            shutil.copyfile(cached, os.path.join(theirs, store.DB_NAME))
+        else:
+            build_corpus(corpus, size, os.path.join(theirs, store.DB_NAME), args.against)
+            if cached:
+                os.makedirs(args.keep, exist_ok=True)
+                shutil.copyfile(os.path.join(theirs, store.DB_NAME), cached)
+        shutil.copyfile(os.path.join(theirs, store.DB_NAME), os.path.join(ours, store.DB_NAME))
+        mine = ServerProcess(ours, cwd=args.project)
+        before = ServerProcess(theirs, cwd=args.against)
+        handshake(mine)
+        handshake(before)
+        rnd, rows = random.Random(size), {}
+        for label, make in (("recall tags only", lambda: {"tags": rnd.sample(
+                                corpus.tags, rnd.randint(1, 2))}),
+                            ("recall newest (no query)", lambda: {}),
+                            ("recall query", lambda: {"query": corpus.query(rnd), "limit": 10})):
+            ours_label, theirs_label = f"{label}, in turn", f"{label}, {other}"
+            rows[ours_label], rows[theirs_label] = alternated(
+                mine, before, "recall", [make() for _ in range(calls)])
+            BARS[ours_label] = (theirs_label, 0.5, BEFORE_BAR)
+        mine.close(60)
+        before.close(60)
+        return rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def tag_listings(corpus, calls, args):
     """A tagged listing (recall with one tag, asked in another case) among 20,000 tags of
     Cyrillic letters and among 20,000 of ASCII ones, a memory each, called in turn: folding
@@ -9812,6 +9856,9 @@ def bench(argv):
                              "its corpus is loaded with its own Store.load")
     parser.add_argument("--keep", metavar="DIR",
                         help="keep built corpora in DIR and reuse them on later runs")
+    parser.add_argument("--against", metavar="DIR",
+                        help="also call recall through DIR's server.py (an older checkout), in "
+                             "turn with this one's, both on a file DIR loaded")
     parser.add_argument("--load", action="store_true",
                         help="instead: many HTTP clients on one server, then an import while "
                              "a server writes; failures, losses and round trips")
@@ -9823,6 +9870,8 @@ def bench(argv):
                         help="memories imported while a server writes (--load)")
     args = parser.parse_args(argv)
     args.project = os.path.abspath(args.project)
+    if args.against:
+        args.against = os.path.abspath(args.against)
     sizes = [10_000] if args.quick else [int(s.replace("_", "")) for s in args.sizes.split(",")]
     calls = 100 if args.quick else args.calls
     corpus = Corpus()
@@ -9838,6 +9887,8 @@ def bench(argv):
         result = bench_size(corpus, size, calls, args)
         if size == sizes[0]:
             result["rows"].update(tag_listings(corpus, calls, args))
+        if args.against:
+            result["rows"].update(against(corpus, size, calls, args))
         missed = report(result)
         rows = result["rows"]
         ratio = plain_ratio(rows)[2]
