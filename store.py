@@ -223,9 +223,8 @@ CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BE
     INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")}
         AND {_changed("tags", "created_at")};
 END;
--- Not on last_accessed or access_count: a trigger per row counted cost a recall of ten 40 us
--- (6%). Another program's odd count or time there is read around, named by check, and mended
--- by check --repair or the next access.
+-- Not on access counts: a trigger a row counted cost a recall 6%. An odd count or time there
+-- is read around, named by check, and mended by the next access.
 CREATE TRIGGER nodes_refuse BEFORE UPDATE OF source ON nodes BEGIN
     {_refuse(("source",), update=True)}
 END;
@@ -2536,10 +2535,8 @@ class Store:
         try:
             with self.db.errors("count the access"), \
                     self.db.write("count the access", durable=False, wait=wait) as db:
-                # Past MAX_INT, SQLite's integers overflow into floats: the count stops. A
-                # time or count of another type (another program's) becomes one of the right.
-                # By rowid, a sixth faster than by id alone; a memory another program moved
-                # meanwhile (a REPLACE) was written whole, count included, and is left so.
+                # Past MAX_INT, SQLite's integers overflow into floats: the count stops. By
+                # rowid (a sixth faster); a memory another program moved meanwhile is left so.
                 db.executemany(f"UPDATE nodes SET last_accessed = max(iif(typeof(last_accessed) "
                                f"= 'text', last_accessed, ''), ?), access_count = access_count "
                                f"+ min(?, {MAX_INT} - access_count) WHERE rowid = ? AND id = ?",
