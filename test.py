@@ -7332,6 +7332,41 @@ class LoadTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(check_problems(self.path), [])
 
+    def test_a_rowid_another_writer_reuses_before_the_links_are_made_is_not_linked(self):
+        # The links waiting for the end of a load name their later memory by rowid: one
+        # forgotten meanwhile, its rowid taken by a new memory, must not hand it the link.
+        s = Store(self.path)
+        self.addCleanup(s.close)
+        other = Store(self.path)
+        self.addCleanup(other.close)
+        first, later = (str(uuid.UUID(int=i + 1, version=4)) for i in range(2))
+        taker = []
+
+        def meddle():  # after the later memory's batch, before the links are made
+            other.delete(later)
+            taker.append(other.add("written meanwhile, at the rowid the later one had")["id"])
+
+        with in_batches(s, 1, 2, meddle):
+            s.load([{"id": first, "content": "first"},
+                    {"id": later, "content": "later", "links": [first]}])
+        self.assertEqual(self.raw("SELECT id FROM nodes ORDER BY rowid"), [(first,), (taker[0],)])
+        self.assertEqual(s.get(first)["links"], [])
+        self.assertEqual(s.get(taker[0])["links"], [])
+        self.assertTrue(links_are_mutual(self.path))
+
+    def test_links_another_program_wrote_in_its_own_json_are_extended_as_json(self):
+        # A load splits a links value written as it writes them, and parses any other.
+        a, b = str(uuid.uuid4()), str(uuid.uuid4())
+        for given, ids, expected in (
+                ("[]", [a], [a]), (f'["{a}"]', [a, b], [a, b]),
+                (f'["{b}","{a}"]', [a], None),  # compact: no space, still seen as holding a
+                ('["a \\"quoted\\" link"]', [a], ['a "quoted" link', a]),
+                ('{"not": "a list"}', [a], [a]), (None, [a], [a]),
+                ('["x"]junk["y"]', [a], [a]), ('["line\nbreak"]', [a], [a])):
+            with self.subTest(given=given):
+                extended = store._extended(given, ids)
+                self.assertEqual(extended and json.loads(extended), expected)
+
     def test_a_record_another_writer_stored_meanwhile_gets_the_links_waiting_for_it(self):
         s = Store(self.path)
         self.addCleanup(s.close)
