@@ -100,6 +100,7 @@ import signal
 import socket
 import sqlite3
 import stat
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -9650,6 +9651,39 @@ def against(corpus, size, calls, args):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def import_pairs(args):
+    """`store.py import FILE` of this checkout and of `args.against` at once, one on each
+    core, so that both meet the same machine, `args.runs` times (which starts first
+    alternating): their CPU time (user and system) and peak memory, as os.wait4 reports
+    them (POSIX systems only), and the median ratio of the CPU times."""
+    ratios = []
+    for n in range(args.runs):
+        runs = [("this", args.project), ("against", args.against)][::-1 if n % 2 else 1]
+        started = {}
+        for label, project in runs:
+            data_dir = tempfile.mkdtemp(prefix="flood-bench-import-")
+            proc = subprocess.Popen([sys.executable, "store.py", "import", args.import_file],
+                                    cwd=project, env=dict(os.environ, FLOOD_MEMORY_DIR=data_dir),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            started[label] = (proc, data_dir)
+        used = {}
+        for label, (proc, data_dir) in started.items():
+            _, status, usage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            shutil.rmtree(data_dir, ignore_errors=True)
+            if proc.returncode:
+                raise SystemExit(f"the import of {label} failed (exit {proc.returncode})")
+            peak = usage.ru_maxrss / (2**20 if sys.platform == "darwin" else 2**10)
+            used[label] = (usage.ru_utime + usage.ru_stime, peak)
+        ratios.append(used["this"][0] / used["against"][0])
+        print(f"  run {n + 1}: this {used['this'][0]:.2f} s CPU, {used['this'][1]:.0f} MB at its "
+              f"peak; {os.path.basename(args.against)} {used['against'][0]:.2f} s, "
+              f"{used['against'][1]:.0f} MB; {ratios[-1]:.3f}x")
+    print(f"\nbench --import: this checkout's CPU time {min(ratios):.3f}-{max(ratios):.3f}x "
+          f"{os.path.basename(args.against)}'s, median {statistics.median(ratios):.3f}x")
+    return 0
+
+
 def tag_listings(corpus, calls, args):
     """A tagged listing (recall with one tag, asked in another case) among 20,000 tags of
     Cyrillic letters and among 20,000 of ASCII ones, a memory each, called in turn: folding
@@ -9897,6 +9931,10 @@ def bench(argv):
     parser.add_argument("--load", action="store_true",
                         help="instead: many HTTP clients on one server, then an import while "
                              "a server writes; failures, losses and round trips")
+    parser.add_argument("--import", dest="import_file", metavar="FILE",
+                        help="instead: import FILE with this checkout's store.py and with "
+                             "--against DIR's at once, --runs times; their CPU times")
+    parser.add_argument("--runs", type=int, default=4, help="side-by-side imports (--import)")
     parser.add_argument("--clients", type=int, default=100, help="HTTP clients (--load)")
     parser.add_argument("--seconds", type=int, default=30, help="how long they call (--load)")
     parser.add_argument("--load-size", type=int, default=10_000,
@@ -9910,6 +9948,13 @@ def bench(argv):
     sizes = [10_000] if args.quick else [int(s.replace("_", "")) for s in args.sizes.split(",")]
     calls = 100 if args.quick else args.calls
     corpus = Corpus()
+    if args.import_file:
+        if not args.against:
+            parser.error("--import needs --against DIR, the checkout to compare with")
+        args.import_file = os.path.abspath(args.import_file)
+        print(f"flood-memory bench --import {args.import_file}: {args.project} against "
+              f"{args.against}, {args.runs} runs side by side")
+        return import_pairs(args)
     if args.load:
         print(f"flood-memory bench --load: server {args.project}/server_remote.py, Python "
               f"{sys.version.split()[0]}, SQLite {sqlite3.sqlite_version}")
