@@ -9951,6 +9951,9 @@ def bench(argv):
     if args.import_file:
         if not args.against:
             parser.error("--import needs --against DIR, the checkout to compare with")
+        if not hasattr(os, "wait4"):
+            parser.error("--import reads each import's CPU time with os.wait4, which this "
+                         "system lacks (POSIX systems have it)")
         args.import_file = os.path.abspath(args.import_file)
         print(f"flood-memory bench --import {args.import_file}: {args.project} against "
               f"{args.against}, {args.runs} runs side by side")
