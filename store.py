@@ -1874,6 +1874,7 @@ class Store:
         # with the next count that finds the write lock free (see count_accesses).
         self._uncounted = {}
         self._uncounted_lock = threading.Lock()
+        self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
         self._hints = None  # see _hinter
         self._common = set()  # terms the hint found held by more than RARE memories (_near)
         self._hints_asked = 0
@@ -2365,13 +2366,14 @@ class Store:
         """For each of `tags`, the spellings of it that memories carry, whatever their case
         ("Straße", "STRASSE" and "strasse" are one tag, as str.casefold has it), most used
         first: [[spelling, ...], ...]. tags.folded finds them, and the few tags not folded
-        yet (see _fold_tags) are asked."""
+        yet (see _fold_tags) are asked, and folded at the next access counted."""
         out = []
         for tag in tags:
             folded = tag.casefold()
-            counts = {t: n for t, n in db.execute(
-                "SELECT tag, memories FROM tags WHERE folded = ? OR folded IS NULL", (folded,))
-                if t.casefold() == folded}
+            rows = db.execute("SELECT tag, memories, folded FROM tags WHERE folded = ? OR "
+                              "folded IS NULL", (folded,)).fetchall()
+            self._unfolded = self._unfolded or any(f is None for _, _, f in rows)
+            counts = {t: n for t, n, _ in rows if t.casefold() == folded}
             out.append(sorted(counts, key=lambda t: (-counts[t], t)))
         return out
 
@@ -2542,7 +2544,9 @@ class Store:
                                f"+ min(?, {MAX_INT} - access_count) WHERE rowid = ? AND id = ?",
                                [(when, times, rowid, node_id) for node_id, (times, when, rowid)
                                 in counted.items()])
-                _fold_tags(db)
+                if self._unfolded:  # not every time: its SELECT was 1% of a recall
+                    self._unfolded = False
+                    _fold_tags(db)
             return counted
         except StoreError as exc:  # locked by another process, a full disk, a read-only file
             with self._uncounted_lock:

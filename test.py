@@ -1605,6 +1605,19 @@ class OutsideWriteTest(StoreTestCase):
                 self.assertEqual(self.store.delete(bad)["deleted"], True)
                 self.assertEqual([n for n in self.found("giraffe") if n not in good], [])
 
+    def test_tags_another_program_wrote_are_folded_once_a_filter_meets_them(self):
+        # The triggers cannot fold beyond ASCII: a tag filter reads such tags unfolded, and
+        # the access it counts folds them, so that a server that only recalls stops reading
+        # them all (item 5's 20,000 Cyrillic tags).
+        now = store._now()
+        self.outside().execute(
+            "INSERT INTO nodes (id, content, tags, created_at, last_accessed) "
+            "VALUES (?, 'a memory tagged from outside', '[\"Тема\"]', ?, ?)",
+            (str(uuid.uuid4()), now, now))
+        self.assertEqual(self.raw("SELECT folded FROM tags"), [(None,)])
+        self.assertEqual(len(self.found(tags=["ТЕМА"])), 1)
+        self.assertEqual(self.raw("SELECT folded FROM tags"), [("тема",)])
+
     def test_a_tag_filter_never_returns_a_memory_without_that_tag(self):
         # A NUL cut a tag short in node_tags ("a\0b" listed under "a"); tags that are JSON
         # but not an array read as no tags, and say so in node_tags too.
