@@ -516,6 +516,15 @@ class ServerProcess:
         except OSError:
             return (float("nan"), float("nan"))
 
+    def cpu_seconds(self):
+        """User and system CPU time the server has used, from /proc where there is one."""
+        try:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:
+            return float("nan")
+
     def close(self, timeout=30):
         """Close stdin and return the exit code once the server has stopped; what it wrote
         that was not read is kept in `unread`. Closing again does no harm."""
@@ -9654,9 +9663,17 @@ def against(corpus, size, calls, args):
                             ("recall newest (no query)", lambda: {}),
                             ("recall query", lambda: {"query": corpus.query(rnd), "limit": 10})):
             ours_label, theirs_label = f"{label}, in turn", f"{label}, {other}"
+            used = mine.cpu_seconds(), before.cpu_seconds()
             rows[ours_label], rows[theirs_label] = alternated(
                 mine, before, "recall", [make() for _ in range(calls)])
             BARS[ours_label] = (theirs_label, 0.5, BEFORE_BAR)
+            # Steadier than round trips on a busy machine: the CPU each server spent.
+            ours_cpu, theirs_cpu = (1e6 * (c.cpu_seconds() - u) / calls
+                                    for c, u in zip((mine, before), used))
+            if ours_cpu == ours_cpu:  # not NaN: a system with /proc
+                print(f"  {label}: {ours_cpu:.0f} us of CPU a call, {theirs_cpu:.0f} us for "
+                      f"{other} ({ours_cpu / theirs_cpu:.2f}x, to within "
+                      f"{1e6 / os.sysconf('SC_CLK_TCK') / calls:.0f} us)")
         mine.close(60)
         before.close(60)
         return rows
