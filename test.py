@@ -7378,7 +7378,7 @@ class LoadTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
 
     def test_links_another_program_wrote_in_its_own_json_are_extended_as_json(self):
-        # A load splits a links value written as it writes them, and parses any other.
+        # Another program's JSON (compact, escaped) is read as JSON and written back escaped.
         a, b = str(uuid.uuid4()), str(uuid.uuid4())
         for given, ids, expected in (
                 ("[]", [a], [a]), (f'["{a}"]', [a, b], [a, b]),
