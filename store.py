@@ -11,8 +11,8 @@ What SQL cannot compute is computed when asked for. The module reads top down:
 - limits: how much one memory or one call may hold
 - errors: `StoreError` and its kinds, and `_translated`, the one place where SQLite's errors
   become messages a user can act on
-- words: FTS5's `porter` tokenizer redone in Python (unicode61 splitting and folding, then
-  Porter stemming), so that a search knows which terms the index holds for a text
+- words: what FTS5's `porter` tokenizer makes of a text (unicode61 splitting and folding,
+  then Porter stemming), so that a search knows which terms the index holds for it
 - values: the checks every argument passes before anything is written
 - connections: `Database`, the per-thread connections, the read and write transactions
   (writers of a process take turns, first come first served), and the checkpoints
@@ -504,9 +504,9 @@ def _write_trouble(path):
 
 # ----------------------------------------------------------------------------- words
 #
-# Python's side of FTS5's `porter` tokenizer: unicode61 splitting and folding, then the Porter
-# stemmer exactly as fts5_tokenize.c applies it (on UTF-8 bytes, tokens of 3 to 64 bytes
-# only). A "word" is a folded token; a "term" is what the index holds for it, its stem.
+# What FTS5's `porter` tokenizer makes of a text: unicode61 splitting and folding, then the
+# Porter stemmer, each asked of SQLite once a character or a word. A "word" is a folded token;
+# a "term" is what the index holds for it, its stem.
 
 _TOKEN = re.compile(r"[^\W_]+")
 
@@ -523,21 +523,41 @@ yourselves s t d ll m re ve
 """.split())
 
 
+def _tokenized(text, tokenizer):
+    """The terms FTS5's tokenizer `tokenizer` ("unicode61" or "porter") indexes for `text`, in
+    order. SQLite, with its own Unicode tables and stemmer, is the only faithful source: asked
+    in a database in memory, in a transaction rolled back, so that there is nothing to delete."""
+    with _tokenizer_lock:
+        if not _tokenizer:
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            for name in ("unicode61", "porter"):
+                db.execute(f"CREATE VIRTUAL TABLE {name} USING fts5(x, content='', "
+                           f"tokenize='{name}')")
+                db.execute(f"CREATE VIRTUAL TABLE {name}_terms USING fts5vocab({name}, instance)")
+            _tokenizer.append(db)
+        db = _tokenizer[0]
+        db.execute("BEGIN")
+        try:
+            db.execute(f"INSERT INTO {tokenizer} (rowid, x) VALUES (1, ?)", (text,))
+            return [t for (t,) in db.execute(f"SELECT term FROM {tokenizer}_terms ORDER BY offset")]
+        finally:
+            db.execute("ROLLBACK")
+
+
+_tokenizer, _tokenizer_lock = [], threading.Lock()  # the one database _tokenized asks
+
+
 class _Folds(dict):
     """Code point -> what unicode61 makes of that character inside a word: its folded form
-    ('' when it is a diacritic it drops), or a space when it separates words.
-
-    unicode61 folds by the tables of the Unicode version SQLite was built with, so SQLite is
-    the only faithful source: a text's new characters are looked up together, in one round
-    trip (one a character held writers up), and kept. A full table starts again from ASCII.
+    ('' when it is a diacritic it drops), or a space when it separates words. A text's new
+    characters are looked up together, in one round trip (one a character held writers up),
+    and kept. A full table starts again from ASCII.
     """
 
     _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
 
     def __init__(self):
         super().__init__(self._ASCII)
-        self._lock = threading.Lock()
-        self._db = None
 
     def fold(self, text):
         """`text` with each character folded, as unicode61 has it inside a word."""
@@ -561,17 +581,7 @@ class _Folds(dict):
 
     def _look_up(self, chars):
         """{code point: value} of `chars`, each tokenized between two letters, in one text."""
-        with self._lock:
-            if self._db is None:
-                self._db = sqlite3.connect(":memory:", check_same_thread=False)
-                # Contentless: emptied at once by delete-all (DELETE re-reads every row).
-                self._db.execute("CREATE VIRTUAL TABLE t USING fts5(x, content='', "
-                                 "tokenize='unicode61')")
-                self._db.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
-            self._db.execute("INSERT INTO t (t) VALUES ('delete-all')")
-            self._db.execute("INSERT INTO t (rowid, x) VALUES (1, ?)",
-                             (" ".join(f"a{c}b" for c in chars),))
-            terms = [t for (t,) in self._db.execute("SELECT term FROM v ORDER BY offset")]
+        terms = _tokenized(" ".join(f"a{c}b" for c in chars), "unicode61")
         values, i = {}, 0
         for c in chars:  # "a" then "b" where c separates words, else one term
             values[ord(c)] = " " if terms[i] == "a" else terms[i][1:-1]
@@ -590,145 +600,26 @@ def tokenize(text):
     return _folds.fold(text).split()
 
 
-def _is_vowel(ch, y_is_vowel):
-    return ch in "aeiou" or (y_is_vowel and ch == "y")
-
-
-def _gobble_vc(s, prev_consonant):
-    """One past the end of the first vowel-consonant run in s, or 0 if there is none."""
-    consonant = prev_consonant
-    i, n = 0, len(s)
-    while i < n:
-        consonant = not _is_vowel(s[i], consonant)
-        if not consonant:
-            break
-        i += 1
-    i += 1
-    while i < n:
-        consonant = not _is_vowel(s[i], consonant)
-        if consonant:
-            return i + 1
-        i += 1
-    return 0
-
-
-def _m_gt0(s):
-    return bool(_gobble_vc(s, False))
-
-
-def _m_gt1(s):
-    n = _gobble_vc(s, False)
-    return bool(n and _gobble_vc(s[n:], True))
-
-
-def _m_eq1(s):
-    n = _gobble_vc(s, False)
-    return bool(n and not _gobble_vc(s[n:], True))
-
-
-def _o_star(s):
-    if s[-1] in "wxy":
-        return False
-    mask, consonant = 0, False
-    for ch in s:
-        consonant = not _is_vowel(ch, consonant)
-        mask = (mask << 1) + consonant
-    return mask & 7 == 5
-
-
-def _has_vowel(s):
-    return any(_is_vowel(ch, i > 0) for i, ch in enumerate(s))
-
-
-def _m_gt1_s_or_t(s):
-    return s[-1] in "st" and _m_gt1(s)
-
-
-def _by_last_letter(rules):
-    """Rules by the last letter of their suffix, in order: a word meets only those it may match."""
-    grouped = collections.defaultdict(list)
-    for rule in rules:
-        grouped[rule[0][-1]].append(rule)
-    return dict(grouped)
-
-
-# (suffix, condition on the stem, replacement), tried in order; the first suffix that
-# matches a word longer than itself decides, whether or not its condition holds.
-_STEP2 = _by_last_letter([(suf, _m_gt0, rep) for suf, rep in (
-    ("ational", "ate"), ("tional", "tion"), ("enci", "ence"), ("anci", "ance"), ("izer", "ize"),
-    ("logi", "log"), ("bli", "ble"), ("alli", "al"), ("entli", "ent"), ("eli", "e"),
-    ("ousli", "ous"), ("ization", "ize"), ("ation", "ate"), ("ator", "ate"), ("alism", "al"),
-    ("iveness", "ive"), ("fulness", "ful"), ("ousness", "ous"), ("aliti", "al"),
-    ("iviti", "ive"), ("biliti", "ble"))])
-_STEP3 = _by_last_letter([(suf, _m_gt0, rep) for suf, rep in (
-    ("ical", "ic"), ("ness", ""), ("icate", "ic"), ("iciti", "ic"), ("ful", ""), ("ative", ""),
-    ("alize", "al"))])
-_STEP4 = _by_last_letter([(suf, _m_gt1_s_or_t if suf == "ion" else _m_gt1, "") for suf in (
-    "al", "ance", "ence", "er", "ic", "able", "ible", "ant", "ement", "ment", "ent", "ion", "ou",
-    "ism", "ate", "iti", "ous", "ive", "ize")])
-
-
-def _apply(word, rules):
-    for suffix, condition, replacement in rules.get(word[-1], ()):
-        if len(word) > len(suffix) and word.endswith(suffix):
-            stem = word[:-len(suffix)]
-            return stem + replacement if condition(stem) else word
-    return word
-
-
-def _porter(w):
-    # Step 1a
-    if w[-1] == "s":
-        if w[-2] == "e" and ((len(w) > 4 and w[-4:-2] == "ss") or (len(w) > 3 and w[-3] == "i")):
-            w = w[:-2]
-        elif w[-2] != "s":
-            w = w[:-1]
-    # Step 1b
-    removed = False
-    if len(w) > 3 and w.endswith("eed"):
-        if _m_gt0(w[:-3]):
-            w = w[:-1]
-    elif len(w) > 2 and w.endswith("ed") and _has_vowel(w[:-2]):
-        w, removed = w[:-2], True
-    elif len(w) > 3 and w.endswith("ing") and _has_vowel(w[:-3]):
-        w, removed = w[:-3], True
-    if removed:
-        if len(w) > 2 and w[-2:] in ("at", "bl", "iz"):
-            w += "e"
-        elif len(w) > 1 and not _is_vowel(w[-1], False) and w[-1] not in "lsz" and w[-1] == w[-2]:
-            w = w[:-1]
-        elif _m_eq1(w) and _o_star(w):
-            w += "e"
-    # Step 1c
-    if w[-1] == "y" and _has_vowel(w[:-1]):
-        w = w[:-1] + "i"
-    # Steps 2 to 4
-    w = _apply(_apply(_apply(w, _STEP2), _STEP3), _STEP4)
-    # Step 5a
-    if w[-1] == "e" and (_m_gt1(w[:-1]) or (_m_eq1(w[:-1]) and not _o_star(w[:-1]))):
-        w = w[:-1]
-    # Step 5b
-    if len(w) > 1 and w.endswith("ll") and _m_gt1(w[:-1]):
-        w = w[:-1]
-    return w
-
-
 class _Stems(dict):
-    """word -> term, computed on first sight; looking up through it runs at C speed."""
+    """word -> term: what FTS5's porter tokenizer indexes for a word of tokenize's, asked of
+    SQLite the first time the word is seen; the new words of a text are asked together."""
 
-    def __missing__(self, word):
-        raw, term = word.encode("utf-8"), word
-        if 3 <= len(raw) <= 64:
-            # The C stemmer works on bytes; latin-1 maps each byte to one character.
-            term = _porter(raw.decode("latin-1")).encode("latin-1").decode("utf-8", "replace")
-        if len(self) >= 200_000:  # bounded: unique words (numbers, codes) never stop coming
-            self.clear()
-        self[word] = term
-        return term
+    def of(self, words):
+        """The terms of `words`, in order."""
+        new = list({w: None for w in words if w not in self})
+        if new:
+            if len(self) + len(new) > 200_000:  # bounded: new words (numbers) never stop coming
+                self.clear()
+            # A word of tokenize's is one token (its folded characters are word characters).
+            self.update(zip(new, _tokenized(" ".join(new), "porter")))
+        return list(map(self.__getitem__, words))
+
+    def __missing__(self, word):  # a new word of stem's, or one another thread's clear took
+        return self.of([word])[0]
 
 
-# stem(word) -> the term FTS5's porter tokenizer indexes for that word.
-stem = _Stems().__getitem__
+_stems = _Stems()
+stem, stems = _stems.__getitem__, _stems.of  # the term of a word; the terms of words, in order
 
 
 def first_words(text, n=None):
@@ -747,8 +638,9 @@ def _meaningful(words):
     """The words of a question (`words`) that a search looks for, one a distinct term:
     stopwords are dropped unless nothing else is left, so that "what is it?" still searches."""
     kept = {}  # term -> the first word that has it
-    for word in [w for w in words if w not in STOPWORDS] or words:
-        kept.setdefault(stem(word), word)
+    words = [w for w in words if w not in STOPWORDS] or words
+    for word, term in zip(words, stems(words)):
+        kept.setdefault(term, word)
     return list(kept.values())
 
 
@@ -1668,13 +1560,13 @@ def _similar(near, n, mine):
             continue
         words = tokenize(text)
         words = {w for w in words if w not in STOPWORDS} or set(words)
-        common = len(mine & {stem(w) for w in words if w.startswith(prefixes)})
+        common = len(mine.intersection(stems([w for w in words if w.startswith(prefixes)])))
         if common < NEAR_SHARED:
             continue
         # Their distinct words bound their distinct terms from above: stem them all only
         # when the bound cannot tell.
         most = common * (1 + NEAR_JACCARD) / NEAR_JACCARD - len(mine)
-        size = len(words) if len(words) <= most else len(set(map(stem, words)))
+        size = len(words) if len(words) <= most else len(set(stems(list(words))))
         similarity = common / (len(mine) + size - common)
         if similarity >= NEAR_JACCARD:
             close.append((similarity, node_id, text))
@@ -1694,7 +1586,7 @@ class Search:
         self.when = when  # the question asks when: stage two favours memories that say when
         self.tags = list(tags)  # the spellings of each tag asked
         self.since, self.until = since, until  # created_at window, in the stored form
-        self.terms = list(dict.fromkeys(stem(w) for w in words))
+        self.terms = list(dict.fromkeys(stems(words)))
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
@@ -1751,6 +1643,7 @@ class Search:
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         none = [0] * len(terms)  # shared by the memories holding no term: never changed
+        read = []
         for rowid, content, tagged, created, size in _select_in(
                 self.db, "SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
                 "CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT JOIN nodes_fts_docsize d "
@@ -1761,13 +1654,12 @@ class Search:
                 lowered = content.lower()
                 words = self.ascii_words.findall(lowered) if self.ascii_words and any(
                     p in lowered for p in prefixes) else ()
-            if words:
-                found = collections.Counter(map(stem, words))
-                counts = [found[t] for t in terms]
-            else:
-                counts = none
-            known[rowid] = Features(counts, _varint(size)[0] if size else 0,
-                                    tagged or "[]", created, "?" in content)
+            read.append((rowid, words, _varint(size)[0] if size else 0, tagged or "[]",
+                         created, "?" in content))
+        found = iter(stems([w for row in read for w in row[1]]))  # new words asked together
+        for rowid, words, *rest in read:
+            counted = collections.Counter(itertools.islice(found, len(words))) if words else None
+            known[rowid] = Features([counted[t] for t in terms] if words else none, *rest)
         return {r: known[r] for r in rowids if r in known and
                 (not window or self._in_window(known[r].created))}
 
@@ -2139,7 +2031,7 @@ class Store:
         links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
         words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
-        mine = {stem(w) for w in ({w for w in words if w not in STOPWORDS} or words)}
+        mine = set(stems(list({w for w in words if w not in STOPWORDS} or words)))
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
