@@ -525,8 +525,8 @@ yourselves s t d ll m re ve
 
 def _tokenized(text, tokenizer):
     """The terms FTS5's tokenizer `tokenizer` ("unicode61" or "porter") indexes for `text`, in
-    order. SQLite, with its own Unicode tables and stemmer, is the only faithful source: asked
-    in a database in memory, in a transaction rolled back, so that there is nothing to delete."""
+    order, asked of SQLite (its Unicode tables and stemmer are the only faithful source) in a
+    database in memory, in a transaction rolled back: nothing to delete."""
     with _tokenizer_lock:
         if not _tokenizer:
             db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -538,8 +538,9 @@ def _tokenized(text, tokenizer):
         db = _tokenizer[0]
         db.execute("BEGIN")
         try:
-            db.execute(f"INSERT INTO {tokenizer} (rowid, x) VALUES (1, ?)", (text,))
-            return [t for (t,) in db.execute(f"SELECT term FROM {tokenizer}_terms ORDER BY offset")]
+            db.execute(f"INSERT INTO {tokenizer} (x) VALUES (?)", (text,))
+            terms = db.execute(f"SELECT term FROM {tokenizer}_terms ORDER BY offset")
+            return [t for (t,) in terms]
         finally:
             db.execute("ROLLBACK")
 
@@ -550,9 +551,8 @@ _tokenizer, _tokenizer_lock = [], threading.Lock()  # the one database _tokenize
 class _Folds(dict):
     """Code point -> what unicode61 makes of that character inside a word: its folded form
     ('' when it is a diacritic it drops), or a space when it separates words. A text's new
-    characters are looked up together, in one round trip (one a character held writers up),
-    and kept. A full table starts again from ASCII.
-    """
+    characters are looked up together (one a character held writers up), and kept; a full
+    table starts again from ASCII."""
 
     _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
 
@@ -1219,8 +1219,7 @@ class Database:
     and write transactions, SQLite's errors in words (compare coverage.py's SqliteDb)."""
 
     def __init__(self, path, timeout=BUSY_TIMEOUT):
-        self.path = path
-        self.timeout = timeout
+        self.path, self.timeout = path, timeout
         self._local = threading.local()
         self._lock = threading.Lock()   # guards _open
         self._open = set()
@@ -1767,10 +1766,8 @@ class Store:
         self._uncounted = {}
         self._uncounted_lock = threading.Lock()
         self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
-        self._hints = None  # see _hinter
+        self._hints, self._hints_asked, self._hints_lock = None, 0, threading.Lock()  # _hinter
         self._common = set()  # terms the hint found held by more than RARE memories (_near)
-        self._hints_asked = 0
-        self._hints_lock = threading.Lock()
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
