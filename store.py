@@ -634,6 +634,11 @@ def first_words(text, n=None):
         size *= 4
 
 
+def _distinctive(words):
+    """The distinct words of `words` that are not stopwords, or all of them if all are."""
+    return {w for w in words if w not in STOPWORDS} or set(words)
+
+
 def _meaningful(words):
     """The words of a question (`words`) that a search looks for, one a distinct term:
     stopwords are dropped unless nothing else is left, so that "what is it?" still searches."""
@@ -1480,10 +1485,10 @@ PRECEDER = 0.2                  # ...and to the one memory stored just before it
 WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
 LENDERS = 10                    # stage-two matches that lend
 TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
-RARE = 16                       # a term held by this many memories or fewer is rare...
-NEAR_PROBES = 3                 # ...and remember's hint asks FTS5 about this many words at most
+RARE = 16                       # a word held by this many memories or fewer is rare...
+NEAR_PROBES = 4                 # ...and remember's hint asks FTS5 about this many words at most
 COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones,
-COMMON_RENEWED = 1_000          # ...found anew every this many remembers (forgets make terms rare)
+COMMON_RENEWED = 1_000          # ...found anew every this many remembers (forgets make words rare)
 NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
 NEAR_SHARED = 2                 # ...and at least this many of them in common
 NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
@@ -1543,13 +1548,16 @@ def _doc_counts(db, terms):
     return dict(_select_in(db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN", terms))
 
 
-def _similar(near, n, mine):
+def _similar(near, n, words):
     """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
-    characters whose distinctive terms are `mine`, closest first: [{"id", "content"}], the
-    content cut to NEAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms
-    (those of their words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED
-    terms in common, and neither is four times as long as the other. Compared after the new
-    memory is written, outside its transaction: comparing may read long texts."""
+    characters and `words`, closest first: [{"id", "content"}], the content cut to
+    NEAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms (those of their
+    words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common,
+    and neither is four times as long as the other. Compared after the new memory is written,
+    outside its transaction: comparing may read long texts."""
+    if not near:
+        return []
+    mine = set(stems(list(_distinctive(words))))
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
     prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
@@ -1557,8 +1565,7 @@ def _similar(near, n, mine):
     for node_id, text in near:
         if not n // 4 - 40 <= len(text) <= 4 * n + 40:
             continue
-        words = tokenize(text)
-        words = {w for w in words if w not in STOPWORDS} or set(words)
+        words = _distinctive(tokenize(text))
         common = len(mine.intersection(stems([w for w in words if w.startswith(prefixes)])))
         if common < NEAR_SHARED:
             continue
@@ -1767,7 +1774,7 @@ class Store:
         self._uncounted_lock = threading.Lock()
         self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
         self._hints, self._hints_asked, self._hints_lock = None, 0, threading.Lock()  # _hinter
-        self._common = set()  # terms the hint found held by more than RARE memories (_near)
+        self._common = set()  # words the hint found held by more than RARE memories (_near)
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -2028,7 +2035,6 @@ class Store:
         links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
         words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
-        mine = set(stems(list({w for w in words if w not in STOPWORDS} or words)))
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
@@ -2047,12 +2053,12 @@ class Store:
             _fold_tags(db)
             # Asked now, to read while the commit syncs: asked before, its Python held up
             # this thread's statements.
-            hint = self._hinter().submit(self._hint, words, mine)
+            hint = self._hinter().submit(self._hint, words)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         try:
             similar = _similar([(i, text) for i, text in hint.result() if i != node_id],
-                               len(content), mine)
+                               len(content), words)
             if similar:
                 node["similar"] = similar
         except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
@@ -2066,13 +2072,12 @@ class Store:
                 self._hints = concurrent.futures.ThreadPoolExecutor(2, "flood-memory-hint")
             return self._hints
 
-    def _hint(self, words, mine):
+    def _hint(self, words):
         """_near, in a thread and a read transaction of its own while the new memory's commit
         syncs: FTS5's lookups of its words (each opens every segment) then cost a remember
-        little. The snapshot may already hold the new memory (add leaves it out); the words
-        were stemmed before, as Python code here would hold up the writing thread."""
+        little. The snapshot may already hold the new memory (add leaves it out)."""
         with self.db.errors("look for similar memories"), self.db.read() as db:
-            return self._near(db, words, mine)
+            return self._near(db, words)
 
     def _exact_duplicate(self, db, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly
@@ -2099,18 +2104,18 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-    def _near(self, db, words, mine):
-        """[(id, content)] of the stored memories that a new one, of `words` and distinctive
-        terms `mine`, may be very close to (see _similar): the NEAR_CANDIDATES sharing the most
-        rare terms with it (held by RARE memories or fewer), NEAR_RARE at least. FTS5 is asked
-        which memories hold its NEAR_PROBES longest distinctive words not known to be common
-        (long words are the rare ones; asking about every word cost more than the rest of a
-        remember); those held by more than RARE are remembered as common."""
-        if len(mine) < NEAR_SHARED:
+    def _near(self, db, words):
+        """[(id, content)] of the stored memories that a new one of `words` may be very close
+        to (see _similar): the NEAR_CANDIDATES sharing the most rare words with it (held by
+        RARE memories or fewer), NEAR_RARE at least. FTS5 is asked which memories hold its
+        NEAR_PROBES longest distinctive words not known to be common (long words are the rare
+        ones; asking about every word cost more than the rest of a remember); those held by
+        more than RARE are remembered as common. Words, not their terms: most remembers find
+        no memory near, and then no word is stemmed (new words cost a round trip to SQLite)."""
+        distinct = _distinctive(words)
+        if len(distinct) < NEAR_SHARED:
             return []
-        rare = mine - self._common
-        probes = sorted({stem(w): w for w in words if stem(w) in rare}.values(),
-                        key=lambda w: (-len(w), w))[:NEAR_PROBES]
+        probes = sorted(distinct - self._common, key=lambda w: (-len(w), w))[:NEAR_PROBES]
         asked = " UNION ALL ".join(f"SELECT {i}, rowid FROM (SELECT rowid FROM nodes_fts "
                                    f"WHERE nodes_fts MATCH ? LIMIT {RARE + 1})"
                                    for i in range(len(probes)))
@@ -2120,7 +2125,7 @@ class Store:
         self._hints_asked += 1
         if len(self._common) > COMMON_KEPT or self._hints_asked % COMMON_RENEWED == 0:
             self._common.clear()  # whoever deleted or changed memories since, it is right again
-        self._common.update(stem(probes[i]) for i, found in holders.items() if len(found) > RARE)
+        self._common.update(probes[i] for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)
         near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
