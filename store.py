@@ -1226,8 +1226,7 @@ class Database:
     def __init__(self, path, timeout=BUSY_TIMEOUT):
         self.path, self.timeout = path, timeout
         self._local = threading.local()
-        self._lock = threading.Lock()   # guards _open
-        self._open = set()
+        self._open, self._lock = set(), threading.Lock()  # the connections open; guards them
         self.queue = WriteQueue()       # one writer at a time within this process
         self._unheard = 0.0             # until when Litestream is taken not to be running
         self._looked, self._replicated = -LITESTREAM_LOOK, False  # see _make_room
@@ -1555,9 +1554,7 @@ def _similar(near, n, words):
     words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common,
     and neither is four times as long as the other. Compared after the new memory is written,
     outside its transaction: comparing may read long texts."""
-    if not near:
-        return []
-    mine = set(stems(list(_distinctive(words))))
+    mine = set(stems(list(_distinctive(words)))) if near else set()  # none: nothing to stem
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
     prefixes = tuple(t[:max(1, len(t) - 3)] for t in mine)
@@ -2107,11 +2104,9 @@ class Store:
     def _near(self, db, words):
         """[(id, content)] of the stored memories that a new one of `words` may be very close
         to (see _similar): the NEAR_CANDIDATES sharing the most rare words with it (held by
-        RARE memories or fewer), NEAR_RARE at least. FTS5 is asked which memories hold its
-        NEAR_PROBES longest distinctive words not known to be common (long words are the rare
-        ones; asking about every word cost more than the rest of a remember); those held by
-        more than RARE are remembered as common. Words, not their terms: most remembers find
-        no memory near, and then no word is stemmed (new words cost a round trip to SQLite)."""
+        RARE memories or fewer), NEAR_RARE at least, asked of FTS5 for its NEAR_PROBES longest
+        distinctive words not known to be common (those held by more than RARE are kept as
+        such). Words, not terms: most remembers find nothing near, and then stem nothing."""
         distinct = _distinctive(words)
         if len(distinct) < NEAR_SHARED:
             return []
