@@ -614,12 +614,11 @@ class _Stems(dict):
             self.update(zip(new, _tokenized(" ".join(new), "porter")))
         return list(map(self.__getitem__, words))
 
-    def __missing__(self, word):  # a new word of stem's, or one another thread's clear took
+    def __missing__(self, word):  # not kept: new, or another thread cleared it meanwhile
         return self.of([word])[0]
 
 
-_stems = _Stems()
-stem, stems = _stems.__getitem__, _stems.of  # the term of a word; the terms of words, in order
+stems = _Stems().of  # stems(words) -> the terms FTS5's porter tokenizer indexes for them
 
 
 def first_words(text, n=None):

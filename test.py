@@ -696,7 +696,7 @@ class WordsTest(unittest.TestCase):
         # SQLite together, not one by one as each text below would otherwise ask.
         store.tokenize("".join(f"a{chr(c)}b" for c in indexed))
         wrong = [(hex(c), text) for c, text in ((c, f"a{chr(c)}b Σίσυφος") for c in indexed)
-                 if [store.stem(t) for t in store.tokenize(text)] != indexed[c]]
+                 if store.stems(store.tokenize(text)) != indexed[c]]
         self.assertEqual(wrong[:10], [])
         for text, words in (("서울에서 만났다", ["서울에서", "만났다"]),
                             ("Ёлка и ёж", ["ёлка", "и", "ёж"]), ("naïve CAFÉ", ["naive", "cafe"])):
@@ -748,7 +748,7 @@ class WordsTest(unittest.TestCase):
             indexed.setdefault(doc, []).append(term)
         for i, word in enumerate(words, 1):
             with self.subTest(word=word):
-                self.assertEqual([store.stem(t) for t in store.tokenize(word)], indexed[i])
+                self.assertEqual(store.stems(store.tokenize(word)), indexed[i])
 
     def test_the_stems_of_new_words_are_asked_together_and_kept(self):
         # FTS5 is asked for the stems of a text's new words in one round trip, each word once:
@@ -5926,7 +5926,8 @@ class TimeAndDuplicatesTest(StoreTestCase):
             asked.append(tokenizer)
             return tokenized(text, tokenizer)
 
-        with unittest.mock.patch.object(store, "_tokenized", counted):
+        with unittest.mock.patch.object(store, "_tokenized", counted), \
+                unittest.mock.patch.object(store, "stems", store._Stems().of):  # none kept yet
             self.assertNotIn("similar", self.store.add("Xylophonist Quimby tuned harpsichords."))
             self.assertEqual(asked, [])
             close = self.store.add("Gina lost her job at Door Dash in June.")
