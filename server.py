@@ -433,6 +433,13 @@ def _nothing_found(store, args, words):
                      f"thing, several in one query.")
     elif args["query"].strip():
         notes.append("The query holds no word to search for.")
+    for held in there.get("word_tags", [])[:3]:  # a filter or window left those out
+        n, tags = held["memories"], {}
+        for tag in held["tags"]:  # most used first: one spelling a tag, as filters fold case
+            tags.setdefault(tag.casefold(), tag)
+        notes.append(f"{_quoted([held['word']])} is a tag of {n:,} memor{'y' if n == 1 else 'ies'}"
+                     f": recall with tags " + " or ".join(f"[{_quoted([t])}]" for t in
+                                                          list(tags.values())[:3]) + ".")
     for tag in there["tags"][:3]:
         if not tag["memories"]:
             closest = f"; the closest tags are {_quoted(tag['closest'])}" if tag["closest"] else ""

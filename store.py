@@ -58,7 +58,7 @@ import urllib.parse
 import uuid
 import zipfile
 import zlib
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 log = logging.getLogger("flood-memory.store")
 
@@ -1422,8 +1422,9 @@ class Database:
 # ----------------------------------------------------------------------------- search
 
 # What a search reads of one memory: occurrences of each of its terms (in Search.terms
-# order), the memory's length in tokens, its tags column (JSON), its created_at, and whether
-# it asks something (holds a "?").
+# order), in its content and, TAG_WEIGHT each, in its tags; its length in tokens, its tags'
+# words counting TAG_WEIGHT each; its tags column (JSON); its created_at; whether it asks
+# something (holds a "?").
 Features = collections.namedtuple("Features", "counts length tags created asks")
 
 # A question that asks when, in English: "when" asking ("when did", "when's"; not "what to do
@@ -1463,26 +1464,129 @@ _SAYS_WHEN = re.compile(
     r"(?:days|weeks|months|years)"
     r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
 
+# A question asking for the present state of something that changed ("where do I live now?",
+# "who's my boss at the moment?"): the newest memory about it most likely answers. These
+# words are not searched for ("days" of "these days" is not what the answer says).
+_PRESENT = re.compile(r"\b(?:right now|now|nowadays|currently|current|these days|at (?:the )?"
+                      r"moment|at present|presently|latest|still|any ?more)\b", re.I)
+
+# What a question asks beside its words: whether it asks when (_asks_when) or for the
+# present state (_PRESENT), its words in order (for the times it names: _times), and those
+# it writes with a capital: names, which no ordinary word outweighs in a small store (_idf).
+Question = collections.namedtuple("Question", "when present said names",
+                                  defaults=(False, False, (), frozenset()))
+
+
+def _question(query):
+    """(the words a search looks for, whether words past MAX_QUERY_WORDS were cut, the
+    Question) of a query."""
+    head = query[:16 * MAX_QUERY_WORDS]
+    said, cut = first_words(query)
+    present = _PRESENT.search(head) is not None
+    words = _meaningful(first_words(_PRESENT.sub(" ", head))[0] if present else said)
+    names = frozenset(w for token in re.findall(r"\w+", head) if token[0].isupper()
+                      for w in tokenize(token))
+    return words or _meaningful(said), cut, Question(_asks_when(head), present, said, names)
+
+# The times a question may be anchored in (see _times).
+_MONTHS = ("january february march april may june july august september october november "
+           "december").split()
+_SEASONS = {"spring": 3, "summer": 6, "autumn": 9, "fall": 9, "winter": 12}  # first month
+_SHIFTS = {"last": -1, "previous": -1, "past": -1, "this": 0}  # years from the anchor's
+_BEFORE_A_TIME = {"in", "since", "during", "of", "early", "late", "mid", "until", "before",
+                  "after", "by", "the", "end", "start", "and", "or", "to", "from", "through"}
+                  # "in May": a month, "I may": a word
+_COUNTS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+           "seven": 7, "eight": 8, "nine": 9, "ten": 10, "few": 3, "several": 3, "couple": 2}
+_UNITS = {"day": 1, "week": 7, "month": 30.44, "year": 365.25}  # in days
+
+
+def _year(word):
+    """The year a word names ("2025"), or None."""
+    return int(word) if len(word) == 4 and word.isdigit() and 1900 <= int(word) < 2100 else None
+
+
+def _month_start(year, month):
+    """The first moment of `month` of `year` (a month past 12 runs into the next years)."""
+    return datetime(year + (month - 1) // 12, (month - 1) % 12 + 1, 1, tzinfo=timezone.utc)
+
+
+def _times(words, anchor):
+    """The span of time a question's `words` (lowered, in order) are anchored in, relative to
+    `anchor` (the newest memory's time), as (start, end, the words that only say when), or
+    None if they name no time. A month or season ("in March", "last spring", "March 2026")
+    is the one of the year named, else the year before the anchor's with "last", of the
+    anchor's year with "this", else the last one begun by the anchor; a year ("2025", "last
+    year") alone is the whole year; then "last week", "this month", "two weeks ago",
+    "yesterday". Several make one span, from the earliest to the latest."""
+    spans, relative = [], set()
+    pairs = list(zip(["", *words], words, [*words[1:], ""]))
+    years = [_year(w) for w in words if _year(w)]
+    for before, word, after in pairs:
+        if word == "year" and before in _SHIFTS:
+            years.append(anchor.year + _SHIFTS[before])
+            relative.update((before, word))
+    for before, word, after in pairs:
+        unit = _UNITS.get(word[:-1] if word.endswith("s") else word)
+        if word in _MONTHS or word in _SEASONS:
+            if word in ("may", "march", "fall") and not _year(after) and \
+                    before not in _SHIFTS and before not in _BEFORE_A_TIME:
+                continue
+            first = _SEASONS.get(word) or _MONTHS.index(word) + 1
+            year = _year(after) or (anchor.year + _SHIFTS[before] if before in _SHIFTS else
+                                    years[0] if years else
+                                    anchor.year - (first > anchor.month))
+            spans.append((_month_start(year, first),
+                          _month_start(year, first + (3 if word in _SEASONS else 1))))
+            relative.add(before if before in _SHIFTS else "")
+        elif word in ("week", "month") and before in _SHIFTS and after != "of":
+            spans.append((anchor - timedelta(days=unit * (1 - _SHIFTS[before])), anchor))
+            relative.update((before, word))
+        elif unit and after == "ago":
+            middle = anchor - timedelta(days=unit * (int(before) if before.isdigit() else
+                                                     _COUNTS.get(before, 1)))
+            spans.append((middle - timedelta(days=unit / 2), middle + timedelta(days=unit / 2)))
+            relative.update((before, word, after))
+        elif word in ("yesterday", "today"):
+            day = datetime(anchor.year, anchor.month, anchor.day, tzinfo=timezone.utc)
+            day -= timedelta(days=word == "yesterday")
+            spans.append((day, day + timedelta(days=1)))
+            relative.add(word)
+    if years and not any(w in _MONTHS or w in _SEASONS for w in words):
+        spans += [(_month_start(y, 1), _month_start(y + 1, 1)) for y in years]
+    if not spans:
+        return None
+    return min(s for s, _ in spans), max(e for _, e in spans), relative - {""}
+
 
 # The words of ranking:
 #
 # - term: what the index holds for a word, its porter stem. df: how many memories hold a
-#   term (FTS5's fts5vocab counts them); N: how many memories there are; idf = log((N - df +
-#   0.5) / (df + 0.5)), as in FTS5's bm25(), which floors it at TINY_IDF.
+#   term, in their content (FTS5's fts5vocab counts them) or tags (the tags table counts
+#   them); N: how many memories there are; idf = log(1 + (N - df + 0.5) / (df + 0.5)): never
+#   0, so that no memory holding a query word is lost because half the memories hold it.
 # - impact: BM25's term-frequency part for one term in one memory (_impact). A memory's
 #   score is the sum, over the query's terms, of idf times impact.
-# - faint term: one that half the memories or more hold; bm25 weighs it TINY_IDF, so it only
-#   breaks ties: when the query has other words, a memory holding faint ones only is no match.
 # - lender, follower: in stage two, one of the best matches lends a share of its score to
 #   the memories stored right after it (its followers).
 
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
-RERANK_DEPTH = 25               # stage-one results that stage two re-scores
+RERANK_DEPTH = 25               # stage-one results that stage two re-scores, and memories
+                                # it adds for each tag the words name and for the time named
+TAG_WEIGHT = 1.0                # occurrences a tag holding a query word counts for
+TIME_WEIGHT = 2.0               # a memory created in the time named holds a term this heavy
+PRIOR = 100                     # _idf: a smaller store is as if it held this many memories,
+WORD_SHARE = 0.05               # ...the others holding an ordinary word this often...
+NAME_SHARE = 0.005              # ...and a name (see Search._names) this often
+NEWER = 0.1                     # a memory as new as the newest weighs this much more...
+NEWER_NOW = 0.5                 # ...or this much, asked about the present (_PRESENT)
+NEWER_DAYS = 180                # ...and one this many days older half as much more
+SUPERSEDED = 15                 # the best memories compared for restating an older one...
+SAME_STATE = 0.2                # ...when this share of their terms is the same
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
 PRECEDER = 0.2                  # ...and to the one memory stored just before it
 WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
 LENDERS = 10                    # stage-two matches that lend
-TINY_IDF = 1e-6                 # FTS5's idf for a term that half the memories or more hold
 RARE = 16                       # a word held by this many memories or fewer is rare...
 NEAR_PROBES = 4                 # ...and remember's hint asks FTS5 about this many words at most
 COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones,
@@ -1495,10 +1599,14 @@ NEAR_LISTED = 3                 # similar memories listed at most...
 NEAR_SHOWN = 120                # ...each with this many characters of its content
 
 
-def _idf(df, n):
-    """FTS5's inverse document frequency, floored at TINY_IDF as bm25() floors it."""
-    value = math.log((n - df + 0.5) / (df + 0.5))
-    return value if value > 0 else TINY_IDF
+def _idf(df, n, name=False):
+    """Inverse document frequency, as BM25 has it but never 0, of a term `df` of `n` memories
+    hold; fewer than PRIOR tell too little of which words are rare, so a store is as if it
+    held PRIOR, the others holding the term as an ordinary word (WORD_SHARE of them) or a
+    `name` (NAME_SHARE) is held."""
+    more = max(0, PRIOR - n)
+    df, n = min(df, n) + more * (NAME_SHARE if name else WORD_SHARE), n + more
+    return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def _impact(tf, dl, avgdl, k1, b):
@@ -1577,18 +1685,50 @@ def _similar(near, n, words):
             for _, node_id, text in close[:NEAR_LISTED]]
 
 
-class Search:
-    """One search, inside one read transaction: stage one (`top`) is FTS5's own bm25(), with
-    the tag filter and the time window in the same query; stage two (`rerank`) re-scores
-    those few from what FTS5 holds (each term's df from its vocabulary, each memory's length
-    from its docsize record, the average from its averages record)."""
+@functools.lru_cache(maxsize=4096)
+def _tag_terms(tag):
+    """The terms of a tag's words, as the index would hold them were the tag content; but a
+    number is no word of a tag ("session-3", "conv-26" number labels, say nothing of 3)."""
+    return frozenset(stems([w for w in tokenize(tag) if not w.isdigit()]))
 
-    def __init__(self, db, words, tags=(), since=None, until=None, when=False):
-        self.db, self.words = db, words
-        self.when = when  # the question asks when: stage two favours memories that say when
+
+def _moment(text):
+    """The datetime of a stored time, or None if it is not one (another program wrote it)."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _tags_holding(db, term):
+    """[(tag, how many memories carry it)] of the tags one of whose words has `term`: looked
+    up by their first letters (a tag's later words are found only in the memories read)."""
+    start = term[:-1] if len(term) > 3 else term
+    return [(tag, n) for tag, n in db.execute(
+        "SELECT tag, memories FROM tags WHERE folded >= ?1 AND folded < ?1 || char(1114111) "
+        "OR folded IS NULL", (start,)) if term in _tag_terms(tag)]
+
+
+class Search:
+    """One search, inside one read transaction. Stage one finds candidates: FTS5's own bm25()
+    best (`top`), with the tag filter and the time window in the same query, and the newest
+    memories carrying a tag that a word of the query names or created in the time it names.
+    Stage two (`rank`) scores them from what FTS5 holds (each term's df from its vocabulary,
+    each memory's length from its docsize record, the average from its averages record) and
+    what the tags table counts, the newer weighing a little more."""
+
+    def __init__(self, db, words, tags=(), since=None, until=None, question=Question()):
+        self.db, self.question = db, question
         self.tags = list(tags)  # the spellings of each tag asked
         self.since, self.until = since, until  # created_at window, in the stored form
-        self.terms = list(dict.fromkeys(stems(words)))
+        self.anchor = _moment((db.execute(  # the newest time: in a text starting with a digit
+            "SELECT created_at FROM nodes WHERE created_at >= '0' AND created_at < ':' "
+            "ORDER BY created_at DESC LIMIT 1").fetchone() or [None])[0])
+        times = _times(question.said, self.anchor) if question.said and self.anchor else None
+        self.times = times and (_format_time(times[0]), _format_time(times[1]))
+        self.words = [w for w in words if not times or w not in times[2]] or list(words)
+        self.terms = list(dict.fromkeys(stems(self.words)))
+        self.names = set(stems([w for w in self.words if w in question.names]))
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
@@ -1599,19 +1739,49 @@ class Search:
         self.ascii_words = re.compile(
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
         self.features = {}   # rowid -> Features, read once a search
+        self.capital, self.lower = set(), set()  # how the memories read write words (_names)
         self.span = None     # the rowids the window spans, once asked (see _span)
 
     # -- stage one
 
     def top(self, n):
-        """Stage one: FTS5's best `n` by bm25() of the words OR-ed, ties to the older memory,
-        among the memories carrying the tags and created in the window, as [(score, rowid)]
-        (the score is -bm25, larger is better)."""
+        """FTS5's best `n` by bm25() of the words OR-ed, ties to the older memory, among the
+        memories carrying the tags and created in the window, as [(score, rowid)] (the score
+        is -bm25, larger is better)."""
         joins, parameters = self._where("nodes_fts.rowid")
         return self.db.execute(
             f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
             f"WHERE nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
             (*parameters, fts_query(self.words), n)).fetchall()
+
+    def tagged(self):
+        """({term: memories carrying a tag holding it}, rowids of the newest RERANK_DEPTH
+        memories carrying such a tag for each term, among those carrying the tags and created
+        in the window)."""
+        counts, rowids = {}, []
+        joins, parameters = _carrying(self.tags, "a.node")
+        window, ends = _window(self.since, self.until, "a.created_at")
+        for term in self.terms:
+            found = _tags_holding(self.db, term)
+            if found:
+                counts[term] = sum(n for _, n in found)
+                rowids += [r for (r,) in self.db.execute(
+                    f"SELECT DISTINCT a.node FROM node_tags a{joins} WHERE a.tag IN "
+                    f"({_marks(found)}){window} ORDER BY a.created_at DESC LIMIT ?",
+                    (*parameters, *(tag for tag, _ in found), *ends, RERANK_DEPTH))]
+        return counts, rowids
+
+    def dated(self):
+        """(how many memories were created in the time the question names, the rowids of the
+        newest RERANK_DEPTH of them carrying the tags and created in the window)."""
+        joins, parameters = _carrying(self.tags, "n.rowid")
+        window, ends = _window(self.since, self.until, "n.created_at")
+        held = self.db.execute("SELECT count(*) FROM nodes WHERE created_at >= ? AND "
+                               "created_at < ?", self.times).fetchone()[0]
+        return held, [r for (r,) in self.db.execute(
+            f"SELECT n.rowid FROM nodes n{joins} WHERE n.created_at >= ? AND n.created_at < ?"
+            f"{window} ORDER BY n.created_at DESC LIMIT ?",
+            (*parameters, *self.times, *ends, RERANK_DEPTH))]
 
     def _where(self, column):
         """(SQL, parameters) of joins that keep only the memories at `column` that carry the
@@ -1644,7 +1814,6 @@ class Search:
         `window`); each memory is read once per search."""
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
-        none = [0] * len(terms)  # shared by the memories holding no term: never changed
         read = []
         for rowid, content, tagged, created, size in _select_in(
                 self.db, "SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
@@ -1653,17 +1822,39 @@ class Search:
             if not content.isascii():
                 words = [w for w in tokenize(content) if w.startswith(prefixes)]
             else:
-                lowered = content.lower()
-                words = self.ascii_words.findall(lowered) if self.ascii_words and any(
-                    p in lowered for p in prefixes) else ()
+                lowered, words = content.lower(), []
+                if self.ascii_words and any(p in lowered for p in prefixes):
+                    for found in self.ascii_words.finditer(lowered):
+                        words.append(found[0])
+                        self._note_case(found[0], content, found.start())
             read.append((rowid, words, _varint(size)[0] if size else 0, tagged or "[]",
                          created, "?" in content))
         found = iter(stems([w for row in read for w in row[1]]))  # new words asked together
-        for rowid, words, *rest in read:
-            counted = collections.Counter(itertools.islice(found, len(words))) if words else None
-            known[rowid] = Features([counted[t] for t in terms] if words else none, *rest)
+        for rowid, words, length, tagged, *rest in read:
+            counted = collections.Counter(itertools.islice(found, len(words)))
+            labels = [_tag_terms(tag) for tag in _strings(tagged)]
+            for label in labels:
+                counted.update(dict.fromkeys(label & set(terms), TAG_WEIGHT))
+            known[rowid] = Features([counted[t] for t in terms],
+                                    length + TAG_WEIGHT * sum(map(len, labels)), tagged, *rest)
         return {r: known[r] for r in rowids if r in known and
                 (not window or self._in_window(known[r].created))}
+
+    def _note_case(self, word, content, at):
+        """Note how `word` is written at `at` in `content`: in lower case, or with a capital
+        within a sentence (as a name is; see _names)."""
+        if not content[at].isupper():
+            self.lower.add(word)
+        elif content[max(0, at - 9):at].rstrip(" \t\"'(")[-1:] not in ("", *".!?:\n"):
+            self.capital.add(word)
+
+    def _names(self):
+        """The terms that are names: those the question writes with a capital or, if it is
+        all in lower case, those the memories read write with one within a sentence and
+        never in lower case."""
+        if self.question.names:
+            return self.names
+        return set(stems(list(self.capital))) - set(stems(list(self.lower)))
 
     def _contents(self, rowids):
         """{rowid: content} of the memories at `rowids`."""
@@ -1672,37 +1863,53 @@ class Search:
 
     # -- stage two
 
-    def rerank(self, first, limit):
-        """Stage two: re-score stage one's best with RERANK_K1/B (and WHEN, see _SAYS_WHEN),
-        then let the LENDERS best lend FOLLOWERS and PRECEDER of their score to the memories
-        stored next to them that carry the same tags: memories stored together share a context
-        (after a matching question, often its answer). Only a memory holding a query term that
-        is not faint gains, or one right after a memory that asks something ("?"). Lent weight
-        lifts a memory to just below its strongest lender at most: a neighbour never overtakes
-        the memory it is next to. Returns [(score, rowid)], best first."""
+    def rank(self, limit):
+        """Stage two: score stage one's candidates with RERANK_K1/B, a tag holding a query
+        word counting as TAG_WEIGHT occurrences of it, and one created in the time named as
+        holding a term of TIME_WEIGHT; those saying when weigh WHEN more if asked when
+        (_SAYS_WHEN), and the newer more (NEWER, NEWER_NOW). Then the LENDERS best lend
+        FOLLOWERS and PRECEDER of their score to the memories stored next to them that carry
+        the same tags: memories stored together share a context (after a matching question,
+        often its answer). Only a memory holding a query term that fewer than half the
+        memories hold gains, or one right after a memory that asks something ("?"). Lent
+        weight lifts a memory to just below its strongest lender at most: a neighbour never
+        overtakes the memory it is next to. Returns [(score, rowid)], best first, ties to
+        the newer."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
         df = _doc_counts(self.db, terms)
-        idf = {t: _idf(df.get(t, 0), count) for t in terms}
-        # A memory holding faint terms only is no match when the query has other words that
-        # memories hold (bm25 ranks it last: the cut takes nothing better away).
-        held = [i for i, t in enumerate(terms) if df.get(t)]
-        weighty = [i for i in held if idf[terms[i]] > TINY_IDF] or held
-        matches = self._read([r for _, r in first])
-        first = [(s, r) for s, r in first if r in matches and
-                 any(matches[r].counts[i] for i in weighty)]
+        tag_df, tagged = self.tagged()
+        held, dated = self.dated() if self.times else (0, [])
+        first = [r for _, r in self.top(max(limit, RERANK_DEPTH))]
+        candidates = list(dict.fromkeys(first + tagged + dated))
+        self._read(candidates)
+        names = self._names()
+        idf = [_idf(df.get(t, 0) + tag_df.get(t, 0), count, t in names) for t in terms]
+        time_idf = TIME_WEIGHT * _idf(held, count)
+        held_by = [df.get(t, 0) + tag_df.get(t, 0) for t in terms]
+        weighty = [i for i, n in enumerate(held_by) if 0 < n < count / 2] or \
+            [i for i, n in enumerate(held_by) if n]
+        newer = NEWER_NOW if self.question.present else NEWER
 
         def score(rowids):
             features = self._read(rowids)
-            dated = {r for r, text in self._contents(features).items()
-                     if _SAYS_WHEN.search(text.lower())} if self.when else ()
-            return {r: (1 + WHEN if r in dated else 1) *
-                    sum(idf[t] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
-                        for t, tf in zip(terms, f.counts) if tf)
-                    for r, f in features.items()}, features
+            says_when = {r for r, text in self._contents(features).items()
+                         if _SAYS_WHEN.search(text.lower())} if self.question.when else ()
+            scores = {}
+            for r, f in features.items():
+                weight = sum(idf[i] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+                             for i, tf in enumerate(f.counts) if tf)
+                if self.times and self.times[0] <= f.created < self.times[1]:
+                    weight += time_idf * _impact(1, f.length, avgdl, RERANK_K1, RERANK_B)
+                moment = _moment(f.created)
+                if moment and self.anchor:
+                    age = max(0, (self.anchor - moment).days)  # a day apart at least
+                    weight *= 1 + newer * 0.5 ** (age / NEWER_DAYS)
+                scores[r] = weight * (1 + WHEN if r in says_when else 1)
+            return scores, features
 
-        scores, features = score([r for _, r in first])
+        scores, features = score(candidates)
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
         ahead = 2 * len(FOLLOWERS)
         window = sorted({r + k for r in lenders for k in range(-2, ahead + 1)
@@ -1731,8 +1938,8 @@ class Search:
             for share, rowid, answer in neighbours:
                 if _folded_tags(stored[rowid]) == context:
                     lent[rowid] += share * scores[lender]
-                    # Just below the lender: one stored before it must not pass it on the
-                    # tie-break (older first) either.
+                    # Just below the lender: one stored after it must not pass it on the
+                    # tie-break (newer first) either.
                     cap[rowid] = max(cap.get(rowid, 0.0), math.nextafter(scores[lender], 0.0))
                     if answer:
                         answers.add(rowid)
@@ -1740,15 +1947,35 @@ class Search:
                                               r in self._read([r], window=True)])
         features.update(extra_features)
         scores.update(extra_scores)
-        matched = {r for _, r in first}
+        matched = set(first) | set(tagged) | set(dated)
         for rowid, extra in lent.items():
             if rowid in features and (any(features[rowid].counts[i] for i in weighty)
                                       or rowid in answers):
                 scores[rowid] = max(scores[rowid], min(scores[rowid] + extra, cap[rowid]))
             elif rowid not in matched:
                 scores.pop(rowid, None)
+        if not self.times:  # asked about a time: not the newest state
+            self._supersede(scores, features)
         return heapq.nsmallest(limit, ((s, r) for r, s in scores.items() if s > 0),
-                               key=lambda sr: (-sr[0], sr[1]))
+                               key=lambda sr: (-sr[0], -sr[1]))
+
+    def _supersede(self, scores, features):
+        """The newest state first: of the SUPERSEDED best, a memory much like an older one
+        (SAME_STATE of their distinctive terms and tags' terms in common, Jaccard) and
+        created a day or more after it ranks just above it, the fact it restates having
+        likely changed."""
+        best = heapq.nsmallest(SUPERSEDED, scores, key=lambda r: (-scores[r], r))
+        contents = self._contents(best)
+        terms = {r: set(stems(list(_distinctive(tokenize(contents[r]))))).union(
+            *map(_tag_terms, _strings(features[r].tags))) for r in best}
+        moments = {r: _moment(features[r].created) for r in best}
+        best = sorted((r for r in best if moments[r]), key=moments.get)
+        for i, newer in enumerate(best):
+            for older in best[:i]:
+                shared, either = terms[newer] & terms[older], terms[newer] | terms[older]
+                if scores[older] >= scores[newer] and len(shared) >= SAME_STATE * len(either) \
+                        and moments[newer] - moments[older] >= timedelta(days=1):
+                    scores[newer] = math.nextafter(scores[older], math.inf)
 
 
 # ----------------------------------------------------------------------------- store
@@ -2224,31 +2451,27 @@ class Store:
         since, until = _window_end(since, "since"), _window_end(until, "until")
         if since is not None and until is not None and since >= until:
             raise InvalidInput(f"since ({since}) must come before until ({until})")
-        words, cut = first_words(query)
-        words = _meaningful(words)
+        words, cut, question = _question(query)
         if report is not None:
             report.update(words=words, cut=cut)
         if not words and query.strip():
             return []  # nothing searchable in it: punctuation or symbols only
         with self.db.errors("search the memories"):
             if words:
-                when = _asks_when(query[:16 * MAX_QUERY_WORDS])
                 rowids = [rowid for _, rowid in self.rank(
-                    words, tags, offset + limit, since, until, when)][offset:]
+                    words, tags, offset + limit, since, until, question)][offset:]
             else:
                 rowids = self._newest(tags, since, until, limit, offset)
             return self._read_counted("rowid", rowids, fit, count=count)
 
-    def rank(self, words, tags=(), limit=10, since=None, until=None, when=False):
+    def rank(self, words, tags=(), limit=10, since=None, until=None, question=Question()):
         """The best `limit` memories for query words, as [(score, rowid)], best first:
-        stage one's bm25 (Search.top), re-scored by stage two (Search.rerank), which favours
-        memories that say when if the question asks `when`."""
+        Search's candidates scored by its stage two, as the Question asks."""
         with self.db.read() as db:
             spellings = self._spellings(db, tags)
             if not all(spellings):
                 return []  # no memory carries one of the tags
-            search = Search(db, words, spellings, since, until, when)
-            return search.rerank(search.top(max(limit, RERANK_DEPTH)), limit)
+            return Search(db, words, spellings, since, until, question).rank(limit)
 
     def _spellings(self, db, tags):
         """For each of `tags`, the spellings of it that memories carry, whatever their case
@@ -2268,10 +2491,11 @@ class Store:
     def nothing_found(self, tags=(), since=None, until=None, words=()):
         """What a recall that found nothing can tell the model about what there is, as
         {"tags": [{"tag", "memories", "closest"}], "most_used": [(tag, memories)],
-        "in_window": n, "matching": n}, each key only when it applies: how many memories carry
-        each of `tags` and, when none does, tags close to it (_closest_tags); without tags, the
-        most used; how many memories the window holds, and how many the query's `words` find
-        without the tags and window (MAX_LIMIT + 1 at most)."""
+        "in_window": n, "matching": n, "word_tags": [{"word", "tags", "memories"}]}, each key
+        only when it applies: how many memories carry each of `tags` and, when none does, tags
+        close to it (_closest_tags); without tags, the most used; how many memories the window
+        holds, how many the query's `words` find without the tags and window (MAX_LIMIT + 1 at
+        most), and the tags one of the `words` is a word of."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
@@ -2286,6 +2510,10 @@ class Store:
             if not tags:
                 out["most_used"] = db.execute("SELECT tag, memories FROM tags ORDER BY memories "
                                               "DESC, tag LIMIT ?", (CLOSEST_TAGS,)).fetchall()
+            out["word_tags"] = [{"word": word, "memories": sum(n for _, n in held),
+                                 "tags": [t for _, t in sorted((-n, t) for t, n in held)]}
+                                for word, term in zip(words, stems(list(words)))
+                                if (held := _tags_holding(db, term))]
             out["tags"] = []
             for n, (tag, spellings) in enumerate(zip(tags, self._spellings(db, tags))):
                 held = db.execute(f"SELECT total(memories) FROM tags WHERE tag IN "

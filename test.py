@@ -88,6 +88,7 @@ import itertools
 import io
 import json
 import logging
+import math
 import ntpath
 import os
 import platform
@@ -790,21 +791,12 @@ class WordsTest(unittest.TestCase):
 
 def exact_top(db, words, tags, n):
     """FTS5's own bm25 answer for the words OR-ed within tags (each a list of spellings), as
-    [(score, rowid)]: the literal top n, and the top n that recall promises (less memories
-    holding only words that half the memories or more hold, which score below every other
-    match). Then whether two or more words match and all are that common."""
+    [(score, rowid)]: the literal top n."""
     joins = "".join(f" JOIN node_tags t{i} ON t{i}.node = nodes_fts.rowid AND t{i}.tag IN "
                     f"({','.join('?' * len(s))})" for i, s in enumerate(tags))
-    literal = db.execute(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
-                         f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
-                         (*(t for s in tags for t in s), store.fts_query(words), n)).fetchall()
-    total = db.execute("SELECT count(*) FROM nodes").fetchone()[0]
-    df = [db.execute("SELECT count(*) FROM nodes_fts WHERE nodes_fts MATCH ?",
-                     (store.fts_query([w]),)).fetchone()[0] for w in words]
-    faint = sum(2 * d >= total for d in df)
-    if faint == sum(d > 0 for d in df):  # no word that matches is a rare one
-        return literal, literal, faint > 1
-    return literal, [(s, r) for s, r in literal if s > 2.2e-6 * faint * (1 + 1e-9)], False
+    return db.execute(f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} WHERE "
+                      f"nodes_fts MATCH ? ORDER BY bm25(nodes_fts), nodes_fts.rowid LIMIT ?",
+                      (*(t for s in tags for t in s), store.fts_query(words), n)).fetchall()
 
 
 def agree(got, want):
@@ -849,22 +841,22 @@ class RankingTest(StoreTestCase):
 
     def assertSameTop(self, words, tags, n=10):
         """Stage one is FTS5's literal bm25 top within the tags (whatever their case); recall
-        returns what bm25 matches, less memories holding only words that half the memories
-        or more hold (when the query has others)."""
+        returns what bm25 matches, however many memories hold a word (the corpus's tags are
+        no word of it)."""
         got = self.stage_one(words, tags, n)
         db = sqlite3.connect(self.path)
         try:
             spellings = [[t for (t,) in db.execute("SELECT tag FROM tags WHERE lower(tag) = ?",
                                                     (tag.lower(),))] for tag in tags]
-            literal, promised, _ = exact_top(db, words, spellings, n)
+            literal = exact_top(db, words, spellings, n)
         finally:
             db.close()
         self.assertTrue(agree(got, literal), f"\nstage one {got}\nbm25      {literal}")
         found = self.store.search(" ".join(words), tags, store.MAX_LIMIT, count=False)
         rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
-        if len(promised) < n and len(promised) <= store.MAX_LIMIT:  # all there is: recall
+        if len(literal) < n and len(literal) <= store.MAX_LIMIT:  # all there is: recall
             # finds exactly these, in its own order
-            self.assertEqual({rowid[m["id"]] for m in found}, {r for _, r in promised})
+            self.assertEqual({rowid[m["id"]] for m in found}, {r for _, r in literal})
 
     def test_stage_one_equals_fts5_bm25(self):
         self.corpus()
@@ -931,25 +923,30 @@ class RankingTest(StoreTestCase):
                                      self.stage_one(words, [], 10))
 
     def test_stage_two_reads_its_statistics_from_fts5(self):
-        # With FTS5's own k1 and b, and no weight lent (every memory tagged apart), stage
-        # two's scores are FTS5's bm25: df from fts5vocab, lengths from the docsize records
-        # and the average from the averages record read right.
+        # With FTS5's own k1, b and idf, no weight lent (every memory tagged apart), none for
+        # tags or being newer, stage two's scores are FTS5's bm25: df from fts5vocab, lengths
+        # from the docsize records and the average from the averages record read right.
         self.corpus()
         for i, node_id in enumerate(self.ids[:200]):
             self.store.update(node_id, tags=[f"own {i}"])
         rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
         own = {rowid[i] for i in self.ids[:200]}
+
+        def fts5_idf(df, n, name=False):
+            return max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)
+
         with unittest.mock.patch.multiple(store, RERANK_K1=BM25_K1, RERANK_B=BM25_B,
-                                          WHEN=0.0):
+                                          WHEN=0.0, NEWER=0.0, TAG_WEIGHT=0.0, RERANK_DEPTH=400,
+                                          _idf=fts5_idf):
             for i in range(40):
                 words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
                 with self.subTest(words=words), self.store.db.read() as db:
                     search = store.Search(db, words)
                     first = [(s, r) for s, r in search.top(400) if r in own]
-                    rescored = dict((r, s) for s, r in search.rerank(first, 400))
+                    rescored = {r: s for s, r in search.rank(400)}
+                    self.assertTrue(first)
                     for score, r in first:
-                        if r in rescored:
-                            self.assertAlmostEqual(rescored[r], score, delta=1e-9 * score)
+                        self.assertAlmostEqual(rescored[r], score, delta=1e-9 * score)
 
     # -- stage two, and what a user sees
 
@@ -980,18 +977,148 @@ class RankingTest(StoreTestCase):
         self.assertEqual(found[0]["id"], rare["id"])
         self.assertEqual(len(found), 9)
 
-    def test_words_most_memories_hold_only_break_ties(self):
-        # "note" is in every memory: bm25 weighs it 1e-6, so alone it brings nothing in...
-        plain = [self.store.add(f"note {i}: the kettle is on") for i in range(2)]
+    def test_a_word_most_memories_hold_still_finds_them_after_rarer_ones(self):
+        # "note" is in every memory: it weighs little, but whoever holds it is found.
+        plain = [self.store.add(f"note {i}: the kettle is on")["id"] for i in range(2)]
         for i in range(3):
             self.store.add(f"note {i}: the door is shut")
-        bird = self.store.add("note: a heron on the pond")
-        found = self.store.search("note about a heron")
-        self.assertEqual([n["id"] for n in found], [bird["id"]])
-        # ...unless the query has no other word.
+        bird = self.store.add("note: a heron on the pond")["id"]
+        found = [n["id"] for n in self.store.search("note about a heron")]
+        self.assertEqual(found[0], bird)
+        self.assertEqual(len(found), 6)
         self.assertEqual(len(self.store.search("notes")), 6)
-        self.assertEqual({n["id"] for n in self.store.search("note kettle")},
-                         {n["id"] for n in plain})
+        self.assertEqual(set(self.ids_of("note kettle")[:2]), set(plain))
+
+    def ids_of(self, query, *args, **kwargs):
+        return [n["id"] for n in self.store.search(query, *args, count=False, **kwargs)]
+
+    def dated(self, content, created, tags=()):
+        """The id of a memory stored as made at `created` (as an import keeps it)."""
+        node_id = str(uuid.uuid4())
+        self.store.load([{"id": node_id, "content": content, "tags": list(tags),
+                          "created_at": created}])
+        return node_id
+
+    def test_a_young_store_finds_every_memory_holding_a_word(self):
+        # Four memories: "moved" is held by half of them, yet both that hold it are found.
+        anna = self.store.add("Anna lives in Krakow and works as a paediatric nurse")["id"]
+        berlin = self.store.add("User moved to Berlin")["id"]
+        lisbon = self.store.add("User moved back to Lisbon in October")["id"]
+        self.store.add("User prefers tea to coffee")
+        self.assertEqual(set(self.ids_of("moved live city")), {anna, berlin, lisbon})
+
+    def test_no_ordinary_word_outweighs_a_name_in_a_small_store(self):
+        # In 20 memories "works" (one memory) is rarer than the project's name (three), yet
+        # the question is about the project: a name, as the question or, in lower case, the
+        # memories write it with a capital.
+        self.store.add("Anna lives in Krakow and works as a paediatric nurse")
+        heron = {self.store.add(text)["id"] for text in (
+            "Heron is the new payments project, kicked off in March",
+            "Tom leads Heron; Priya reviews its designs",
+            "The first milestone of Heron is the ledger service")}
+        for i in range(17):
+            self.store.add(f"Unrelated note number {i} about the garden and the weather")
+        for query in ("Who works on Heron?", "heron works"):
+            with self.subTest(query=query):
+                self.assertEqual(set(self.ids_of(query)[:3]), heron)
+        with unittest.mock.patch.object(store, "PRIOR", 0):  # idf from 20 memories alone
+            self.assertNotIn(self.ids_of("heron works")[0], heron)
+
+    def test_a_tag_counts_as_a_word_of_its_memory(self):
+        self.fill()
+        fixed = self.store.add("Went with the 5-year fix at 4.19%", ["Decisions", "money"])["id"]
+        statin = self.store.add("Starting atorvastatin 10 mg daily", ["decision", "health"])["id"]
+        self.store.add("The final whistle came late", ["football"])
+        # Whatever their case and form ("decisions" meets the tag "decision"), and alone.
+        self.assertEqual(set(self.ids_of("What decisions have I made?")), {fixed, statin})
+        self.assertEqual(self.ids_of("money"), [fixed])
+        # A tag filter filters as before.
+        self.assertEqual(self.ids_of("decisions", ["health"]), [statin])
+        with unittest.mock.patch.object(store, "TAG_WEIGHT", 0.0):
+            self.assertEqual(self.ids_of("What decisions have I made?"), [])
+
+    def test_the_newest_state_of_a_changed_fact_ranks_first(self):
+        old = self.dated("Coffee beans come from Ridgeway Roasters: their Fenwick blend, 6 kg a "
+                         "week at 22 pounds a kilo", "2025-06-03T10:00:00Z", ["coffee"])
+        self.dated("Flat white costs 3.10 pounds", "2025-06-04T10:00:00Z", ["prices"])
+        new = self.dated("Switching coffee beans from Ridgeway to Bramble: 7 kg a week from "
+                         "15 June, told Ridgeway by phone", "2026-05-27T10:00:00Z", ["coffee"])
+        self.dated("Dentist appointment on Friday", "2026-11-20T10:00:00Z")
+        for query in ("coffee beans roasters", "Which roaster do we get beans from now?",
+                      "Ridgeway beans"):
+            with self.subTest(query=query):
+                found = self.ids_of(query)
+                self.assertLess(found.index(new), found.index(old))
+        with unittest.mock.patch.multiple(store, SUPERSEDED=0, NEWER=0.0, NEWER_NOW=0.0):
+            found = self.ids_of("coffee beans roasters")
+            self.assertLess(found.index(old), found.index(new))
+
+    def test_of_equal_memories_the_newer_ranks_first(self):
+        older = self.dated("The spare key is under the blue pot", "2025-01-01T00:00:00Z")
+        newer = self.dated("The spare key is under the blue pot!", "2026-01-01T00:00:00Z")
+        self.assertEqual(self.ids_of("spare key"), [newer, older])
+        with unittest.mock.patch.multiple(store, NEWER=0.0, SUPERSEDED=0):
+            self.assertEqual(self.ids_of("spare key"), [newer, older])  # ties too
+
+    def test_a_time_the_question_names_favours_memories_of_that_time(self):
+        jan = self.dated("Bottom deck of the oven not heating; engineer called",
+                         "2026-01-13T09:00:00Z", ["equipment"])
+        aug = self.dated("Oven thermostat failed again, the engineer replaced the oven "
+                         "thermostat", "2026-08-19T09:00:00Z", ["equipment"])
+        trip = self.dated("Back from Anglesey: the mountain loop was the highlight",
+                          "2025-08-17T09:00:00Z", ["travel"])
+        for i in range(20):
+            self.dated(f"Note {i} on the shop's accounts", f"2026-{i % 9 + 2:02d}-02T09:00:00Z")
+        self.dated("Newest note", "2026-11-20T09:00:00Z")
+        self.assertEqual(self.ids_of("What happened with the oven in January?")[0], jan)
+        self.assertEqual(self.ids_of("oven problems")[0], aug)
+        # Memories of the time that hold no word of the question come too.
+        self.assertIn(trip, self.ids_of("Where did we go last August?"))
+        with unittest.mock.patch.object(store, "TIME_WEIGHT", 0.0):
+            self.assertEqual(self.ids_of("What happened with the oven in January?")[0], aug)
+            self.assertNotIn(trip, self.ids_of("Where did we go last August?"))
+
+    def test_the_times_a_question_names(self):
+        anchor = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
+        cases = {
+            "what happened in March": ("2026-03-01", "2026-04-01"),
+            "back in may": ("2026-05-01", "2026-06-01"),
+            "last August": ("2025-08-01", "2025-09-01"),
+            "this summer": ("2026-06-01", "2026-09-01"),
+            "last winter": ("2025-12-01", "2026-03-01"),
+            "December": ("2025-12-01", "2026-01-01"),
+            "March 2025": ("2025-03-01", "2025-04-01"),
+            "hiring in September last year": ("2025-09-01", "2025-10-01"),
+            "flour in February and March": ("2026-02-01", "2026-04-01"),
+            "the last week of July": ("2026-07-01", "2026-08-01"),
+            "what did we do in 2025": ("2025-01-01", "2026-01-01"),
+            "last year": ("2025-01-01", "2026-01-01"),
+            "two weeks ago": ("2026-11-02", "2026-11-09"),
+            "yesterday": ("2026-11-19", "2026-11-20"),
+        }
+        for text, (start, end) in cases.items():
+            with self.subTest(text=text):
+                found = store._times(store.tokenize(text), anchor)
+                self.assertEqual((found[0].date().isoformat(), found[1].date().isoformat()),
+                                 (start, end))
+        for text in ("I may go", "we march on", "after a fall", "what is my name", "5 kg"):
+            with self.subTest(text=text):
+                self.assertIsNone(store._times(store.tokenize(text), anchor))
+        # The words that only say when are not searched for; the month is.
+        self.assertEqual(store._times(store.tokenize("last year"), anchor)[2], {"last", "year"})
+        self.assertEqual(store._times(store.tokenize("in March"), anchor)[2], set())
+
+    def test_the_present_is_asked_in_any_common_form(self):
+        for question in ("Where do I live now?", "Who's my boss at the moment?",
+                         "What time is standup these days?", "current home address",
+                         "Are we still with Octopus?", "What's the latest on my knee?",
+                         "Currently reading?", "Who is on call right now?"):
+            with self.subTest(question=question):
+                words, _, asked = store._question(question)
+                self.assertTrue(asked.present)
+                self.assertFalse({"now", "moment", "days", "current", "still", "latest",
+                                  "currently", "right"} & set(words))
+        self.assertFalse(store._question("Where did we go in June?")[2].present)
 
     def test_a_long_memory_is_judged_less_harshly_by_its_length(self):
         self.fill()
@@ -1022,9 +1149,16 @@ class RankingTest(StoreTestCase):
                                "for our anniversary")["id"]
         self.store.add("My wife's birthday is on the 3rd of May")
         work = self.store.add("I work as a backend engineer at Northwind, mostly Go and "
-                              "PostgreSQL")["id"]
+                              "PostgreSQL, on the billing and invoicing services")["id"]
         found = [n["id"] for n in self.store.search("Where did we go for our anniversary?")]
         self.assertEqual(found[:2], [place, work])
+        rowid = dict(self.raw("SELECT id, rowid FROM nodes"))
+        words, _, question = store._question("Where did we go for our anniversary?")
+        lent = {r: s for s, r in self.store.rank(words, question=question)}
+        with unittest.mock.patch.multiple(store, FOLLOWERS=(0.0, 0.0), PRECEDER=0.0):
+            own = {r: s for s, r in self.store.rank(words, question=question)}
+        self.assertLess(own[rowid[work]], lent[rowid[work]])  # lifted by what place lent...
+        self.assertLess(lent[rowid[work]], lent[rowid[place]])  # ...to below place at most
 
     def test_no_lift_across_different_tags(self):
         rival, question, reply = self.conversation(answer_tags=("chat 2",))
@@ -6029,6 +6163,22 @@ class GuidanceTest(StoreTestCase):
         self.store.add("The churn model is retrained every month", ["Churn_Model"])
         self.store.add("The office is on the Straße des 17. Juni", ["Straße"])
         self.store.add("Maria Garcia runs the Lisbon office", ["maria-garcia"])
+
+    def test_an_empty_recall_says_which_words_are_tags(self):
+        # A word that is a tag finds the memories carrying it; if a filter or the window
+        # then leaves none, the note says how to list them.
+        self.store.add("Went with the 5-year fix", ["decisions", "money"])
+        self.store.add("Start the statin", ["Decisions", "health"])
+        self.store.add("Book the train", ["decisions"])
+        self.store.add("Chose NATS over Kafka", ["decision", "work"])
+        self.store.add("Lunch at noon", ["work"])
+        self.assertEqual(len(self.store.search("what decisions have I made?")), 4)
+        note = self.note(query="what decisions have I made?", tags=["money", "health"])
+        self.assertIn("'decisions' is a tag of 4 memories: recall with tags ['decisions'] or "
+                      "['decision'].", note)
+        note = self.note(query="lunch decisions", until="2020-01-01")
+        self.assertIn("'decisions' is a tag of 4 memories", note)
+        self.assertNotIn("'lunch' is a tag", note)
 
     def test_tags_match_whatever_their_case_and_surrounding_space(self):
         self.family()
