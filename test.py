@@ -40,7 +40,7 @@ Where the test for a behaviour lives:
       forms), the copy, modes, links, broken and changed files; the
       own commands of Claude Code and Gemini CLI; the offer at a terminal
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
-      messages, the test runner's closing lines
+      messages; the test runner's progress and closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
     recall's since and until, the newest-first listing, exact and      TimeAndDuplicatesTest
       near duplicates in remember, over the store, stdio and HTTP
@@ -3354,7 +3354,7 @@ def home_env(home, **more):
     env.update(HOME=home, USERPROFILE=home, APPDATA=os.path.join(home, "AppData", "Roaming"),
                LOCALAPPDATA=os.path.join(home, "AppData", "Local"),
                XDG_CONFIG_HOME=os.path.join(home, ".config"),
-               CODEX_HOME=os.path.join(home, ".codex"),
+               XDG_CACHE_HOME=os.path.join(home, ".cache"), CODEX_HOME=os.path.join(home, ".codex"),
                COPILOT_HOME=os.path.join(home, ".copilot"), **more)
     return env
 
@@ -3455,6 +3455,103 @@ class SetupTest(TempDirTest):
         self.assertEqual(started.close(), 0)
         with Store(os.path.join(data, store.DB_NAME)) as s:
             self.assertEqual(s.count(), 1)
+
+    # test.py as setup.py runs it, standing in for the suite: it adds a line to the file
+    # STUB_RUNS names and fails when STUB_FAIL is set.
+    STUB_SUITE = ("import os, sys\nwith open(os.environ['STUB_RUNS'], 'a') as f:\n"
+                  "    f.write('ran\\n')\nsys.exit(1 if os.environ.get('STUB_FAIL') else 0)\n")
+
+    def stub_checkout(self, name):
+        """A checkout in self.dir/`name`: this one's files, test.py a STUB_SUITE."""
+        checkout = os.path.join(self.dir, name)
+        os.makedirs(checkout)
+        for file in setup.PYTHON_FILES:
+            shutil.copy(os.path.join(HERE, file), checkout)
+        with open(os.path.join(checkout, "test.py"), "w") as f:
+            f.write(self.STUB_SUITE)
+        return checkout
+
+    def setup_with_stub(self, checkout, *args, **env):
+        """setup.py --client codex `args` of `checkout`, for one person (self.dir/home):
+        how it ended, and how many times the suite has run in this test."""
+        home, runs = os.path.join(self.dir, "home"), os.path.join(self.dir, "runs")
+        os.makedirs(home, exist_ok=True)
+        env = home_env(home, FLOOD_MEMORY_DIR=os.path.join(self.dir, "data"), STUB_RUNS=runs,
+                       **env)
+        done = subprocess.run([sys.executable, os.path.join(checkout, "setup.py"), "--client",
+                               "codex", *args], cwd=self.dir, env=env, capture_output=True,
+                              text=True, timeout=120)
+        with open(runs, "a+") as f:
+            f.seek(0)
+            return done, f.read().count("ran"), env
+
+    def test_setup_runs_the_tests_once_for_each_content_of_the_checkout(self):
+        # Every --install ran the whole suite again: six clients, ten minutes.
+        checkout = self.stub_checkout("flood-memory")
+        done, ran, env = self.setup_with_stub(checkout)
+        self.assertEqual((done.returncode, ran), (0, 1), done.stderr)
+        record = os.path.join(setup.cache_dir(platform.system(), env), setup.RECORD_NAME)
+        self.assertRegex(done.stdout, rf"The tests passed in \d+ s; recorded in "
+                                      rf"{re.escape(record)}: ")
+        # Kept for this person only, outside the checkout, which holds what it held.
+        self.assertTrue(os.path.isfile(record))
+        self.assertFalse(os.path.commonpath([record, checkout]) == checkout)
+        self.assertEqual(set(os.listdir(checkout)) - {"__pycache__"}, set(setup.PYTHON_FILES))
+        if os.name == "posix":
+            self.assertEqual(stat.S_IMODE(os.stat(record).st_mode), 0o600)
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(record)).st_mode), 0o700)
+        # Passed before: not run, saying why and when; --tests runs them anyway.
+        done, ran, _ = self.setup_with_stub(checkout)
+        self.assertEqual((done.returncode, ran), (0, 1), done.stderr)
+        today = time.strftime("%Y-%m-%d")
+        self.assertIn("Tests: not run; this checkout's server.py, server_remote.py, store.py, "
+                      f"test.py and setup.py, as they are, passed them with this Python on "
+                      f"{today} ", done.stdout)
+        self.assertNotIn("Running the test suite", done.stdout)
+        self.assertIn("Checked: ", done.stdout)
+        done, ran, _ = self.setup_with_stub(checkout, "--tests")
+        self.assertEqual((done.returncode, ran), (0, 2), done.stderr)
+        self.assertIn("Running the test suite", done.stdout)
+        # A fresh clone of the same files elsewhere has passed them; once one file changes,
+        # they run again, and that content too is recorded.
+        clone = self.stub_checkout("clone")
+        done, ran, _ = self.setup_with_stub(clone)
+        self.assertEqual((done.returncode, ran), (0, 2), done.stderr)
+        with open(os.path.join(clone, "server.py"), "a") as f:
+            f.write("# a change\n")
+        for expected in (3, 3):
+            done, ran, _ = self.setup_with_stub(clone)
+            self.assertEqual((done.returncode, ran), (0, expected), done.stderr)
+        # Any of the five files, and another Python, make another key; a path does not.
+        key = setup.checkout_key(checkout)
+        self.assertEqual(setup.checkout_key(self.stub_checkout("third")), key)
+        self.assertNotEqual(setup.checkout_key(checkout, python="/usr/bin/python3.99"), key)
+        for name in setup.PYTHON_FILES:
+            with self.subTest(changed=name):
+                path = os.path.join(self.dir, "third", name)
+                with open(path, "rb") as f:
+                    before = f.read()
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+                self.assertNotEqual(setup.checkout_key(os.path.join(self.dir, "third")), key)
+                with open(path, "wb") as f:
+                    f.write(before)
+
+    def test_a_failed_test_run_is_not_recorded_as_passed(self):
+        checkout = self.stub_checkout("flood-memory")
+        for expected in (1, 2):
+            done, ran, env = self.setup_with_stub(checkout, STUB_FAIL="1")
+            self.assertEqual((done.returncode, ran), (1, expected))
+            self.assertRegex(done.stderr, r"^setup.py: the tests failed \(after \d+ s\); fix "
+                                          r"that before connecting a client.\n$")
+            self.assertNotIn("Checked", done.stdout)
+        record = os.path.join(setup.cache_dir(platform.system(), env), setup.RECORD_NAME)
+        self.assertFalse(os.path.exists(record))
+        done, ran, _ = self.setup_with_stub(checkout)
+        self.assertEqual((done.returncode, ran), (0, 3), done.stderr)
+        done, ran, _ = self.setup_with_stub(checkout, "--no-tests")
+        self.assertEqual((done.returncode, ran), (0, 3), done.stderr)
+        self.assertNotIn("Tests: not run", done.stdout)
 
     def test_setup_says_clearly_when_the_server_would_not_start(self):
         env = setup.bare_environment(platform.system(), os.environ)
@@ -4766,6 +4863,19 @@ class PlatformTest(TempDirTest):
         self.assertEqual(setup.describe_environment(setup.bare_environment(
             "Darwin", {"HOME": "/Users/bob"})), "only HOME and PATH=/usr/bin:/bin")
 
+    def test_the_record_of_passed_tests_is_in_the_persons_cache_folder(self):
+        self.assertEqual(setup.cache_dir("Windows", self.WINDOWS_ENV),
+                         r"C:\Users\Bob\AppData\Local\flood-memory")
+        self.assertEqual(setup.cache_dir("Windows", {"USERPROFILE": r"C:\Users\Bob"}),
+                         r"C:\Users\Bob\AppData\Local\flood-memory")
+        self.assertEqual(setup.cache_dir("Darwin", {"HOME": "/Users/bob"}),
+                         "/Users/bob/Library/Caches/flood-memory")
+        self.assertEqual(setup.cache_dir("Linux", {"HOME": "/home/bob"}),
+                         "/home/bob/.cache/flood-memory")
+        self.assertEqual(setup.cache_dir("Linux", {"HOME": "/home/bob",
+                                                   "XDG_CACHE_HOME": "/var/cache/bob"}),
+                         "/var/cache/bob/flood-memory")
+
     def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
         # Windows ends the lines a part prints with \r\n: every part counted as failed.
         for end in ("\n", "\r\n"):
@@ -4810,6 +4920,84 @@ class PlatformTest(TempDirTest):
         line = closing_line(result, "part 1 of 2: ")
         self.assertEqual(line, "part 1 of 2: 2 passed, 2 failed, 1 skipped")
         self.assertEqual(part_counts(line), (2, 2, 1))
+        # Given a file, each test's end is marked there as it ends, and the class whose
+        # set-up failed once: what run_parts counts while the parts run.
+        marks = io.StringIO()
+        suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromTestCase(case)
+                                    for case in (Sample, Broken)])
+        unittest.TextTestRunner(stream=io.StringIO(), resultclass=functools.partial(
+            CountingResult, progress=marks)).run(suite)
+        self.assertEqual(sorted(marks.getvalue()), ["!", ".", ".", ".", "F"])
+
+    # A part of the suite as run_parts starts it (argv: k, its marks file, a folder): it
+    # marks one test ended ("." in part 1, "F" in part 2), waits for the file release-k in
+    # the folder, marks another and ends with its closing line.
+    PART = """import os, sys, time
+k, marks, folder = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with open(marks, "a") as f:
+    f.write(".F"[k])
+    f.flush()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(folder, f"release-{k}")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    f.write(".")
+print(f"part {k + 1} of 2: {2 - k} passed, {k} failed")
+sys.exit(k)
+"""
+
+    def run_stub_parts(self, at_terminal, words, releases):
+        """run_parts over two PART processes, its output a terminal or not, that makes the
+        files `releases` once it holds `words`."""
+        script = os.path.join(self.dir, "part.py")
+        with open(script, "w") as f:
+            f.write(self.PART)
+        folder = self.dir
+
+        class Output(io.StringIO):
+            def isatty(self):
+                return at_terminal
+
+            def write(self, text):
+                super().write(text)
+                if words in self.getvalue():
+                    for name in releases:
+                        open(os.path.join(folder, name), "a").close()
+                return len(text)
+
+        out = Output()
+        status = run_parts(2, lambda k, marks: [sys.executable, script, str(k), marks, folder],
+                           total=4, out=out, tick=0.02)
+        return status, out.getvalue()
+
+    def test_the_suite_shows_tests_done_and_failed_at_a_terminal_while_it_runs(self):
+        # For 90 s setup.py showed one line saying the output would follow.
+        status, text = self.run_stub_parts(True, "2 of 4 tests done, 1 failed",
+                                           ["release-0", "release-1"])
+        self.assertEqual(status, 1)
+        drawn = re.findall(r"\r(\d+) of 4 tests done, (\d+) failed, \d+ s", text)
+        done = [int(n) for n, _ in drawn]
+        self.assertEqual(done, sorted(done))
+        self.assertIn(("2", "1"), drawn)
+        self.assertEqual(drawn[-1], ("4", "1"))
+        lines = text.split("\n")
+        self.assertRegex(lines[1], r"\r4 of 4 tests done, 1 failed, \d+ s$")
+        self.assertEqual(lines[2:], ["part 1 of 2: 2 passed, 0 failed",
+                                     "part 2 of 2: 1 passed, 1 failed", "3 passed, 1 failed", ""])
+        self.assertNotIn("ended after", text)
+
+    def test_the_suite_says_each_part_as_it_ends_when_not_at_a_terminal(self):
+        open(os.path.join(self.dir, "release-0"), "w").close()
+        # Part 2 ends only once the line of part 1 has been written.
+        status, text = self.run_stub_parts(False, "part 1 of 2 ended", ["release-1"])
+        self.assertEqual(status, 1)
+        lines = text.splitlines()
+        self.assertEqual(lines[0], "Running 4 tests in 2 processes; their output follows once "
+                                   "all have ended.")
+        self.assertRegex(lines[1], r"^part 1 of 2 ended after \d+ s: 2 passed, 0 failed$")
+        self.assertRegex(lines[2], r"^part 2 of 2 ended after \d+ s: 1 passed, 1 failed$")
+        self.assertEqual(lines[3:], ["part 1 of 2: 2 passed, 0 failed",
+                                     "part 2 of 2: 1 passed, 1 failed", "3 passed, 1 failed"])
+        self.assertNotIn("\r", text)
 
 
 # ----------------------------------------------------------------------------- replies
@@ -10301,11 +10489,37 @@ def each_test(suite):
 
 class CountingResult(unittest.TextTestResult):
     """A TextTestResult that knows which tests ran, so that a test is counted once however
-    many of its subtests fail (each failing subtest is an entry of `failures`)."""
+    many of its subtests fail (each failing subtest is an entry of `failures`). Given a
+    `progress` file, it writes a mark there as each test ends ("." or "F", failed) and "!" for
+    a failure outside any test (a class's set-up): what run_parts counts while parts run."""
+
+    def __init__(self, *args, progress=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+        self.problems = None
 
     def startTest(self, test):
         super().startTest(test)
         self.started = getattr(self, "started", set()) | {test.id()}
+        self.problems = self.count_problems()
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self.mark("F" if self.count_problems() > self.problems else ".")
+        self.problems = None
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        if self.problems is None:
+            self.mark("!")
+
+    def count_problems(self):
+        return len(self.failures) + len(self.errors) + len(self.unexpectedSuccesses)
+
+    def mark(self, mark):
+        if self.progress:
+            self.progress.write(mark)
+            self.progress.flush()
 
 
 def closing_line(result, part=""):
@@ -10319,8 +10533,7 @@ def closing_line(result, part=""):
     skipped = {test.id() for test, _ in result.skipped if not hasattr(test, "test_case")}
     skipped -= failed
     passed = getattr(result, "started", set()) - failed - skipped
-    return f"{part}{len(passed)} passed, {len(failed)} failed" + (
-        f", {len(skipped)} skipped" if skipped else "")
+    return part + closing_words(len(passed), len(failed), len(skipped))
 
 
 def part_counts(text):
@@ -10329,42 +10542,94 @@ def part_counts(text):
     return tuple(int(n or 0) for n in found[-1]) if found else None
 
 
-def run_part(k, n):
-    """Run every test whose index is k modulo n."""
+def run_part(k, n, progress=None):
+    """Run every test whose index is k modulo n, marking each test's end in the file at
+    `progress` if given."""
     tests = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     chosen = unittest.TestSuite(t for i, t in enumerate(each_test(tests)) if i % n == k)
-    return unittest.TextTestRunner(verbosity=1, resultclass=CountingResult).run(chosen)
+    with open(progress, "a") if progress else contextlib.nullcontext() as marks:
+        result = functools.partial(CountingResult, progress=marks)
+        return unittest.TextTestRunner(verbosity=1, resultclass=result).run(chosen)
 
 
-def run_parts(jobs):
-    """The whole suite in `jobs` processes; their output in turn, then one closing line."""
-    print(f"Running the tests in {jobs} processes; their output follows once all have ended.",
-          flush=True)
-    outputs = [tempfile.TemporaryFile() for _ in range(jobs)]
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--part",
-                               f"{k}/{jobs}"], stdout=out, stderr=subprocess.STDOUT)
-             for k, out in enumerate(outputs)]
-    try:
-        for proc in procs:
-            proc.wait()
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+def count_tests():
+    return sum(1 for _ in each_test(
+        unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])))
+
+
+def run_parts(jobs, command=None, total=None, out=None, tick=0.25):
+    """The whole suite in `jobs` processes, `command(k, progress)` starting part k (test.py
+    --part k/jobs PROGRESS). While they run: at a terminal, one line redrawn every `tick`
+    seconds with the tests done of `total`, the failures so far and the seconds gone; else
+    a line per part as it ends. Then their output in turn, and one closing line."""
+    out = out or sys.stdout
+    total = count_tests() if total is None else total
+    command = command or (lambda k, progress: [sys.executable, os.path.abspath(__file__),
+                                               "--part", f"{k}/{jobs}", progress])
+    at_terminal = out.isatty()
+    print(f"Running {total} tests in {jobs} processes; their output follows once all have "
+          f"ended.", file=out, flush=True)
+    begun = time.monotonic()
+    with tempfile.TemporaryDirectory() as folder:
+        marks = [os.path.join(folder, f"part-{k}") for k in range(jobs)]
+        outputs = [tempfile.TemporaryFile() for _ in range(jobs)]
+        procs = [subprocess.Popen(command(k, marks[k]), stdout=output, stderr=subprocess.STDOUT)
+                 for k, output in enumerate(outputs)]
+        texts = [None] * jobs
+        try:
+            while None in texts:
+                for k, (proc, output) in enumerate(zip(procs, outputs)):
+                    if texts[k] is None and proc.poll() is not None:
+                        output.seek(0)
+                        texts[k] = output.read().decode(errors="replace")
+                        if not at_terminal:
+                            counts = part_counts(texts[k])
+                            said = (closing_words(*counts) if counts and proc.returncode in (0, 1)
+                                    else f"no result (exit status {proc.returncode})")
+                            print(f"part {k + 1} of {jobs} ended after "
+                                  f"{time.monotonic() - begun:.0f} s: {said}", file=out,
+                                  flush=True)
+                if at_terminal:
+                    done = "".join(read_marks(path) for path in marks)
+                    print(f"\r{len(done) - done.count('!')} of {total} tests done, "
+                          f"{len(done) - done.count('.')} failed, "
+                          f"{time.monotonic() - begun:.0f} s", end="", file=out, flush=True)
+                if None in texts:
+                    time.sleep(tick)
+            if at_terminal:
+                print(file=out)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            for output in outputs:
+                output.close()
     passed = failed = skipped = 0
-    for k, (proc, out) in enumerate(zip(procs, outputs)):
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-        out.close()
-        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    for k, (proc, text) in enumerate(zip(procs, texts)):
+        out.write(text if text.endswith("\n") or not text else text + "\n")
         counts = part_counts(text)
         if counts and proc.returncode in (0, 1):
             passed, failed, skipped = (a + b for a, b in zip((passed, failed, skipped), counts))
         else:
-            print(f"part {k + 1} of {jobs} ended without a result (exit status {proc.returncode})")
+            print(f"part {k + 1} of {jobs} ended without a result (exit status "
+                  f"{proc.returncode})", file=out)
             failed += 1
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    print(closing_words(passed, failed, skipped), file=out, flush=True)
     return 0 if failed == 0 and passed else 1
+
+
+def read_marks(path):
+    """The marks a part has written so far ("" before it has begun)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def closing_words(passed, failed, skipped=0):
+    return f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
 
 
 # ----------------------------------------------------------------------------- replication
@@ -10875,7 +11140,7 @@ def main(argv=None):
     part = ""
     if argv[1:2] == ["--part"]:
         k, n = map(int, argv[2].split("/"))
-        result = run_part(k, n)
+        result = run_part(k, n, *argv[3:4])
         part = f"part {k + 1} of {n}: "
     else:
         runner = unittest.TextTestRunner(verbosity=1, resultclass=CountingResult)
