@@ -4,6 +4,7 @@
     python3 setup.py --no-tests  # skip the test run (--tests: run it though it passed before)
     python3 setup.py --client codex  # only what registers it in one client (see --help)
     python3 setup.py --client codex --install    # register it there (--uninstall: undo)
+    python3 setup.py --bundle    # only write flood-memory.mcpb, a Claude Desktop extension
 
 The tests run once for each content of the checkout's five Python files and each Python: a
 pass is recorded in the person's cache folder, and a later run with the same files says so
@@ -45,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "flood-memory"
@@ -1645,7 +1647,8 @@ def offer(system, environ, python, data_dir, config_files):
 
 # ----------------------------------------------------------------------------- the test run
 
-# The files of a checkout: a test run's verdict holds for their content under one Python.
+# The files of a checkout: a test run's verdict holds for their content under one Python, and
+# a bundle carries them.
 PYTHON_FILES = ("server.py", "server_remote.py", "store.py", "test.py", "setup.py")
 RECORD_NAME = "tests-passed.json"
 KEPT_RECORDS = 20
@@ -1758,6 +1761,97 @@ def run_tests(system, environ, again=False):
     return True
 
 
+# ----------------------------------------------------------------------------- the bundle
+
+BUNDLE_NAME = "flood-memory.mcpb"
+
+# No dependencies: uv makes an environment with nothing in it and runs server.py there.
+PYPROJECT = """\
+[project]
+name = "flood-memory"
+version = "{version}"
+description = "Long-term memory for an AI assistant, served over MCP"
+requires-python = ">=3.11"
+dependencies = []
+"""
+
+
+def bundle_manifest(tools, version, default_dir):
+    """manifest.json of the Claude Desktop bundle (MCP Bundle manifest 0.4), for `tools`
+    (server.py's TOOLS): Claude Desktop runs server.py with uv and a Python that it provides,
+    in the data directory the person chooses, by default `default_dir` under their home."""
+    return {
+        "manifest_version": "0.4",
+        "name": NAME,
+        "display_name": "Flood Memory",
+        "version": version,
+        "description": "Long-term memory for Claude: memories kept in one SQLite file on "
+                       "this computer, found again by their words and tags.",
+        "author": {"name": "Flood Memory"},
+        "server": {
+            "type": "uv",
+            "entry_point": "server.py",
+            "mcp_config": {
+                "command": "uv",
+                "args": ["run", "--directory", "${__dirname}", "server.py"],
+                "env": {"FLOOD_MEMORY_DIR": "${user_config.data_dir}"},
+            },
+        },
+        "tools": [{"name": name, "description": tool["description"]}
+                  for name, tool in tools.items()],
+        "user_config": {
+            "data_dir": {
+                "type": "directory",
+                "title": "Data directory",
+                "description": "The folder that keeps your memories (memory.db); the "
+                               "default is the one setup.py uses.",
+                "default": "${HOME}" + default_dir.removeprefix("~"),
+            },
+        },
+        "compatibility": {"platforms": ["darwin", "win32", "linux"],
+                          "runtimes": {"python": ">=3.11"}},
+    }
+
+
+def write_bundle(target):
+    """Write the Claude Desktop bundle to `target`: a zip of manifest.json, pyproject.toml
+    and PYTHON_FILES, whose bytes depend on their content alone. 0, or 1 saying why not."""
+    from server import SERVER_INFO, TOOLS
+    from store import DEFAULT_DIR
+
+    version = SERVER_INFO["version"]
+    manifest = bundle_manifest(TOOLS, version, DEFAULT_DIR)
+    path = os.path.abspath(os.path.expanduser(target))
+    if os.path.isdir(path):
+        print(f"setup.py: {target} is a directory; give the bundle a file name, such as "
+              f"{os.path.join(target, BUNDLE_NAME)}", file=sys.stderr)
+        return 1
+    temporary = path + ".part"
+    try:
+        members = [("manifest.json", json.dumps(manifest, indent=2) + "\n"),
+                   ("pyproject.toml", PYPROJECT.format(version=version))]
+        for name in PYTHON_FILES:
+            with open(os.path.join(HERE, name), "rb") as f:
+                members.append((name, f.read()))
+        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for name, data in members:
+                member = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                member.create_system, member.external_attr = 3, 0o644 << 16  # rw-r--r--
+                bundle.writestr(member, data, zipfile.ZIP_DEFLATED)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        print(f"setup.py: cannot write {exc.filename or path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    print(f"Wrote {path} ({os.path.getsize(path) // 1024} KB), a Claude Desktop extension: "
+          f"open it (double-click it, or drag it onto Claude Desktop's Settings > "
+          f"Extensions) and choose Install. Its data directory is {DEFAULT_DIR} unless you "
+          f"choose another there.")
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -1777,7 +1871,14 @@ def main(argv=None):
                              "a copy of the file kept beside it)")
     action.add_argument("--uninstall", action="store_true",
                         help="with --client: take flood-memory out of that client again")
+    action.add_argument("--bundle", nargs="?", const=BUNDLE_NAME, metavar="FILE",
+                        help=f"write a Claude Desktop extension, to install by opening it, to "
+                             f"FILE (default {BUNDLE_NAME}); nothing else is done")
     args = parser.parse_args(argv)
+    if args.bundle is not None and args.client:
+        parser.print_usage(sys.stderr)
+        print("setup.py: --bundle makes the bundle alone; leave out --client", file=sys.stderr)
+        return 2
     if (args.install or args.uninstall) and not args.client:
         parser.print_usage(sys.stderr)
         print(f"setup.py: --{'install' if args.install else 'uninstall'} needs --client NAME, "
@@ -1800,6 +1901,8 @@ def _main(args):
     from store import DEFAULT_DIR, StoreError, open_directory
 
     system, environ = platform.system(), os.environ
+    if args.bundle is not None:
+        return write_bundle(args.bundle)
     if args.uninstall:
         # Taking the entry out needs no server, no interpreter and no data directory.
         return install(args.client, system, environ, None, None,

@@ -39,6 +39,8 @@ Where the test for a behaviour lives:
       with the rest kept (comments, order, line endings, BOM, TOML
       forms), the copy, modes, links, broken and changed files; the
       own commands of Claude Code and Gemini CLI; the offer at a terminal
+    setup.py --bundle: the Claude Desktop extension, its manifest,     BundleTest
+      started as Claude Desktop starts it (uv), the mcpb CLI's checks
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
       messages; the test runner's progress and closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
@@ -4305,6 +4307,190 @@ class InstallTest(TempDirTest):
             if proc.poll() is None:
                 proc.kill()
         return shown.decode("utf-8", "replace").replace("\r\n", "\n"), proc.wait(60)
+
+
+def find_uv():
+    """The command that runs uv: on PATH, or the Python package's (pip install uv); None."""
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        if subprocess.run([sys.executable, "-m", "uv", "--version"], capture_output=True,
+                          timeout=60).returncode == 0:
+            return [sys.executable, "-m", "uv"]
+    return None
+
+
+class BundleTest(TempDirTest):
+    """setup.py --bundle: the Claude Desktop extension, unpacked and started as Claude Desktop
+    starts it (with uv where uv is here, else with this Python as uv would), and checked by
+    the official mcpb CLI where it is on PATH."""
+
+    def bundle(self, *args, cwd=None):
+        """setup.py --bundle `args`, run in `cwd` (self.dir): how it ended."""
+        return subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--bundle",
+                               *args], cwd=cwd or self.dir, capture_output=True, text=True,
+                              timeout=60)
+
+    def unpacked(self):
+        """The bundle made in self.dir, unpacked where Claude Desktop keeps its extensions
+        (a folder with a space); that folder and its manifest."""
+        done = self.bundle()
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        folder = os.path.join(self.dir, "Claude Extensions", "flood-memory")
+        with zipfile.ZipFile(os.path.join(self.dir, setup.BUNDLE_NAME)) as bundle:
+            bundle.extractall(folder)
+        with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f:
+            return folder, json.load(f)
+
+    def test_the_bundle_holds_a_manifest_for_uv_and_the_five_files(self):
+        done = self.bundle()
+        path = os.path.join(self.dir, setup.BUNDLE_NAME)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        # Written in the working directory, named as the system names it (resolved).
+        self.assertTrue(done.stdout.startswith(
+            f"Wrote {os.path.join(os.path.realpath(self.dir), setup.BUNDLE_NAME)} ("),
+            done.stdout)
+        with zipfile.ZipFile(path) as bundle:
+            self.assertEqual(sorted(bundle.namelist()),
+                             sorted(["manifest.json", "pyproject.toml", *setup.PYTHON_FILES]))
+            for name in setup.PYTHON_FILES:
+                with open(os.path.join(HERE, name), "rb") as f:
+                    self.assertEqual(bundle.read(name), f.read(), name)
+            manifest = json.loads(bundle.read("manifest.json"))
+            project = tomllib.loads(bundle.read("pyproject.toml").decode())["project"]
+        self.assertEqual(project["dependencies"], [])
+        self.assertEqual(project["requires-python"], ">=3.11")
+        self.assertEqual(manifest["manifest_version"], "0.4")
+        self.assertEqual((manifest["name"], manifest["version"]),
+                         (server.SERVER_INFO["name"], server.SERVER_INFO["version"]))
+        self.assertEqual(manifest["server"], {
+            "type": "uv", "entry_point": "server.py",
+            "mcp_config": {"command": "uv",
+                           "args": ["run", "--directory", "${__dirname}", "server.py"],
+                           "env": {"FLOOD_MEMORY_DIR": "${user_config.data_dir}"}}})
+        self.assertEqual(manifest["tools"], [{"name": name, "description": tool["description"]}
+                                             for name, tool in server.TOOLS.items()])
+        self.assertEqual(len(manifest["tools"]), 5)
+        option = manifest["user_config"]["data_dir"]
+        self.assertEqual((option["type"], option["default"]),
+                         ("directory", "${HOME}/flood/memory"))
+        self.assertEqual(manifest["compatibility"]["platforms"], ["darwin", "win32", "linux"])
+        # The same files make the same bytes; a name of one's own, ~ expanded, works too.
+        with open(path, "rb") as f:
+            first = f.read()
+        home = os.path.join(self.dir, "home")
+        os.mkdir(home)
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--bundle",
+                               "~/memory.mcpb"], cwd=self.dir, env=home_env(home),
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        with open(os.path.join(home, "memory.mcpb"), "rb") as f:
+            self.assertEqual(f.read(), first)
+        self.assertEqual(sorted(os.listdir(self.dir)), [setup.BUNDLE_NAME, "home"])
+
+    def test_a_bundle_that_cannot_be_written_says_why_in_one_line(self):
+        done = self.bundle(self.dir)
+        self.assertEqual(done.returncode, 1)
+        self.assertEqual(done.stderr, f"setup.py: {self.dir} is a directory; give the bundle "
+                                      f"a file name, such as "
+                                      f"{os.path.join(self.dir, setup.BUNDLE_NAME)}\n")
+        missing = os.path.join(self.dir, "no such folder", "x.mcpb")
+        done = self.bundle(missing)
+        self.assertEqual(done.returncode, 1)
+        self.assertRegex(done.stderr, rf"^setup.py: cannot write {re.escape(missing)}.part: "
+                                      rf"[^\n]+\n$")
+        done = self.bundle("--client", "codex")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("--bundle makes the bundle alone; leave out --client", done.stderr)
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def start_as_desktop(self, folder, manifest, home, uv):
+        """The bundle's server started as Claude Desktop starts it: mcp_config with
+        ${__dirname}, ${HOME} and ${user_config.*} (the option's default, itself
+        substituted) put in, in a desktop app's bare environment, from another directory.
+        "uv" is `uv`; without uv, this Python runs the entry point where uv would."""
+        variables = {"__dirname": folder, "HOME": home,
+                     "DOCUMENTS": os.path.join(home, "Documents")}
+
+        def put_in(text):
+            return re.sub(r"\$\{([^}]+)\}", lambda m: variables[m.group(1)], text)
+
+        for key, option in manifest["user_config"].items():
+            variables[f"user_config.{key}"] = put_in(option["default"])
+        config = manifest["server"]["mcp_config"]
+        args = [put_in(arg) for arg in config["args"]]
+        env = dict(setup.bare_environment(platform.system(), os.environ), HOME=home,
+                   USERPROFILE=home, **{k: put_in(v) for k, v in config["env"].items()})
+        self.assertEqual(config["command"], "uv")
+        if uv:
+            # uv finds no Python of its own in the bare PATH and may download none here.
+            env.update(UV_PYTHON=sys.executable, UV_PYTHON_DOWNLOADS="never",
+                       UV_CACHE_DIR=os.path.join(self.dir, "uv-cache"), UV_NO_CONFIG="1")
+            command = [*uv, *args]
+        else:
+            self.assertEqual(args, ["run", "--directory", folder,
+                                    manifest["server"]["entry_point"]])
+            command = [sys.executable, os.path.join(folder, manifest["server"]["entry_point"])]
+        return self.server_process(command=command, env=env, cwd=os.path.abspath(os.sep),
+                                   timeout=120)
+
+    def serve_and_remember(self, uv):
+        """Start the bundle twice as Claude Desktop would: it answers server/discover and
+        initialize, lists the five tools, and remembers, in the data directory and nowhere
+        in its own folder."""
+        folder, manifest = self.unpacked()
+        home = os.path.join(self.dir, "Home Folder")
+        os.mkdir(home)
+        shipped = set(os.listdir(folder))
+        started = self.start_as_desktop(folder, manifest, home, uv)
+        discovered = started.send(modern("server/discover"))
+        self.assertIn("2026-07-28", discovered["result"]["supportedVersions"])
+        listed = started.send(modern("tools/list"))
+        self.assertEqual([t["name"] for t in listed["result"]["tools"]], list(server.TOOLS))
+        said = started.send(modern_call("remember", {"content": "The bundle keeps its word",
+                                                     "tags": ["bundle"]}))
+        self.assertFalse(said["result"]["isError"], said)
+        self.assertEqual(started.close(), 0)
+        started = self.start_as_desktop(folder, manifest, home, uv)
+        self.assertEqual(started.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+                         ["result"]["serverInfo"]["name"], "flood-memory")
+        self.assertEqual(len(started.send(request("tools/list"))["result"]["tools"]), 5)
+        found = started.send(call("recall", {"query": "bundle word"}))
+        self.assertIn("The bundle keeps its word", json.dumps(found))
+        self.assertEqual(started.close(), 0)
+        self.assertTrue(os.path.isfile(os.path.join(home, "flood", "memory", store.DB_NAME)))
+        if uv:
+            self.assertIn("uv.lock", os.listdir(folder))  # uv ran it
+        # The bundle's folder gets uv's environment at most, none of the memory.
+        self.assertLessEqual(set(os.listdir(folder)) - shipped,
+                             {".venv", "uv.lock", "__pycache__"})
+        for where, _, files in os.walk(folder):
+            self.assertEqual([f for f in files if f.startswith(store.DB_NAME)], [], where)
+
+    def test_the_bundle_started_as_claude_desktop_would_serves_and_remembers(self):
+        self.serve_and_remember(uv=None)
+
+    def test_the_bundle_started_with_uv_serves_and_remembers(self):
+        uv = find_uv()
+        if uv is None:
+            self.skipTest("no uv here (on PATH or as python -m uv; pip install uv)")
+        self.serve_and_remember(uv)
+
+    def test_the_official_mcpb_cli_accepts_the_bundle(self):
+        mcpb = shutil.which("mcpb")
+        if mcpb is None:
+            self.skipTest("no mcpb on PATH (npm install @anthropic-ai/mcpb, and put its "
+                          "node_modules/.bin on PATH)")
+        folder, _ = self.unpacked()
+        done = subprocess.run([mcpb, "validate", os.path.join(folder, "manifest.json")],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("Manifest schema validation passes!", done.stdout)
+        done = subprocess.run([mcpb, "info", os.path.join(self.dir, setup.BUNDLE_NAME)],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn(f"File: {setup.BUNDLE_NAME}", done.stdout)
 
 
 class PlatformTest(TempDirTest):
