@@ -1,16 +1,21 @@
 """Set up Flood Memory on this machine: data directory, test run, client configuration.
 
     python3 setup.py             # all three (on Windows: py setup.py)
-    python3 setup.py --no-tests  # skip the test run
+    python3 setup.py --no-tests  # skip the test run (--tests: run it though it passed before)
     python3 setup.py --client codex  # only what registers it in one client (see --help)
     python3 setup.py --client codex --install    # register it there (--uninstall: undo)
+    python3 setup.py --bundle    # only write flood-memory.mcpb, a Claude Desktop extension
+
+The tests run once for each content of the checkout's five Python files and each Python: a
+pass is recorded in the person's cache folder, and a later run with the same files says so
+and skips them.
 
 Before anything else, it starts the server exactly as a client will (the same command, in
 the bare environment a desktop app gives its servers) and checks that the server answers.
-Without --install it changes nothing outside the data directory: the client configuration
-is printed, for you to paste where it says, with commands in the shell of this system
-(PowerShell on Windows); at a terminal, it then offers to add the server to each client
-it finds here.
+Without --install it changes nothing outside the data directory and that record: the client
+configuration is printed, for you to paste where it says, with commands in the shell of this
+system (PowerShell on Windows); at a terminal, it then offers to add the server to each
+client it finds here.
 
 --install registers the server in one client: through the client's own command where the
 client keeps its configuration itself (Claude Code, Gemini CLI); else in the client's file,
@@ -27,6 +32,7 @@ import argparse
 import codecs
 import contextlib
 import glob
+import hashlib
 import itertools
 import json
 import ntpath
@@ -39,6 +45,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "flood-memory"
@@ -1637,18 +1645,222 @@ def offer(system, environ, python, data_dir, config_files):
     return status
 
 
+# ----------------------------------------------------------------------------- the test run
+
+# The files of a checkout: a test run's verdict holds for their content under one Python, and
+# a bundle carries them.
+PYTHON_FILES = ("server.py", "server_remote.py", "store.py", "test.py", "setup.py")
+RECORD_NAME = "tests-passed.json"
+KEPT_RECORDS = 20
+
+
+def cache_dir(system, environ):
+    """This person's folder for what can be made again (the record of passed test runs):
+    under %LOCALAPPDATA%, ~/Library/Caches or $XDG_CACHE_HOME (~/.cache)."""
+    if system == "Windows":
+        profile = environ.get("USERPROFILE") or os.path.expanduser("~")
+        return ntpath.join(environ.get("LOCALAPPDATA") or ntpath.join(profile, "AppData",
+                                                                      "Local"), NAME)
+    home = environ.get("HOME") or os.path.expanduser("~")
+    if system == "Darwin":
+        return posixpath.join(home, "Library", "Caches", NAME)
+    return posixpath.join(environ.get("XDG_CACHE_HOME") or posixpath.join(home, ".cache"), NAME)
+
+
+def checkout_key(folder, python=sys.executable, version=sys.version):
+    """The content of the checkout's PYTHON_FILES in `folder` and the Python that tests them,
+    as one SHA-256: no path or time, so that a fresh clone of the same commit has the key of
+    this one."""
+    digest = hashlib.sha256(f"{python}\0{version}\0".encode())
+    for name in PYTHON_FILES:
+        with open(os.path.join(folder, name), "rb") as f:
+            data = f.read()
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
+def read_records(path):
+    """The passed runs recorded at `path`, {key: {"passed": epoch seconds, "seconds": n}},
+    oldest first; none if the file is missing or damaged."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            records = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return records if isinstance(records, dict) else {}
+
+
+def record_pass(path, key, passed, seconds):
+    """Add a passed run to the records at `path`, keeping the newest KEPT_RECORDS, in a
+    folder and a file that only this person can read."""
+    from store import PRIVATE_DIR
+
+    records = read_records(path)
+    records.pop(key, None)
+    records[key] = {"passed": passed, "seconds": round(seconds, 1)}
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        os.makedirs(folder, mode=PRIVATE_DIR)
+        os.chmod(folder, PRIVATE_DIR)
+    fd, temporary = tempfile.mkstemp(dir=folder, prefix=RECORD_NAME + ".")  # mode 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(dict(list(records.items())[-KEPT_RECORDS:]), f, indent=1)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        raise
+
+
+def took(seconds):
+    """A duration as a person reads it: "48 s", "1 min 35 s"."""
+    minutes, seconds = divmod(round(seconds), 60)
+    return f"{minutes} min {seconds} s" if minutes else f"{seconds} s"
+
+
+def run_tests(system, environ, again=False):
+    """The test suite, run unless this checkout passed it with this Python before (`again`:
+    run anyway), a pass recorded in the person's cache folder. Whether it passed."""
+    record = os.path.join(cache_dir(system, environ), RECORD_NAME)
+    try:
+        key = checkout_key(HERE)
+    except OSError:
+        key = None  # a file is missing: the run says which
+    files = f"{', '.join(PYTHON_FILES[:-1])} and {PYTHON_FILES[-1]}"
+    seen = read_records(record).get(key) if key else None
+    if seen and not again:
+        with contextlib.suppress(TypeError, ValueError, OverflowError, OSError):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen["passed"]))
+            print(f"Tests: not run; this checkout's {files}, as they are, passed them with "
+                  f"this Python on {when} (in {took(seen['seconds'])}); --tests runs them "
+                  f"again.")
+            return True
+    command = "py" if system == "Windows" else "python3"
+    print(f"Running the test suite ({command} test.py)...", flush=True)
+    begun = time.monotonic()
+    code = subprocess.run([sys.executable, os.path.join(HERE, "test.py")], cwd=HERE).returncode
+    seconds = time.monotonic() - begun
+    if code != 0:
+        print(f"setup.py: the tests failed (after {took(seconds)}); fix that before "
+              f"connecting a client.", file=sys.stderr)
+        return False
+    try:
+        if key is None or checkout_key(HERE) != key:
+            print(f"The tests passed in {took(seconds)}; a file changed while they ran, so "
+                  f"the next setup.py runs them again.")
+            return True
+        record_pass(record, key, time.time(), seconds)
+    except OSError as exc:
+        print(f"The tests passed in {took(seconds)}; they could not be recorded "
+              f"({exc.filename or record}: {exc.strerror or exc}), so the next setup.py "
+              f"runs them again.")
+    else:
+        print(f"The tests passed in {took(seconds)}; recorded in {record}: setup.py runs "
+              f"them again once {files.replace(' and ', ' or ')} changes, or with --tests.")
+    return True
+
+
+# ----------------------------------------------------------------------------- the bundle
+
+BUNDLE_NAME = "flood-memory.mcpb"
+
+# No dependencies: uv makes an environment with nothing in it and runs server.py there.
+PYPROJECT = """\
+[project]
+name = "flood-memory"
+version = "{version}"
+description = "Long-term memory for an AI assistant, served over MCP"
+requires-python = ">=3.11"
+dependencies = []
+"""
+
+
+def bundle_manifest(tools, version, default_dir):
+    """manifest.json of the Claude Desktop bundle (MCP Bundle manifest 0.4), for `tools`
+    (server.py's TOOLS): Claude Desktop runs server.py with uv and a Python that it provides,
+    in the data directory the person chooses, by default `default_dir` under their home."""
+    return {
+        "manifest_version": "0.4",
+        "name": NAME,
+        "display_name": "Flood Memory",
+        "version": version,
+        "description": "Long-term memory for Claude: memories kept in one SQLite file on "
+                       "this computer, found again by their words and tags.",
+        "author": {"name": "Flood Memory"},
+        "server": {
+            "type": "uv",
+            "entry_point": "server.py",
+            "mcp_config": {
+                "command": "uv",
+                "args": ["run", "--directory", "${__dirname}", "server.py"],
+                "env": {"FLOOD_MEMORY_DIR": "${user_config.data_dir}"},
+            },
+        },
+        "tools": [{"name": name, "description": tool["description"]}
+                  for name, tool in tools.items()],
+        "user_config": {
+            "data_dir": {
+                "type": "directory",
+                "title": "Data directory",
+                "description": "The folder that keeps your memories (memory.db); the "
+                               "default is the one setup.py uses.",
+                "default": "${HOME}" + default_dir.removeprefix("~"),
+            },
+        },
+        "compatibility": {"platforms": ["darwin", "win32", "linux"],
+                          "runtimes": {"python": ">=3.11"}},
+    }
+
+
+def write_bundle(target):
+    """Write the Claude Desktop bundle to `target`: a zip of manifest.json, pyproject.toml
+    and PYTHON_FILES, whose bytes depend on their content alone. 0, or 1 saying why not."""
+    from server import SERVER_INFO, TOOLS
+    from store import DEFAULT_DIR
+
+    version = SERVER_INFO["version"]
+    manifest = bundle_manifest(TOOLS, version, DEFAULT_DIR)
+    path = os.path.abspath(os.path.expanduser(target))
+    if os.path.isdir(path):
+        print(f"setup.py: {target} is a directory; give the bundle a file name, such as "
+              f"{os.path.join(target, BUNDLE_NAME)}", file=sys.stderr)
+        return 1
+    temporary = path + ".part"
+    try:
+        members = [("manifest.json", json.dumps(manifest, indent=2) + "\n"),
+                   ("pyproject.toml", PYPROJECT.format(version=version))]
+        for name in PYTHON_FILES:
+            with open(os.path.join(HERE, name), "rb") as f:
+                members.append((name, f.read()))
+        with zipfile.ZipFile(temporary, "w", zipfile.ZIP_DEFLATED) as bundle:
+            for name, data in members:
+                member = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+                member.create_system, member.external_attr = 3, 0o644 << 16  # rw-r--r--
+                bundle.writestr(member, data, zipfile.ZIP_DEFLATED)
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.remove(temporary)
+        print(f"setup.py: cannot write {exc.filename or path}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 1
+    print(f"Wrote {path} ({os.path.getsize(path) // 1024} KB), a Claude Desktop extension: "
+          f"open it (double-click it, or drag it onto Claude Desktop's Settings > "
+          f"Extensions) and choose Install. Its data directory is {DEFAULT_DIR} unless you "
+          f"choose another there.")
+    return 0
+
+
 # ----------------------------------------------------------------------------- main
-
-
-def run_tests(system):
-    print(f"Running the test suite ({'py' if system == 'Windows' else 'python3'} test.py)...",
-          flush=True)
-    return subprocess.run([sys.executable, os.path.join(HERE, "test.py")], cwd=HERE).returncode
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description="Set up Flood Memory on this machine.")
-    parser.add_argument("--no-tests", action="store_true", help="skip the test run")
+    tests = parser.add_mutually_exclusive_group()
+    tests.add_argument("--no-tests", action="store_true", help="skip the test run")
+    tests.add_argument("--tests", action="store_true",
+                       help="run the tests even if this checkout passed them before")
     parser.add_argument("--client", choices=CLIENTS, metavar="NAME",
                         help="print what registers the server in this client only: "
                              + ", ".join(CLIENTS))
@@ -1659,7 +1871,14 @@ def main(argv=None):
                              "a copy of the file kept beside it)")
     action.add_argument("--uninstall", action="store_true",
                         help="with --client: take flood-memory out of that client again")
+    action.add_argument("--bundle", nargs="?", const=BUNDLE_NAME, metavar="FILE",
+                        help=f"write a Claude Desktop extension, to install by opening it, to "
+                             f"FILE (default {BUNDLE_NAME}); nothing else is done")
     args = parser.parse_args(argv)
+    if args.bundle is not None and args.client:
+        parser.print_usage(sys.stderr)
+        print("setup.py: --bundle makes the bundle alone; leave out --client", file=sys.stderr)
+        return 2
     if (args.install or args.uninstall) and not args.client:
         parser.print_usage(sys.stderr)
         print(f"setup.py: --{'install' if args.install else 'uninstall'} needs --client NAME, "
@@ -1682,6 +1901,8 @@ def _main(args):
     from store import DEFAULT_DIR, StoreError, open_directory
 
     system, environ = platform.system(), os.environ
+    if args.bundle is not None:
+        return write_bundle(args.bundle)
     if args.uninstall:
         # Taking the entry out needs no server, no interpreter and no data directory.
         return install(args.client, system, environ, None, None,
@@ -1707,8 +1928,7 @@ def _main(args):
     for warning in [*warnings, *([risk[0].upper() + risk[1:]] if risk else [])]:
         print(f"Warning: {warning}")
 
-    if not args.no_tests and run_tests(system) != 0:
-        print("setup.py: the tests failed; fix that before connecting a client.", file=sys.stderr)
+    if not args.no_tests and not run_tests(system, environ, args.tests):
         return 1
 
     env = bare_environment(system, environ)

@@ -39,8 +39,10 @@ Where the test for a behaviour lives:
       with the rest kept (comments, order, line endings, BOM, TOML
       forms), the copy, modes, links, broken and changed files; the
       own commands of Claude Code and Gemini CLI; the offer at a terminal
+    setup.py --bundle: the Claude Desktop extension, its manifest,     BundleTest
+      started as Claude Desktop starts it (uv), the mcpb CLI's checks
     what macOS and Windows do differently, simulated: paths, commands, PlatformTest
-      messages, the test runner's closing lines
+      messages; the test runner's progress and closing lines
     replies that fit a model's context, notes, paging with offset      ReplyBudgetTest
     recall's since and until, the newest-first listing, exact and      TimeAndDuplicatesTest
       near duplicates in remember, over the store, stdio and HTTP
@@ -3488,7 +3490,7 @@ def home_env(home, **more):
     env.update(HOME=home, USERPROFILE=home, APPDATA=os.path.join(home, "AppData", "Roaming"),
                LOCALAPPDATA=os.path.join(home, "AppData", "Local"),
                XDG_CONFIG_HOME=os.path.join(home, ".config"),
-               CODEX_HOME=os.path.join(home, ".codex"),
+               XDG_CACHE_HOME=os.path.join(home, ".cache"), CODEX_HOME=os.path.join(home, ".codex"),
                COPILOT_HOME=os.path.join(home, ".copilot"), **more)
     return env
 
@@ -3589,6 +3591,103 @@ class SetupTest(TempDirTest):
         self.assertEqual(started.close(), 0)
         with Store(os.path.join(data, store.DB_NAME)) as s:
             self.assertEqual(s.count(), 1)
+
+    # test.py as setup.py runs it, standing in for the suite: it adds a line to the file
+    # STUB_RUNS names and fails when STUB_FAIL is set.
+    STUB_SUITE = ("import os, sys\nwith open(os.environ['STUB_RUNS'], 'a') as f:\n"
+                  "    f.write('ran\\n')\nsys.exit(1 if os.environ.get('STUB_FAIL') else 0)\n")
+
+    def stub_checkout(self, name):
+        """A checkout in self.dir/`name`: this one's files, test.py a STUB_SUITE."""
+        checkout = os.path.join(self.dir, name)
+        os.makedirs(checkout)
+        for file in setup.PYTHON_FILES:
+            shutil.copy(os.path.join(HERE, file), checkout)
+        with open(os.path.join(checkout, "test.py"), "w") as f:
+            f.write(self.STUB_SUITE)
+        return checkout
+
+    def setup_with_stub(self, checkout, *args, **env):
+        """setup.py --client codex `args` of `checkout`, for one person (self.dir/home):
+        how it ended, and how many times the suite has run in this test."""
+        home, runs = os.path.join(self.dir, "home"), os.path.join(self.dir, "runs")
+        os.makedirs(home, exist_ok=True)
+        env = home_env(home, FLOOD_MEMORY_DIR=os.path.join(self.dir, "data"), STUB_RUNS=runs,
+                       **env)
+        done = subprocess.run([sys.executable, os.path.join(checkout, "setup.py"), "--client",
+                               "codex", *args], cwd=self.dir, env=env, capture_output=True,
+                              text=True, timeout=120)
+        with open(runs, "a+") as f:
+            f.seek(0)
+            return done, f.read().count("ran"), env
+
+    def test_setup_runs_the_tests_once_for_each_content_of_the_checkout(self):
+        # Every --install ran the whole suite again: six clients, ten minutes.
+        checkout = self.stub_checkout("flood-memory")
+        done, ran, env = self.setup_with_stub(checkout)
+        self.assertEqual((done.returncode, ran), (0, 1), done.stderr)
+        record = os.path.join(setup.cache_dir(platform.system(), env), setup.RECORD_NAME)
+        self.assertRegex(done.stdout, rf"The tests passed in \d+ s; recorded in "
+                                      rf"{re.escape(record)}: ")
+        # Kept for this person only, outside the checkout, which holds what it held.
+        self.assertTrue(os.path.isfile(record))
+        self.assertFalse(os.path.commonpath([record, checkout]) == checkout)
+        self.assertEqual(set(os.listdir(checkout)) - {"__pycache__"}, set(setup.PYTHON_FILES))
+        if os.name == "posix":
+            self.assertEqual(stat.S_IMODE(os.stat(record).st_mode), 0o600)
+            self.assertEqual(stat.S_IMODE(os.stat(os.path.dirname(record)).st_mode), 0o700)
+        # Passed before: not run, saying why and when; --tests runs them anyway.
+        done, ran, _ = self.setup_with_stub(checkout)
+        self.assertEqual((done.returncode, ran), (0, 1), done.stderr)
+        today = time.strftime("%Y-%m-%d")
+        self.assertIn("Tests: not run; this checkout's server.py, server_remote.py, store.py, "
+                      f"test.py and setup.py, as they are, passed them with this Python on "
+                      f"{today} ", done.stdout)
+        self.assertNotIn("Running the test suite", done.stdout)
+        self.assertIn("Checked: ", done.stdout)
+        done, ran, _ = self.setup_with_stub(checkout, "--tests")
+        self.assertEqual((done.returncode, ran), (0, 2), done.stderr)
+        self.assertIn("Running the test suite", done.stdout)
+        # A fresh clone of the same files elsewhere has passed them; once one file changes,
+        # they run again, and that content too is recorded.
+        clone = self.stub_checkout("clone")
+        done, ran, _ = self.setup_with_stub(clone)
+        self.assertEqual((done.returncode, ran), (0, 2), done.stderr)
+        with open(os.path.join(clone, "server.py"), "a") as f:
+            f.write("# a change\n")
+        for expected in (3, 3):
+            done, ran, _ = self.setup_with_stub(clone)
+            self.assertEqual((done.returncode, ran), (0, expected), done.stderr)
+        # Any of the five files, and another Python, make another key; a path does not.
+        key = setup.checkout_key(checkout)
+        self.assertEqual(setup.checkout_key(self.stub_checkout("third")), key)
+        self.assertNotEqual(setup.checkout_key(checkout, python="/usr/bin/python3.99"), key)
+        for name in setup.PYTHON_FILES:
+            with self.subTest(changed=name):
+                path = os.path.join(self.dir, "third", name)
+                with open(path, "rb") as f:
+                    before = f.read()
+                with open(path, "ab") as f:
+                    f.write(b"\n")
+                self.assertNotEqual(setup.checkout_key(os.path.join(self.dir, "third")), key)
+                with open(path, "wb") as f:
+                    f.write(before)
+
+    def test_a_failed_test_run_is_not_recorded_as_passed(self):
+        checkout = self.stub_checkout("flood-memory")
+        for expected in (1, 2):
+            done, ran, env = self.setup_with_stub(checkout, STUB_FAIL="1")
+            self.assertEqual((done.returncode, ran), (1, expected))
+            self.assertRegex(done.stderr, r"^setup.py: the tests failed \(after \d+ s\); fix "
+                                          r"that before connecting a client.\n$")
+            self.assertNotIn("Checked", done.stdout)
+        record = os.path.join(setup.cache_dir(platform.system(), env), setup.RECORD_NAME)
+        self.assertFalse(os.path.exists(record))
+        done, ran, _ = self.setup_with_stub(checkout)
+        self.assertEqual((done.returncode, ran), (0, 3), done.stderr)
+        done, ran, _ = self.setup_with_stub(checkout, "--no-tests")
+        self.assertEqual((done.returncode, ran), (0, 3), done.stderr)
+        self.assertNotIn("Tests: not run", done.stdout)
 
     def test_setup_says_clearly_when_the_server_would_not_start(self):
         env = setup.bare_environment(platform.system(), os.environ)
@@ -4344,6 +4443,190 @@ class InstallTest(TempDirTest):
         return shown.decode("utf-8", "replace").replace("\r\n", "\n"), proc.wait(60)
 
 
+def find_uv():
+    """The command that runs uv: on PATH, or the Python package's (pip install uv); None."""
+    found = shutil.which("uv")
+    if found:
+        return [found]
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        if subprocess.run([sys.executable, "-m", "uv", "--version"], capture_output=True,
+                          timeout=60).returncode == 0:
+            return [sys.executable, "-m", "uv"]
+    return None
+
+
+class BundleTest(TempDirTest):
+    """setup.py --bundle: the Claude Desktop extension, unpacked and started as Claude Desktop
+    starts it (with uv where uv is here, else with this Python as uv would), and checked by
+    the official mcpb CLI where it is on PATH."""
+
+    def bundle(self, *args, cwd=None):
+        """setup.py --bundle `args`, run in `cwd` (self.dir): how it ended."""
+        return subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--bundle",
+                               *args], cwd=cwd or self.dir, capture_output=True, text=True,
+                              timeout=60)
+
+    def unpacked(self):
+        """The bundle made in self.dir, unpacked where Claude Desktop keeps its extensions
+        (a folder with a space); that folder and its manifest."""
+        done = self.bundle()
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        folder = os.path.join(self.dir, "Claude Extensions", "flood-memory")
+        with zipfile.ZipFile(os.path.join(self.dir, setup.BUNDLE_NAME)) as bundle:
+            bundle.extractall(folder)
+        with open(os.path.join(folder, "manifest.json"), encoding="utf-8") as f:
+            return folder, json.load(f)
+
+    def test_the_bundle_holds_a_manifest_for_uv_and_the_five_files(self):
+        done = self.bundle()
+        path = os.path.join(self.dir, setup.BUNDLE_NAME)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        # Written in the working directory, named as the system names it (resolved).
+        self.assertTrue(done.stdout.startswith(
+            f"Wrote {os.path.join(os.path.realpath(self.dir), setup.BUNDLE_NAME)} ("),
+            done.stdout)
+        with zipfile.ZipFile(path) as bundle:
+            self.assertEqual(sorted(bundle.namelist()),
+                             sorted(["manifest.json", "pyproject.toml", *setup.PYTHON_FILES]))
+            for name in setup.PYTHON_FILES:
+                with open(os.path.join(HERE, name), "rb") as f:
+                    self.assertEqual(bundle.read(name), f.read(), name)
+            manifest = json.loads(bundle.read("manifest.json"))
+            project = tomllib.loads(bundle.read("pyproject.toml").decode())["project"]
+        self.assertEqual(project["dependencies"], [])
+        self.assertEqual(project["requires-python"], ">=3.11")
+        self.assertEqual(manifest["manifest_version"], "0.4")
+        self.assertEqual((manifest["name"], manifest["version"]),
+                         (server.SERVER_INFO["name"], server.SERVER_INFO["version"]))
+        self.assertEqual(manifest["server"], {
+            "type": "uv", "entry_point": "server.py",
+            "mcp_config": {"command": "uv",
+                           "args": ["run", "--directory", "${__dirname}", "server.py"],
+                           "env": {"FLOOD_MEMORY_DIR": "${user_config.data_dir}"}}})
+        self.assertEqual(manifest["tools"], [{"name": name, "description": tool["description"]}
+                                             for name, tool in server.TOOLS.items()])
+        self.assertEqual(len(manifest["tools"]), 5)
+        option = manifest["user_config"]["data_dir"]
+        self.assertEqual((option["type"], option["default"]),
+                         ("directory", "${HOME}/flood/memory"))
+        self.assertEqual(manifest["compatibility"]["platforms"], ["darwin", "win32", "linux"])
+        # The same files make the same bytes; a name of one's own, ~ expanded, works too.
+        with open(path, "rb") as f:
+            first = f.read()
+        home = os.path.join(self.dir, "home")
+        os.mkdir(home)
+        done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--bundle",
+                               "~/memory.mcpb"], cwd=self.dir, env=home_env(home),
+                              capture_output=True, text=True, timeout=60)
+        self.assertEqual((done.returncode, done.stderr), (0, ""))
+        with open(os.path.join(home, "memory.mcpb"), "rb") as f:
+            self.assertEqual(f.read(), first)
+        self.assertEqual(sorted(os.listdir(self.dir)), [setup.BUNDLE_NAME, "home"])
+
+    def test_a_bundle_that_cannot_be_written_says_why_in_one_line(self):
+        done = self.bundle(self.dir)
+        self.assertEqual(done.returncode, 1)
+        self.assertEqual(done.stderr, f"setup.py: {self.dir} is a directory; give the bundle "
+                                      f"a file name, such as "
+                                      f"{os.path.join(self.dir, setup.BUNDLE_NAME)}\n")
+        missing = os.path.join(self.dir, "no such folder", "x.mcpb")
+        done = self.bundle(missing)
+        self.assertEqual(done.returncode, 1)
+        self.assertRegex(done.stderr, rf"^setup.py: cannot write {re.escape(missing)}.part: "
+                                      rf"[^\n]+\n$")
+        done = self.bundle("--client", "codex")
+        self.assertEqual(done.returncode, 2)
+        self.assertIn("--bundle makes the bundle alone; leave out --client", done.stderr)
+        self.assertEqual(os.listdir(self.dir), [])
+
+    def start_as_desktop(self, folder, manifest, home, uv):
+        """The bundle's server started as Claude Desktop starts it: mcp_config with
+        ${__dirname}, ${HOME} and ${user_config.*} (the option's default, itself
+        substituted) put in, in a desktop app's bare environment, from another directory.
+        "uv" is `uv`; without uv, this Python runs the entry point where uv would."""
+        variables = {"__dirname": folder, "HOME": home,
+                     "DOCUMENTS": os.path.join(home, "Documents")}
+
+        def put_in(text):
+            return re.sub(r"\$\{([^}]+)\}", lambda m: variables[m.group(1)], text)
+
+        for key, option in manifest["user_config"].items():
+            variables[f"user_config.{key}"] = put_in(option["default"])
+        config = manifest["server"]["mcp_config"]
+        args = [put_in(arg) for arg in config["args"]]
+        env = dict(setup.bare_environment(platform.system(), os.environ), HOME=home,
+                   USERPROFILE=home, **{k: put_in(v) for k, v in config["env"].items()})
+        self.assertEqual(config["command"], "uv")
+        if uv:
+            # uv finds no Python of its own in the bare PATH and may download none here.
+            env.update(UV_PYTHON=sys.executable, UV_PYTHON_DOWNLOADS="never",
+                       UV_CACHE_DIR=os.path.join(self.dir, "uv-cache"), UV_NO_CONFIG="1")
+            command = [*uv, *args]
+        else:
+            self.assertEqual(args, ["run", "--directory", folder,
+                                    manifest["server"]["entry_point"]])
+            command = [sys.executable, os.path.join(folder, manifest["server"]["entry_point"])]
+        return self.server_process(command=command, env=env, cwd=os.path.abspath(os.sep),
+                                   timeout=120)
+
+    def serve_and_remember(self, uv):
+        """Start the bundle twice as Claude Desktop would: it answers server/discover and
+        initialize, lists the five tools, and remembers, in the data directory and nowhere
+        in its own folder."""
+        folder, manifest = self.unpacked()
+        home = os.path.join(self.dir, "Home Folder")
+        os.mkdir(home)
+        shipped = set(os.listdir(folder))
+        started = self.start_as_desktop(folder, manifest, home, uv)
+        discovered = started.send(modern("server/discover"))
+        self.assertIn("2026-07-28", discovered["result"]["supportedVersions"])
+        listed = started.send(modern("tools/list"))
+        self.assertEqual([t["name"] for t in listed["result"]["tools"]], list(server.TOOLS))
+        said = started.send(modern_call("remember", {"content": "The bundle keeps its word",
+                                                     "tags": ["bundle"]}))
+        self.assertFalse(said["result"]["isError"], said)
+        self.assertEqual(started.close(), 0)
+        started = self.start_as_desktop(folder, manifest, home, uv)
+        self.assertEqual(started.send(request("initialize", {"protocolVersion": "2025-06-18"}))
+                         ["result"]["serverInfo"]["name"], "flood-memory")
+        self.assertEqual(len(started.send(request("tools/list"))["result"]["tools"]), 5)
+        found = started.send(call("recall", {"query": "bundle word"}))
+        self.assertIn("The bundle keeps its word", json.dumps(found))
+        self.assertEqual(started.close(), 0)
+        self.assertTrue(os.path.isfile(os.path.join(home, "flood", "memory", store.DB_NAME)))
+        if uv:
+            self.assertIn("uv.lock", os.listdir(folder))  # uv ran it
+        # The bundle's folder gets uv's environment at most, none of the memory.
+        self.assertLessEqual(set(os.listdir(folder)) - shipped,
+                             {".venv", "uv.lock", "__pycache__"})
+        for where, _, files in os.walk(folder):
+            self.assertEqual([f for f in files if f.startswith(store.DB_NAME)], [], where)
+
+    def test_the_bundle_started_as_claude_desktop_would_serves_and_remembers(self):
+        self.serve_and_remember(uv=None)
+
+    def test_the_bundle_started_with_uv_serves_and_remembers(self):
+        uv = find_uv()
+        if uv is None:
+            self.skipTest("no uv here (on PATH or as python -m uv; pip install uv)")
+        self.serve_and_remember(uv)
+
+    def test_the_official_mcpb_cli_accepts_the_bundle(self):
+        mcpb = shutil.which("mcpb")
+        if mcpb is None:
+            self.skipTest("no mcpb on PATH (npm install @anthropic-ai/mcpb, and put its "
+                          "node_modules/.bin on PATH)")
+        folder, _ = self.unpacked()
+        done = subprocess.run([mcpb, "validate", os.path.join(folder, "manifest.json")],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("Manifest schema validation passes!", done.stdout)
+        done = subprocess.run([mcpb, "info", os.path.join(self.dir, setup.BUNDLE_NAME)],
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn(f"File: {setup.BUNDLE_NAME}", done.stdout)
+
+
 class PlatformTest(TempDirTest):
     """What macOS and Windows do differently, simulated here: the platform, its paths and its
     environment are given to the small functions that decide, and what the user would get
@@ -4900,6 +5183,19 @@ class PlatformTest(TempDirTest):
         self.assertEqual(setup.describe_environment(setup.bare_environment(
             "Darwin", {"HOME": "/Users/bob"})), "only HOME and PATH=/usr/bin:/bin")
 
+    def test_the_record_of_passed_tests_is_in_the_persons_cache_folder(self):
+        self.assertEqual(setup.cache_dir("Windows", self.WINDOWS_ENV),
+                         r"C:\Users\Bob\AppData\Local\flood-memory")
+        self.assertEqual(setup.cache_dir("Windows", {"USERPROFILE": r"C:\Users\Bob"}),
+                         r"C:\Users\Bob\AppData\Local\flood-memory")
+        self.assertEqual(setup.cache_dir("Darwin", {"HOME": "/Users/bob"}),
+                         "/Users/bob/Library/Caches/flood-memory")
+        self.assertEqual(setup.cache_dir("Linux", {"HOME": "/home/bob"}),
+                         "/home/bob/.cache/flood-memory")
+        self.assertEqual(setup.cache_dir("Linux", {"HOME": "/home/bob",
+                                                   "XDG_CACHE_HOME": "/var/cache/bob"}),
+                         "/var/cache/bob/flood-memory")
+
     def test_a_part_of_the_suite_ending_its_lines_with_crlf_is_counted(self):
         # Windows ends the lines a part prints with \r\n: every part counted as failed.
         for end in ("\n", "\r\n"):
@@ -4944,6 +5240,84 @@ class PlatformTest(TempDirTest):
         line = closing_line(result, "part 1 of 2: ")
         self.assertEqual(line, "part 1 of 2: 2 passed, 2 failed, 1 skipped")
         self.assertEqual(part_counts(line), (2, 2, 1))
+        # Given a file, each test's end is marked there as it ends, and the class whose
+        # set-up failed once: what run_parts counts while the parts run.
+        marks = io.StringIO()
+        suite = unittest.TestSuite([unittest.defaultTestLoader.loadTestsFromTestCase(case)
+                                    for case in (Sample, Broken)])
+        unittest.TextTestRunner(stream=io.StringIO(), resultclass=functools.partial(
+            CountingResult, progress=marks)).run(suite)
+        self.assertEqual(sorted(marks.getvalue()), ["!", ".", ".", ".", "F"])
+
+    # A part of the suite as run_parts starts it (argv: k, its marks file, a folder): it
+    # marks one test ended ("." in part 1, "F" in part 2), waits for the file release-k in
+    # the folder, marks another and ends with its closing line.
+    PART = """import os, sys, time
+k, marks, folder = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+with open(marks, "a") as f:
+    f.write(".F"[k])
+    f.flush()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(folder, f"release-{k}")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    f.write(".")
+print(f"part {k + 1} of 2: {2 - k} passed, {k} failed")
+sys.exit(k)
+"""
+
+    def run_stub_parts(self, at_terminal, words, releases):
+        """run_parts over two PART processes, its output a terminal or not, that makes the
+        files `releases` once it holds `words`."""
+        script = os.path.join(self.dir, "part.py")
+        with open(script, "w") as f:
+            f.write(self.PART)
+        folder = self.dir
+
+        class Output(io.StringIO):
+            def isatty(self):
+                return at_terminal
+
+            def write(self, text):
+                super().write(text)
+                if words in self.getvalue():
+                    for name in releases:
+                        open(os.path.join(folder, name), "a").close()
+                return len(text)
+
+        out = Output()
+        status = run_parts(2, lambda k, marks: [sys.executable, script, str(k), marks, folder],
+                           total=4, out=out, tick=0.02)
+        return status, out.getvalue()
+
+    def test_the_suite_shows_tests_done_and_failed_at_a_terminal_while_it_runs(self):
+        # For 90 s setup.py showed one line saying the output would follow.
+        status, text = self.run_stub_parts(True, "2 of 4 tests done, 1 failed",
+                                           ["release-0", "release-1"])
+        self.assertEqual(status, 1)
+        drawn = re.findall(r"\r(\d+) of 4 tests done, (\d+) failed, \d+ s", text)
+        done = [int(n) for n, _ in drawn]
+        self.assertEqual(done, sorted(done))
+        self.assertIn(("2", "1"), drawn)
+        self.assertEqual(drawn[-1], ("4", "1"))
+        lines = text.split("\n")
+        self.assertRegex(lines[1], r"\r4 of 4 tests done, 1 failed, \d+ s$")
+        self.assertEqual(lines[2:], ["part 1 of 2: 2 passed, 0 failed",
+                                     "part 2 of 2: 1 passed, 1 failed", "3 passed, 1 failed", ""])
+        self.assertNotIn("ended after", text)
+
+    def test_the_suite_says_each_part_as_it_ends_when_not_at_a_terminal(self):
+        open(os.path.join(self.dir, "release-0"), "w").close()
+        # Part 2 ends only once the line of part 1 has been written.
+        status, text = self.run_stub_parts(False, "part 1 of 2 ended", ["release-1"])
+        self.assertEqual(status, 1)
+        lines = text.splitlines()
+        self.assertEqual(lines[0], "Running 4 tests in 2 processes; their output follows once "
+                                   "all have ended.")
+        self.assertRegex(lines[1], r"^part 1 of 2 ended after \d+ s: 2 passed, 0 failed$")
+        self.assertRegex(lines[2], r"^part 2 of 2 ended after \d+ s: 1 passed, 1 failed$")
+        self.assertEqual(lines[3:], ["part 1 of 2: 2 passed, 0 failed",
+                                     "part 2 of 2: 1 passed, 1 failed", "3 passed, 1 failed"])
+        self.assertNotIn("\r", text)
 
 
 # ----------------------------------------------------------------------------- replies
@@ -10451,11 +10825,37 @@ def each_test(suite):
 
 class CountingResult(unittest.TextTestResult):
     """A TextTestResult that knows which tests ran, so that a test is counted once however
-    many of its subtests fail (each failing subtest is an entry of `failures`)."""
+    many of its subtests fail (each failing subtest is an entry of `failures`). Given a
+    `progress` file, it writes a mark there as each test ends ("." or "F", failed) and "!" for
+    a failure outside any test (a class's set-up): what run_parts counts while parts run."""
+
+    def __init__(self, *args, progress=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.progress = progress
+        self.problems = None
 
     def startTest(self, test):
         super().startTest(test)
         self.started = getattr(self, "started", set()) | {test.id()}
+        self.problems = self.count_problems()
+
+    def stopTest(self, test):
+        super().stopTest(test)
+        self.mark("F" if self.count_problems() > self.problems else ".")
+        self.problems = None
+
+    def addError(self, test, err):
+        super().addError(test, err)
+        if self.problems is None:
+            self.mark("!")
+
+    def count_problems(self):
+        return len(self.failures) + len(self.errors) + len(self.unexpectedSuccesses)
+
+    def mark(self, mark):
+        if self.progress:
+            self.progress.write(mark)
+            self.progress.flush()
 
 
 def closing_line(result, part=""):
@@ -10469,8 +10869,7 @@ def closing_line(result, part=""):
     skipped = {test.id() for test, _ in result.skipped if not hasattr(test, "test_case")}
     skipped -= failed
     passed = getattr(result, "started", set()) - failed - skipped
-    return f"{part}{len(passed)} passed, {len(failed)} failed" + (
-        f", {len(skipped)} skipped" if skipped else "")
+    return part + closing_words(len(passed), len(failed), len(skipped))
 
 
 def part_counts(text):
@@ -10479,42 +10878,94 @@ def part_counts(text):
     return tuple(int(n or 0) for n in found[-1]) if found else None
 
 
-def run_part(k, n):
-    """Run every test whose index is k modulo n."""
+def run_part(k, n, progress=None):
+    """Run every test whose index is k modulo n, marking each test's end in the file at
+    `progress` if given."""
     tests = unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])
     chosen = unittest.TestSuite(t for i, t in enumerate(each_test(tests)) if i % n == k)
-    return unittest.TextTestRunner(verbosity=1, resultclass=CountingResult).run(chosen)
+    with open(progress, "a") if progress else contextlib.nullcontext() as marks:
+        result = functools.partial(CountingResult, progress=marks)
+        return unittest.TextTestRunner(verbosity=1, resultclass=result).run(chosen)
 
 
-def run_parts(jobs):
-    """The whole suite in `jobs` processes; their output in turn, then one closing line."""
-    print(f"Running the tests in {jobs} processes; their output follows once all have ended.",
-          flush=True)
-    outputs = [tempfile.TemporaryFile() for _ in range(jobs)]
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), "--part",
-                               f"{k}/{jobs}"], stdout=out, stderr=subprocess.STDOUT)
-             for k, out in enumerate(outputs)]
-    try:
-        for proc in procs:
-            proc.wait()
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()
+def count_tests():
+    return sum(1 for _ in each_test(
+        unittest.defaultTestLoader.loadTestsFromModule(sys.modules[__name__])))
+
+
+def run_parts(jobs, command=None, total=None, out=None, tick=0.25):
+    """The whole suite in `jobs` processes, `command(k, progress)` starting part k (test.py
+    --part k/jobs PROGRESS). While they run: at a terminal, one line redrawn every `tick`
+    seconds with the tests done of `total`, the failures so far and the seconds gone; else
+    a line per part as it ends. Then their output in turn, and one closing line."""
+    out = out or sys.stdout
+    total = count_tests() if total is None else total
+    command = command or (lambda k, progress: [sys.executable, os.path.abspath(__file__),
+                                               "--part", f"{k}/{jobs}", progress])
+    at_terminal = out.isatty()
+    print(f"Running {total} tests in {jobs} processes; their output follows once all have "
+          f"ended.", file=out, flush=True)
+    begun = time.monotonic()
+    with tempfile.TemporaryDirectory() as folder:
+        marks = [os.path.join(folder, f"part-{k}") for k in range(jobs)]
+        outputs = [tempfile.TemporaryFile() for _ in range(jobs)]
+        procs = [subprocess.Popen(command(k, marks[k]), stdout=output, stderr=subprocess.STDOUT)
+                 for k, output in enumerate(outputs)]
+        texts = [None] * jobs
+        try:
+            while None in texts:
+                for k, (proc, output) in enumerate(zip(procs, outputs)):
+                    if texts[k] is None and proc.poll() is not None:
+                        output.seek(0)
+                        texts[k] = output.read().decode(errors="replace")
+                        if not at_terminal:
+                            counts = part_counts(texts[k])
+                            said = (closing_words(*counts) if counts and proc.returncode in (0, 1)
+                                    else f"no result (exit status {proc.returncode})")
+                            print(f"part {k + 1} of {jobs} ended after "
+                                  f"{time.monotonic() - begun:.0f} s: {said}", file=out,
+                                  flush=True)
+                if at_terminal:
+                    done = "".join(read_marks(path) for path in marks)
+                    print(f"\r{len(done) - done.count('!')} of {total} tests done, "
+                          f"{len(done) - done.count('.')} failed, "
+                          f"{time.monotonic() - begun:.0f} s", end="", file=out, flush=True)
+                if None in texts:
+                    time.sleep(tick)
+            if at_terminal:
+                print(file=out)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            for output in outputs:
+                output.close()
     passed = failed = skipped = 0
-    for k, (proc, out) in enumerate(zip(procs, outputs)):
-        out.seek(0)
-        text = out.read().decode(errors="replace")
-        out.close()
-        sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+    for k, (proc, text) in enumerate(zip(procs, texts)):
+        out.write(text if text.endswith("\n") or not text else text + "\n")
         counts = part_counts(text)
         if counts and proc.returncode in (0, 1):
             passed, failed, skipped = (a + b for a, b in zip((passed, failed, skipped), counts))
         else:
-            print(f"part {k + 1} of {jobs} ended without a result (exit status {proc.returncode})")
+            print(f"part {k + 1} of {jobs} ended without a result (exit status "
+                  f"{proc.returncode})", file=out)
             failed += 1
-    print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+    print(closing_words(passed, failed, skipped), file=out, flush=True)
     return 0 if failed == 0 and passed else 1
+
+
+def read_marks(path):
+    """The marks a part has written so far ("" before it has begun)."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def closing_words(passed, failed, skipped=0):
+    return f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else "")
 
 
 # ----------------------------------------------------------------------------- replication
@@ -11025,7 +11476,7 @@ def main(argv=None):
     part = ""
     if argv[1:2] == ["--part"]:
         k, n = map(int, argv[2].split("/"))
-        result = run_part(k, n)
+        result = run_part(k, n, *argv[3:4])
         part = f"part {k + 1} of {n}: "
     else:
         runner = unittest.TextTestRunner(verbosity=1, resultclass=CountingResult)
