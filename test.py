@@ -10727,6 +10727,97 @@ def relevance(argv):
     return 0
 
 
+# python3 test.py awm FILE... [--sizes 25,50,100] [--set NAME=VALUE]: recall on memories as
+# assistants write them (../shared/eval/awm: short tagged notes about one person over months,
+# and questions in the person's words, "asked", and as a model would pass them, "query"), in
+# this process: each persona loaded with its times, each question asked with limit 10, plain
+# FTS5 (the question's words OR-ed, bm25) beside it; then young stores, each persona's first N
+# memories and the questions they answer. "current first": the newest answer ranks above every
+# superseded one (a question's "stale" memories).
+
+def awm(argv):
+    parser = argparse.ArgumentParser(prog="python3 test.py awm",
+                                     description="recall@5/@10 on assistant-written memories "
+                                                 "(see the section's comment)")
+    parser.add_argument("files", nargs="+", help="persona files, ../shared/eval/awm/*.json")
+    parser.add_argument("--sizes", default="", help="young stores: first N memories, as N,N")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="a ranking constant of store.py for this run (repeatable)")
+    args = parser.parse_args(argv)
+    personas = []
+    for name in args.files:
+        try:
+            with open(name, encoding="utf-8") as f:
+                personas.append(json.load(f))
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"cannot read {name}: {exc}") from None
+    with contextlib.ExitStack() as stack:
+        for name, value in ranking_settings(args.set).items():
+            stack.enter_context(unittest.mock.patch.object(store, name, value))
+        for size in [int(n) for n in args.sizes.split(",") if n] + [None]:
+            rows = [row for p in personas for row in awm_rows(p, size)]
+            label = f"first {size} memories" if size else "whole stores"
+            print(f"awm: {label}, {len(rows) // 2} questions asked two ways, limit 10")
+            print(f"  {'':16} {'n':>4} {'recall@5':>9} {'recall@10':>9} {'current first':>14}"
+                  f"   {'plain r@10':>10} {'current first':>14}")
+            for field in ("asked", "query"):
+                for kind in sorted({r[1] for r in rows}) + [None]:
+                    chosen = [r for r in rows if r[0] == field and kind in (None, r[1])]
+                    mean = [sum(c) / len(chosen) for c in list(zip(*chosen))[2:5]]
+                    first = [[r[k] for r in chosen if r[k] is not None] for k in (5, 6)]
+                    cf = ["%14.3f" % (sum(f) / len(f)) if f else " " * 14 for f in first]
+                    print(f"  {field + ' ' + (kind or 'all'):16} {len(chosen):4} {mean[0]:9.3f} "
+                          f"{mean[1]:9.3f} {cf[0]}   {mean[2]:10.3f} {cf[1]}")
+    return 0
+
+
+def awm_rows(persona, size=None):
+    """[(field, kind, recall@5, recall@10, plain FTS5's recall@10, current first, plain's)]
+    of every question of `persona` (its first `size` memories and the questions they answer)
+    asked both ways."""
+    memories = sorted(persona["memories"], key=lambda m: m["created_at"])[:size]
+    ids = {m["key"]: str(uuid.uuid5(uuid.NAMESPACE_URL, m["key"])) for m in memories}
+    key_of = {i: k for k, i in ids.items()}
+    work = tempfile.mkdtemp(prefix="flood-awm-")
+    s = Store(os.path.join(work, store.DB_NAME))
+    plain = sqlite3.connect(":memory:")
+    try:
+        s.load([{"id": ids[m["key"]], "content": m["content"], "tags": m.get("tags", []),
+                 "created_at": m["created_at"]} for m in memories])
+        plain.execute("CREATE VIRTUAL TABLE p USING fts5(content, key UNINDEXED, "
+                      "tokenize='porter')")
+        plain.executemany("INSERT INTO p VALUES (?, ?)", [(m["content"], m["key"]) for m in memories])
+        rows = []
+        for q in persona["questions"]:
+            if not set(q["gold"]) <= set(ids):
+                continue
+            for field in ("asked", "query"):
+                ours = [key_of[n["id"]] for n in s.search(q[field], limit=10, count=False)]
+                words = query_words(q[field])
+                theirs = [k for (k,) in plain.execute(
+                    "SELECT key FROM p WHERE p MATCH ? ORDER BY rank LIMIT 10",
+                    (store.fts_query(words),))] if words else []
+                rows.append((field, q["kind"], *(len(set(ours[:k]) & set(q["gold"])) /
+                                                 len(q["gold"]) for k in (5, 10)),
+                             len(set(theirs) & set(q["gold"])) / len(q["gold"]),
+                             *(newest_first(r, q) for r in (ours, theirs))))
+        return rows
+    finally:
+        plain.close()
+        s.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def newest_first(ranked, question):
+    """For a question about something that changed: whether one of its answers ranks above
+    every superseded memory found (None for other questions)."""
+    stale = [k for k in question.get("stale", []) if k in ranked]
+    if question["kind"] != "current" or not question.get("stale"):
+        return None
+    found = [ranked.index(k) for k in question["gold"] if k in ranked]
+    return bool(found) and all(min(found) < ranked.index(k) for k in stale)
+
+
 def hint_agreement(samples, facts):
     """Store the samples' memories one by one, and before each is stored ask the near-duplicate
     hint about it (Store._near, then store._similar) with NEAR_PROBES words and with every
@@ -11462,6 +11553,8 @@ def main(argv=None):
         return bench(argv[2:])
     if argv[1:2] == ["relevance"]:
         return relevance(argv[2:])
+    if argv[1:2] == ["awm"]:
+        return awm(argv[2:])
     if argv[1:2] == ["replication"]:
         return replication(argv[2:])
     if argv[1:2] == ["clients"]:
