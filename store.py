@@ -1692,6 +1692,12 @@ def _tag_terms(tag):
     return frozenset(stems([w for w in tokenize(tag) if not w.isdigit()]))
 
 
+@functools.lru_cache(maxsize=4096)
+def _labels(tags_json):
+    """The terms of each tag of a tags column value (_tag_terms)."""
+    return tuple(map(_tag_terms, _strings(tags_json)))
+
+
 def _moment(text):
     """The datetime of a stored time, or None if it is not one (another program wrote it)."""
     try:
@@ -1814,7 +1820,7 @@ class Search:
         `window`); each memory is read once per search."""
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
-        read = []
+        read, cased = [], not self.question.names  # how words are written tells names (_names)
         for rowid, content, tagged, created, size in _select_in(
                 self.db, "SELECT n.rowid, CAST(n.content AS TEXT), CAST(n.tags AS TEXT), "
                 "CAST(n.created_at AS TEXT), d.sz FROM nodes n LEFT JOIN nodes_fts_docsize d "
@@ -1822,19 +1828,22 @@ class Search:
             if not content.isascii():
                 words = [w for w in tokenize(content) if w.startswith(prefixes)]
             else:
-                lowered, words = content.lower(), []
+                lowered, words = content.lower(), ()
                 if self.ascii_words and any(p in lowered for p in prefixes):
-                    for found in self.ascii_words.finditer(lowered):
-                        words.append(found[0])
-                        self._note_case(found[0], content, found.start())
+                    words = self.ascii_words.findall(lowered)
+                    if cased:
+                        for found in self.ascii_words.finditer(lowered):
+                            self._note_case(found[0], content, found.start())
             read.append((rowid, words, _varint(size)[0] if size else 0, tagged or "[]",
                          created, "?" in content))
         found = iter(stems([w for row in read for w in row[1]]))  # new words asked together
+        wanted = set(terms)
         for rowid, words, length, tagged, *rest in read:
             counted = collections.Counter(itertools.islice(found, len(words)))
-            labels = [_tag_terms(tag) for tag in _strings(tagged)]
+            labels = _labels(tagged)
             for label in labels:
-                counted.update(dict.fromkeys(label & set(terms), TAG_WEIGHT))
+                for term in label & wanted if not label.isdisjoint(wanted) else ():
+                    counted[term] += TAG_WEIGHT
             known[rowid] = Features([counted[t] for t in terms],
                                     length + TAG_WEIGHT * sum(map(len, labels)), tagged, *rest)
         return {r: known[r] for r in rowids if r in known and
@@ -1967,7 +1976,7 @@ class Search:
         best = heapq.nsmallest(SUPERSEDED, scores, key=lambda r: (-scores[r], r))
         contents = self._contents(best)
         terms = {r: set(stems(list(_distinctive(tokenize(contents[r]))))).union(
-            *map(_tag_terms, _strings(features[r].tags))) for r in best}
+            *_labels(features[r].tags)) for r in best}
         moments = {r: _moment(features[r].created) for r in best}
         best = sorted((r for r in best if moments[r]), key=moments.get)
         for i, newer in enumerate(best):
