@@ -47,6 +47,7 @@ MAX_CONNECTIONS = 256       # open at once, fewer if the descriptor limit asks (
 LINGER = 1.0                # seconds a connection refused unread stays open to its client...
 LINGER_MAX = 16             # ...for at most this many such connections (see linger)
 SHUTDOWN_GRACE = 10.0       # seconds in-flight requests get to finish on SIGTERM
+POLL_INTERVAL = 0.1         # seconds between serve_forever's looks at whether to stop
 # Revision assumed for a request without an MCP-Protocol-Version header (transport spec).
 HEADERLESS_VERSION = "2025-03-26"
 
@@ -659,7 +660,7 @@ class RemoteServer(ThreadingHTTPServer):
 
     def service_actions(self):
         """Close the connections lingering (see linger) whose time is up (serve_forever
-        calls this between two connections, and at least every half second)."""
+        calls this between two connections, and at least every POLL_INTERVAL)."""
         now = time.monotonic()
         with self._open_lock:
             due = []
@@ -799,7 +800,7 @@ def main(argv=None):
     for signum in (*stop_signals(), signal.SIGINT):
         signal.signal(signum, stop)
     try:
-        httpd.serve_forever()
+        httpd.serve_forever(POLL_INTERVAL)
     finally:
         drained = httpd.drain(SHUTDOWN_GRACE)
         httpd.server_close()
@@ -810,6 +811,7 @@ def main(argv=None):
             # was committed is safe in the log, and the next start reads it back.
             log.warning("requests still in flight after %g s; stopping without waiting for "
                         "them", SHUTDOWN_GRACE)
+        log.info("stopped")
     return 0
 
 

@@ -5680,10 +5680,12 @@ class RemoteTest(StoreTestCase):
         self.assertTrue(wait_for_port(port, proc), proc.stderr.read() if proc.poll() else "")
         self.port = port
         self.assertEqual(self.post(call("remember", {"content": "kept"}))[0], 200)
-        ask_to_stop(proc)
+        ask_to_stop(proc)  # its connection still open, idle
         out, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 0, err)
         self.assertNotIn(b"Traceback", err)
+        # The log says it stopped (it ended at "stopping: letting requests in flight finish").
+        self.assertEqual(err.splitlines()[-1], b"flood-memory: INFO: stopped")
         data = os.path.join(self.dir, "remote")
         self.assertFalse(os.path.exists(os.path.join(data, store.DB_NAME + "-wal")),
                          "the database was not closed")
