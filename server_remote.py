@@ -41,13 +41,13 @@ MCP_PATH = "/mcp"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
 REQUEST_TIMEOUT = 30.0      # seconds a client may take to send one request, headers and body
-HEADER_TIMEOUT = 5.0        # ...of which its request line and headers this many...
-ARRIVING_GRACE = 1.0        # ...and after this many, a new connection may take its slot
+HEADER_TIMEOUT = 5.0        # ...of which its request line and headers this many
 MAX_HEADER_BYTES = 32_768   # the request line and headers together
 MAX_CONNECTIONS = 256       # open at once, fewer if the descriptor limit asks (see main)
-LINGER = 1.0                # seconds a connection refused with 503 stays open to its client...
-LINGER_MAX = 16             # ...for at most this many such connections (see process_request)
+LINGER = 1.0                # seconds a connection refused unread stays open to its client...
+LINGER_MAX = 16             # ...for at most this many such connections (see linger)
 SHUTDOWN_GRACE = 10.0       # seconds in-flight requests get to finish on SIGTERM
+POLL_INTERVAL = 0.1         # seconds between serve_forever's looks at whether to stop
 # Revision assumed for a request without an MCP-Protocol-Version header (transport spec).
 HEADERLESS_VERSION = "2025-03-26"
 
@@ -233,7 +233,7 @@ class Handler(BaseHTTPRequestHandler):
         self._raw_rfile = self.rfile
 
     def handle_one_request(self):
-        self.server.arriving(self.connection)
+        self.server.evictable(self.connection)
         self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.header_timeout,
                                MAX_HEADER_BYTES)
         try:
@@ -247,9 +247,8 @@ class Handler(BaseHTTPRequestHandler):
 
     def parse_request(self):
         """http.server's parsing of the request line and headers; once they are in, the
-        connection is no longer arriving, and the body has until the request's deadline."""
+        body has until the request's deadline."""
         parsed = super().parse_request()
-        self.server.arrived(self.connection)
         self.rfile.extend(self.server.request_timeout)
         return parsed
 
@@ -257,6 +256,7 @@ class Handler(BaseHTTPRequestHandler):
         """http.server's own refusals (a malformed request line, a header too long, an
         unknown method) as JSON with the CORS headers, like every other error here."""
         self.close_connection = True
+        self.server.refused(self.connection)
         if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
             # No request line parsed yet, or one too broken to tell: answer in HTTP/1.0.
             self.request_version = "HTTP/1.0"
@@ -285,11 +285,13 @@ class Handler(BaseHTTPRequestHandler):
         if body:
             self.wfile.write(body)
 
-    def refuse(self, status, message, headers=(), *, drain=True):
-        """An error response with a JSON-RPC error body; the unread body is drained or the
-        connection closed, so the next request on it starts clean."""
-        if not drain or not self._drain():
-            self.close_connection = True
+    def refuse(self, status, message, headers=()):
+        """An error response with a JSON-RPC error body, then the connection closed. What is
+        left of the request is never read: a client refused costs a reply, not the time it
+        takes to send a body (headers promising 1,000,000 bytes that never came kept their
+        slot 30 s, until the token holder got 503)."""
+        self.close_connection = True
+        self.server.refused(self.connection)
         body = encode(rpc_error(None, TRANSPORT_ERROR, message, modern=self.modern_header()))
         self.send(status, body, headers=headers)
 
@@ -300,20 +302,6 @@ class Handler(BaseHTTPRequestHandler):
     def modern_header(self):
         """Whether a header names 2026-07-28: all a refusal before the body can go by."""
         return any(v in MODERN_VERSIONS for v in self.versions())
-
-    def _drain(self):
-        """Read and drop a body small enough to read; False if it should not be read."""
-        length = self._length()
-        if length is None:
-            return False
-        if length > self.server.max_body:
-            return False
-        while length > 0:
-            chunk = self.rfile.read(min(length, 65536))
-            if not chunk:
-                return False
-            length -= len(chunk)
-        return True
 
     def _length(self):
         """The body's length: 0 when none is given, None when it is not plain and single."""
@@ -342,6 +330,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self.on_mcp_path() or not self.well_formed() or not self.origin_allowed() or \
                 not self.authorized():
             return
+        self.server.in_service(self.connection)
         body = self.read_body()
         if body is None:
             return
@@ -441,8 +430,7 @@ class Handler(BaseHTTPRequestHandler):
                 name.strip() == name and " " not in name for name in self.headers.keys()):
             return True
         self.refuse(HTTPStatus.BAD_REQUEST, "malformed header: a header line must be "
-                                            "Name: value, with no space before the colon",
-                    drain=False)
+                                            "Name: value, with no space before the colon")
         return False
 
     def origin_allowed(self):
@@ -488,8 +476,7 @@ class Handler(BaseHTTPRequestHandler):
     def read_body(self):
         """The request body, or None after refusing the request."""
         if "Content-Length" not in self.headers:  # chunked bodies are not taken either
-            self.refuse(HTTPStatus.LENGTH_REQUIRED, "the request needs a Content-Length header",
-                        drain=False)
+            self.refuse(HTTPStatus.LENGTH_REQUIRED, "the request needs a Content-Length header")
             return None
         length = self._length()
         if length is None:
@@ -497,12 +484,11 @@ class Handler(BaseHTTPRequestHandler):
             # request in it (request smuggling): refuse, and close the connection.
             self.refuse(HTTPStatus.BAD_REQUEST, "the request must give its length as one "
                                                 "Content-Length header, a whole number of "
-                                                "bytes, and no Transfer-Encoding", drain=False)
+                                                "bytes, and no Transfer-Encoding")
             return None
         if length > self.server.max_body:
             self.refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
-                        f"the body is {length} bytes; the limit is {self.server.max_body}",
-                        drain=False)
+                        f"the body is {length} bytes; the limit is {self.server.max_body}")
             return None
         chunks = []
         while length > 0:
@@ -554,14 +540,14 @@ class RemoteServer(ThreadingHTTPServer):
         self._busy = 0
         self._stopping = False
         self._idle = threading.Condition()
-        self._open_lock = threading.Lock()  # guards the two fields below
+        self._open_lock = threading.Lock()  # guards the four fields below
         self._open = 0                  # connections with a thread of their own
-        # Those of them yet to send a request's line and headers, oldest first, with when
-        # they began: past half of max_connections, a new connection closes the oldest of
-        # them if it has waited ARRIVING_GRACE, so that clients that never send them (260
-        # idle sockets locked a token holder out) cannot keep anyone else out.
-        self._arriving = collections.OrderedDict()
-        self._lingering = collections.deque()  # (when to close, connection) refused with 503
+        # Those of them serving no request that passed the token check, the longest so
+        # first: when every slot is taken, a new connection closes the first of them and
+        # takes its slot (see process_request).
+        self._evictable = collections.OrderedDict()
+        self._refused = set()  # those whose thread refused a request unread (see linger)
+        self._lingering = collections.deque()  # (when to close, connection) (see linger)
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
         super().__init__(address, Handler)
@@ -601,32 +587,37 @@ class RemoteServer(ThreadingHTTPServer):
                 time.sleep(0.1)
             raise
 
-    def arriving(self, connection):
-        """The connection waits for a request's line and headers (see _arriving)."""
+    def evictable(self, connection):
+        """The connection serves no request that passed the token check (see _evictable)."""
         with self._open_lock:
-            self._arriving.setdefault(connection, time.monotonic())
+            self._evictable.setdefault(connection, None)
 
-    def arrived(self, connection):
+    def in_service(self, connection):
+        """The connection serves a request that passed the token check: it keeps its slot."""
         with self._open_lock:
-            self._arriving.pop(connection, None)
+            self._evictable.pop(connection, None)
+
+    def refused(self, connection):
+        """The connection's thread refused a request unread: linger when it is done."""
+        with self._open_lock:
+            self._refused.add(connection)
 
     def process_request(self, request, client_address):
-        """Serve the connection in a thread, or, past max_connections at once, answer 503 at
-        once: slow clients holding many connections must not starve the process of file
-        descriptors (about 1,000 did at ulimit -n 1024). A new connection that finds half
-        the slots held by connections still to send their headers closes the oldest of
-        them, if it has waited ARRIVING_GRACE: a client that sends its request at once gets
-        in, whatever else is open."""
+        """Serve the connection in a thread. Past max_connections at once (slow clients
+        holding many connections must not starve the process of file descriptors: about
+        1,000 did at ulimit -n 1024), a new connection closes the one that has served no
+        request passing the token check for longest and takes its slot, so that clients
+        without the token cannot keep its holder out, whatever state they hold their
+        connections in; only when every slot serves the token holder is it answered 503."""
         evicted = None
         with self._open_lock:
-            now = time.monotonic()
-            if self._arriving and len(self._arriving) >= self.max_connections // 2 and \
-                    now - next(iter(self._arriving.values())) >= ARRIVING_GRACE:
-                evicted, _ = self._arriving.popitem(last=False)
-            full = evicted is None and self._open >= self.max_connections
+            full = self._open >= self.max_connections
+            if full and self._evictable:
+                evicted, _ = self._evictable.popitem(last=False)
+                full = False
             if not full:
                 self._open += 1
-                self._arriving[request] = now
+                self._evictable[request] = None
         if evicted is not None:
             with contextlib.suppress(OSError):
                 evicted.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
@@ -640,30 +631,50 @@ class RemoteServer(ThreadingHTTPServer):
                             "".join(f"{k}: {v}\r\n" for k, v in CORS_HEADERS.items()).encode() +
                             b"Content-Type: application/json\r\nContent-Length: %d\r\n"
                             b"Connection: close\r\n\r\n%s" % (len(body), body))
-            # The request is answered unread. Closed now, with its body still arriving, the
-            # connection would be reset, and a client still sending (http.client sends the
-            # body after the headers) gets a broken pipe instead of the 503 (7 of 20 runs of
-            # the descriptor test on a busy machine). So the reply ends here, and the
-            # connection is closed LINGER later, when the client has read it.
+        self.linger(request)
+
+    def shutdown_request(self, request):
+        """Close a connection its thread is done with: at once, or later if it refused."""
+        with self._open_lock:
+            refused = request in self._refused
+            self._refused.discard(request)
+        if refused:
+            self.linger(request)
+        else:
+            super().shutdown_request(request)
+
+    def linger(self, request):
+        """End the reply to a request refused unread, and close the connection LINGER later,
+        when the client has read the reply. Closed now, with the request still arriving, the
+        connection would be reset, and a client still sending (http.client sends the body
+        after the headers) gets a broken pipe instead of the reply (7 of 20 runs of the
+        descriptor test on a busy machine). At most LINGER_MAX linger at once."""
+        with contextlib.suppress(OSError):
             request.shutdown(socket.SHUT_WR)
-            self.service_actions()
-            if len(self._lingering) == LINGER_MAX:  # the oldest has had the most time
-                self.close_request(self._lingering.popleft()[1])
+        self.service_actions()
+        with self._open_lock:
             self._lingering.append((time.monotonic() + LINGER, request))
-            return
-        self.shutdown_request(request)
+            oldest = self._lingering.popleft()[1] if len(self._lingering) > LINGER_MAX else None
+        if oldest is not None:  # the oldest has had the most time
+            self.close_request(oldest)
 
     def service_actions(self):
-        """Close the connections refused with 503 whose time is up (serve_forever calls this
-        between two connections, and at least every half second)."""
+        """Close the connections lingering (see linger) whose time is up (serve_forever
+        calls this between two connections, and at least every POLL_INTERVAL)."""
         now = time.monotonic()
-        while self._lingering and self._lingering[0][0] <= now:
-            self.close_request(self._lingering.popleft()[1])
+        with self._open_lock:
+            due = []
+            while self._lingering and self._lingering[0][0] <= now:
+                due.append(self._lingering.popleft()[1])
+        for request in due:
+            self.close_request(request)
 
     def server_close(self):
         super().server_close()
-        while self._lingering:
-            self.close_request(self._lingering.popleft()[1])
+        with self._open_lock:
+            lingering, self._lingering = self._lingering, collections.deque()
+        for _, request in lingering:
+            self.close_request(request)
 
     def process_request_thread(self, request, client_address):
         try:
@@ -671,7 +682,7 @@ class RemoteServer(ThreadingHTTPServer):
         finally:
             with self._open_lock:
                 self._open -= 1
-                self._arriving.pop(request, None)
+                self._evictable.pop(request, None)
             self.store.close_thread()
 
     def handle_error(self, request, client_address):
@@ -789,7 +800,7 @@ def main(argv=None):
     for signum in (*stop_signals(), signal.SIGINT):
         signal.signal(signum, stop)
     try:
-        httpd.serve_forever()
+        httpd.serve_forever(POLL_INTERVAL)
     finally:
         drained = httpd.drain(SHUTDOWN_GRACE)
         httpd.server_close()
@@ -800,6 +811,7 @@ def main(argv=None):
             # was committed is safe in the log, and the next start reads it back.
             log.warning("requests still in flight after %g s; stopping without waiting for "
                         "them", SHUTDOWN_GRACE)
+        log.info("stopped")
     return 0
 
 

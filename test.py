@@ -5918,8 +5918,8 @@ class RemoteTest(StoreTestCase):
     def test_clients_that_never_send_their_headers_do_not_lock_out_one_that_does(self):
         # 260 sockets that sent only "POST /mcp HTTP/1.1" filled every slot, each for the 30 s
         # of a request's deadline, and the token holder got 503 for as long as they came
-        # back. Past half the slots, one that has waited ARRIVING_GRACE for its headers
-        # gives way to a new connection; and all have HEADER_TIMEOUT to send them.
+        # back. When every slot is taken, the one that has served no token holder longest
+        # gives way to a new connection; and all have HEADER_TIMEOUT to send their headers.
         self.start(max_connections=8, header_timeout=60)
         served = self.being_served()  # a request in service keeps its slot
         idle = []
@@ -5928,7 +5928,7 @@ class RemoteTest(StoreTestCase):
             self.addCleanup(sock.close)
             sock.sendall(b"POST /mcp HTTP/1.1\r\n")
             idle.append(sock)
-        time.sleep(server_remote.ARRIVING_GRACE + 0.2)
+        time.sleep(0.2)  # each has reached its state
         for _ in range(3):  # each takes the slot of the oldest, and is answered
             self.assertEqual(self.rpc(request("ping"))["result"], {})
         closed = 0
@@ -5939,6 +5939,57 @@ class RemoteTest(StoreTestCase):
         self.assertEqual(closed, 3)
         served.sendall(b"x" * 100)  # its body, at last: still served
         self.assertIn(b"HTTP/1.1 400", served.recv(200))  # (the body is not JSON)
+
+    def test_a_refusal_reads_no_body_and_closes_the_connection(self):
+        # refuse() read the body first: headers promising 1,000,000 bytes that never came got
+        # their 401 at the request's deadline, 30 s later, holding a slot meanwhile (issue 52).
+        auth = b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+        for head, status in ((b"POST /mcp HTTP/1.1\r\n", 401),
+                             (b"POST /mcp HTTP/1.1\r\nAuthorization: Bearer wrong\r\n", 401),
+                             (b"POST /not-mcp HTTP/1.1\r\n", 404),
+                             (b"GET /mcp HTTP/1.1\r\n" + auth, 405)):
+            with self.subTest(status=status):
+                got, headers, _ = self.raw_reply(head + b"Host: x\r\nContent-Length: 1000000"
+                                                        b"\r\n\r\n")
+                self.assertEqual((got, headers["connection"]), (status, "close"))
+        # A client still sending its body reads the reply all the same: the connection is not
+        # closed under it (a send after the close is a broken pipe), but after LINGER.
+        with socket.create_connection(("127.0.0.1", self.port), timeout=10) as sock:
+            sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n")
+            for _ in range(3):
+                time.sleep(0.2)
+                sock.sendall(b"{" * 1000)
+            self.assertTrue(sock.recv(100).startswith(b"HTTP/1.1 401"))
+
+    def test_connections_without_the_token_cannot_keep_its_holder_out_in_any_state(self):
+        # 300 connections that sent headers without the token, and no body, answered the token
+        # holder 503 until they closed (issue 52). Every connection that serves no token
+        # holder's request may give its slot to a new one, whatever it is doing.
+        promise = b"Host: x\r\nContent-Length: 1000000\r\n\r\n"
+        states = (b"",  # connected, nothing sent
+                  b"POST /mcp HTTP/1.1\r\n",  # its headers under way
+                  b"POST /mcp HTTP/1.1\r\n" + promise,  # its headers sent, no token
+                  b"POST /mcp HTTP/1.1\r\nAuthorization: Bearer wrong\r\n" + promise + b"{",
+                  b"POST /not-mcp HTTP/1.1\r\n" + promise,
+                  b"GET /mcp HTTP/1.1\r\n" + promise,
+                  b"OPTIONS /mcp HTTP/1.1\r\nHost: x\r\n\r\n",  # answered, kept alive
+                  # Answered without end, its replies never read: the server waits to write.
+                  b"OPTIONS /mcp HTTP/1.1\r\nHost: x\r\n\r\n" * 30_000)
+        self.small_send_buffers()
+        for data in states:
+            with self.subTest(state=data[:60]):
+                self.start(max_connections=4)
+                for _ in range(6):  # every slot
+                    sock = socket.socket()
+                    self.addCleanup(sock.close)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    sock.settimeout(1)
+                    sock.connect(("127.0.0.1", self.port))
+                    with contextlib.suppress(TimeoutError):
+                        sock.sendall(data)
+                time.sleep(0.3)  # each has reached its state
+                self.assertEqual(self.rpc(request("tools/list"))["result"]["tools"][0]["name"],
+                                 "remember")
 
     def test_headers_must_arrive_within_their_deadline_the_body_within_the_requests(self):
         self.start(header_timeout=0.3, request_timeout=10)
@@ -6019,15 +6070,7 @@ class RemoteTest(StoreTestCase):
         # Shutdown waits for requests in flight (up to its grace); a reply to committed
         # writes that was cut off would make the client retry them. Small socket buffers on
         # both sides keep the reply from all waiting in the kernel.
-        setup = server_remote.Handler.setup
-
-        def small_buffers(handler):
-            setup(handler)
-            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-
-        patch = unittest.mock.patch.object(server_remote.Handler, "setup", small_buffers)
-        patch.start()
-        self.addCleanup(patch.stop)
+        self.small_send_buffers()
         self.start()
         text = "filler words " * 1000
         for i in range(12):
@@ -6053,6 +6096,19 @@ class RemoteTest(StoreTestCase):
         self.assertTrue(self.httpd.drain(5))  # sent: the shutdown may go on
         payload = reply.partition(b"\r\n\r\n")[2]
         self.assertEqual(len(json.loads(payload)), server.MAX_BATCH)
+
+    def small_send_buffers(self):
+        """Servers started from now on send through small socket buffers, so that what a
+        client does not read soon leaves the server waiting to write."""
+        setup = server_remote.Handler.setup
+
+        def small_buffers(handler):
+            setup(handler)
+            handler.connection.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+        patch = unittest.mock.patch.object(server_remote.Handler, "setup", small_buffers)
+        patch.start()
+        self.addCleanup(patch.stop)
 
     @staticmethod
     def reply_complete(reply):
@@ -6096,8 +6152,8 @@ class RemoteTest(StoreTestCase):
         time.sleep(1)
         spent = cpu() - before
         self.assertLess(spent, 0.5, "the accept loop spins")  # a spinning one took all 1 s
-        # They have waited ARRIVING_GRACE: a client that sends its request takes the slot of
-        # one of them, and is answered at once (it got 503 while they came back).
+        # A client that sends its request takes the slot of one of them, and is answered at
+        # once (it got 503 while they came back).
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
         status, _, body = http_post(conn, request("ping"), auth=False)
         conn.close()
@@ -6132,10 +6188,12 @@ class RemoteTest(StoreTestCase):
         self.assertTrue(wait_for_port(port, proc), proc.stderr.read() if proc.poll() else "")
         self.port = port
         self.assertEqual(self.post(call("remember", {"content": "kept"}))[0], 200)
-        ask_to_stop(proc)
+        ask_to_stop(proc)  # its connection still open, idle
         out, err = proc.communicate(timeout=30)
         self.assertEqual(proc.returncode, 0, err)
         self.assertNotIn(b"Traceback", err)
+        # The log says it stopped (it ended at "stopping: letting requests in flight finish").
+        self.assertEqual(err.splitlines()[-1], b"flood-memory: INFO: stopped")
         data = os.path.join(self.dir, "remote")
         self.assertFalse(os.path.exists(os.path.join(data, store.DB_NAME + "-wal")),
                          "the database was not closed")
