@@ -10177,9 +10177,17 @@ def bench_size(corpus, size, calls, args):
         rows["recall query"], rows[PLAIN_RECALL] = alternated(client, plain_server, "recall",
                                                               queries)
         plain_server.close(60)
-        # Each era on a process of its own, the handshake at its newest revision: its replies
-        # carry the same structuredContent as 2026-07-28's.
-        eras = ServerProcess(data_dir, cwd=args.project), ServerProcess(data_dir, cwd=args.project)
+        # Each era on a process of its own (a connection keeps its era), each over a fresh
+        # copy of its own, so that both start alike and neither one's writes empty the
+        # other's page cache. The handshake at its newest revision: its replies carry the
+        # same structuredContent as 2026-07-28's.
+        eras = []
+        for name in ("modern", "handshake"):
+            os.mkdir(os.path.join(work, name))
+            with contextlib.closing(sqlite3.connect(os.path.join(work, name, store.DB_NAME))) \
+                    as copy, contextlib.closing(sqlite3.connect(path)) as db:
+                db.backup(copy)
+            eras.append(ServerProcess(os.path.join(work, name), cwd=args.project))
         eras[1].send(request("initialize", {"protocolVersion": "2025-11-25"}))
         if "result" in eras[0].send(modern("server/discover")):  # not in checkouts before it
             pairs = [tuple({"content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
