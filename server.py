@@ -7,10 +7,10 @@ per line. The five tools are the `TOOLS` registry: `tools/list` is generated fro
 
 Two protocol eras are served side by side. The handshake era (an `initialize` fixes the
 revision for the connection) is served as it always was; a 2026-07-28 request carries its
-revision and the client's capabilities in `params._meta` and stands alone. Each transport
-decides a message's era in one function (`modern_request` here, `modern_post` in
-server_remote.py) and hands it to `handle_message`, whose methods see one `Session` shape
-either way and reach the store through the same tool handlers.
+revision and the client's capabilities in `params._meta` and stands alone. The era is kept
+in `Session`: an HTTP POST's is decided by `modern_post` in server_remote.py, a stdio
+connection's by its first request, once (`Session.admit`); the methods see one `Session`
+shape either way and reach the store through the same tool handlers.
 """
 
 import io
@@ -102,8 +102,10 @@ class RpcError(Exception):
 
 
 class Session:
-    """The protocol revision a message follows: in the handshake era, what one client's
-    initialize negotiated for its connection; in 2026-07-28, what one request names.
+    """The era and revision a message follows: in the handshake era, what one client's
+    initialize negotiated for its connection; in 2026-07-28, what one request names. `modern`
+    is the era; a stdio connection's session starts without one (None) and its first request
+    decides it for the rest of the connection (`admit`), as the official SDK does.
 
     `cache_scope` is what cacheable 2026-07-28 results say about who may keep them: a
     transport behind a bearer token makes it "private", so that a shared cache never hands
@@ -111,18 +113,34 @@ class Session:
     request sends before its reply.
     """
 
-    def __init__(self, protocol_version=None, *, cache_scope="public", modern=False,
+    def __init__(self, protocol_version=None, *, cache_scope="public", modern=None,
                  request_id=None):
         self.protocol_version = protocol_version
         self.cache_scope = cache_scope
         self.modern = modern
+        self.keeps_era = modern is None  # a connection's, decided by its first request
         self.request_id = request_id
         self.outbox = []
 
-    def for_request(self, protocol_version, request_id):
-        """The session of one 2026-07-28 request on this transport."""
-        return Session(protocol_version, cache_scope=self.cache_scope, modern=True,
-                       request_id=request_id)
+    def admit(self, message):
+        """The session that serves `message`, a well-formed request: a 2026-07-28 one gets one
+        of its own once its _meta is checked. A stdio connection's first request decides its
+        era (README, Protocol); a request of the other era is refused after it."""
+        modern = modern_request(message)
+        if self.modern is None:
+            self.modern = modern
+        elif self.keeps_era and self.modern and message["method"] == "initialize":
+            asked = (message.get("params") or {}).get("protocolVersion")
+            raise RpcError(UNSUPPORTED_VERSION, "this connection serves 2026-07-28, as its first "
+                           "request chose: the handshake needs a connection of its own",
+                           {"supported": list(MODERN_VERSIONS),
+                            **({"requested": asked[:100]} if isinstance(asked, str) else {})})
+        elif self.keeps_era and modern and not self.modern:
+            raise RpcError(INVALID_REQUEST, f"this connection is in the handshake era, as its "
+                           f"first request chose: a 2026-07-28 request ({message['method'][:100]})"
+                           f" needs a connection of its own")
+        return Session(request_version(message.get("params") or {}), cache_scope=self.cache_scope,
+                       modern=True, request_id=message["id"]) if self.modern else self
 
     def notify(self, method, params):
         self.outbox.append({"jsonrpc": "2.0", "method": method, "params": params})
@@ -840,12 +858,11 @@ def carries_version(message):
     return isinstance(meta, dict) and VERSION_KEY in meta
 
 
-def modern_request(payload):
-    """Whether stdio serves a message in 2026-07-28: its _meta names a revision, or its
-    method exists only there. Everything else, a batch included, is served in the handshake
-    era, as before there was another."""
-    return isinstance(payload, dict) and (payload.get("method") in MODERN_ONLY or
-                                          carries_version(payload))
+def modern_request(message):
+    """Whether a request is 2026-07-28's by its look: its _meta names a revision, or its
+    method exists only there. An initialize never is: it opens the handshake era."""
+    method = message["method"]
+    return method != "initialize" and (method in MODERN_ONLY or carries_version(message))
 
 
 def unsupported_version(version, named_by="protocol version"):
@@ -882,57 +899,43 @@ def request_version(params):
     return version
 
 
-def handle_message(message, store, session, *, in_batch=False, modern=False):
+def handle_message(message, store, session, *, in_batch=False):
     """The messages that answer one JSON-RPC message: none for a notification or a response,
-    else the reply, after any notification the request sends first. `modern` is the era the
-    transport decided: a 2026-07-28 request is checked against its own _meta and served in a
-    session of its own, its result marked as such."""
+    else the reply, after any notification the request sends first. The session decides the
+    era (`Session.admit`): a 2026-07-28 request is checked against its own _meta and served
+    in a session of its own, its result marked as such."""
     if not isinstance(message, dict):
         return [rpc_error(None, INVALID_REQUEST, "a JSON-RPC message must be an object",
-                          modern=modern)]
+                          modern=session.modern)]
     request_id = message.get("id")
     has_id = "id" in message
     if "method" not in message:
         if has_id and ("result" in message or "error" in message):
             return []  # a client's answer to a request this server never sends
         return [rpc_error(request_id if _valid_id(request_id) else None, INVALID_REQUEST,
-                          "not a JSON-RPC request: it has no method", modern=modern)]
+                          "not a JSON-RPC request: it has no method", modern=session.modern)]
     method, params = message["method"], message.get("params")
     if not has_id:
         return []  # a notification: initialized, cancelled, progress... none needs a reply
     if not _valid_id(request_id):
         return [rpc_error(None, INVALID_REQUEST, "the request id must be a string or an integer",
-                          modern=modern)]
+                          modern=session.modern)]
     if message.get("jsonrpc") != "2.0":
         return [rpc_error(request_id, INVALID_REQUEST, 'the request must say "jsonrpc": "2.0"')]
     if not isinstance(method, str):
         return [rpc_error(request_id, INVALID_REQUEST, "the method must be a string")]
-    if modern:
-        if params is None:
-            params = {}
-        try:
-            if not isinstance(params, dict):
-                raise RpcError(INVALID_PARAMS, "params must be an object")
-            session = session.for_request(request_version(params), request_id)
-        except RpcError as exc:
-            return [rpc_error(request_id, exc.code, exc.message, exc.data)]
-        handler = MODERN_METHODS.get(method)
+    params = {} if params is None else params
+    try:
+        if not isinstance(params, dict):
+            raise RpcError(INVALID_PARAMS, "params must be an object")
+        session = session.admit(message)
+        handler = (MODERN_METHODS if session.modern else METHODS).get(method)
         if handler is None:
             gone = f" is not part of protocol revision {session.version}" \
                 if method in METHODS else ""
-            return [rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: "
-                                                            f"{method[:100]}{gone}")]
-    else:
-        handler = METHODS.get(method)
-        if handler is None:
-            return [rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: {method[:100]}")]
+            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method[:100]}{gone}")
         if in_batch and method == "initialize":
-            return [rpc_error(request_id, INVALID_REQUEST, "initialize cannot be part of a batch")]
-        if params is None:
-            params = {}
-        if not isinstance(params, dict):
-            return [rpc_error(request_id, INVALID_PARAMS, "params must be an object")]
-    try:
+            raise RpcError(INVALID_REQUEST, "initialize cannot be part of a batch")
         result = handler(params, store, session)
     except RpcError as exc:
         return [rpc_error(request_id, exc.code, exc.message, exc.data)]
@@ -947,12 +950,11 @@ def handle_message(message, store, session, *, in_batch=False, modern=False):
     return [*sent, {"jsonrpc": "2.0", "id": request_id, "result": result}]
 
 
-def handle_payload(payload, store, session, modern=False):
+def handle_payload(payload, store, session):
     """The messages that answer one decoded message or batch (a batch's replies are one
-    message, a list); `modern` as in handle_message. A batch is never modern: 2026-07-28
-    has none."""
+    message, a list). A batch is never modern: 2026-07-28 has none."""
     if not isinstance(payload, list):
-        return handle_message(payload, store, session, modern=modern)
+        return handle_message(payload, store, session)
     if session.protocol_version != BATCH_VERSION:
         return [rpc_error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
                                               f"revision {session.version}")]
@@ -1017,11 +1019,7 @@ def serve_stdio(store, stdin=None, stdout=None):
         if not line.strip():
             continue
         payload, reply = decode(line)
-        # The era is decided here, message by message: an initialize after a server/discover
-        # is served in the handshake era, as a client that found no revision it speaks in
-        # discover's list falls back to it.
-        messages = [reply] if reply is not None else \
-            handle_payload(payload, store, session, modern_request(payload))
+        messages = [reply] if reply is not None else handle_payload(payload, store, session)
         if not messages:
             continue
         for message in messages:

@@ -370,9 +370,9 @@ class Handler(BaseHTTPRequestHandler):
         # In flight until the reply is written out, so that a shutdown waits for it: a
         # client whose reply to committed writes was cut off would retry them.
         try:
-            session = Session(versions[0] if versions else HEADERLESS_VERSION,
+            session = Session(versions[0] if versions else HEADERLESS_VERSION, modern=modern,
                               cache_scope="public" if self.server.token is None else "private")
-            messages = handle_payload(payload, self.server.store, session, modern)
+            messages = handle_payload(payload, self.server.store, session)
             if not messages:
                 self.send(HTTPStatus.ACCEPTED)
                 return

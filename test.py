@@ -2974,7 +2974,8 @@ class ModernProtocolTest(StoreTestCase):
         self.assertEqual(len(replies), 1)
 
     def test_removed_and_unknown_methods_are_not_found(self):
-        for method in ("ping", "initialize", "logging/setLevel", "resources/list",
+        # (An initialize opens the handshake era: test_a_stdio_connections_first_request...)
+        for method in ("ping", "logging/setLevel", "resources/list",
                        "resources/subscribe", "prompts/list", "completion/complete", "no/such"):
             with self.subTest(method=method):
                 reply = self.one(modern(method, {"protocolVersion": "2025-11-25"}))
@@ -2982,27 +2983,60 @@ class ModernProtocolTest(StoreTestCase):
                 self.assertIn(method, reply["error"]["message"])
 
     def test_the_handshake_era_is_served_as_before(self):
-        # A handshake-era _meta (a progressToken) is no 2026-07-28 request; an initialize
-        # after a server/discover is served in the handshake era (README, Protocol), and
-        # so is what follows it without _meta.
+        # A handshake-era _meta (a progressToken) is no 2026-07-28 request, so the first
+        # request opens the handshake era; a batch's 2026-07-28 request is refused in it.
         replies = self.exchange(
             request("tools/list", {"_meta": {"progressToken": 5}}, id=1),
-            modern("server/discover", id=2),
             request("initialize", {"protocolVersion": "2025-03-26"}, id=3),
             request("tools/list", id=4),
             request("ping", id=5),
             [modern("server/discover", id=6), request("ping", id=7)])
-        self.assertEqual([r["id"] for r in replies[:5]], [1, 2, 3, 4, 5])
+        self.assertEqual([r["id"] for r in replies[:4]], [1, 3, 4, 5])
         self.assertNotIn("ttlMs", replies[0]["result"])
         self.assertNotIn("outputSchema", replies[0]["result"]["tools"][0])
-        self.assertEqual(replies[2]["result"]["protocolVersion"], "2025-03-26")
-        self.assertNotIn("resultType", replies[2]["result"])
+        self.assertEqual(replies[1]["result"]["protocolVersion"], "2025-03-26")
+        self.assertNotIn("resultType", replies[1]["result"])
         self.assertTrue(all("annotations" in t and "outputSchema" not in t
-                            for t in replies[3]["result"]["tools"]))
-        self.assertEqual(replies[4]["result"], {})
-        # A batch is never a 2026-07-28 request: its discover is not a method there.
-        self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies[5]],
-                         [(6, server.METHOD_NOT_FOUND), (7, None)])
+                            for t in replies[2]["result"]["tools"]))
+        self.assertEqual(replies[3]["result"], {})
+        self.assertEqual([(r["id"], r.get("error", {}).get("code")) for r in replies[4]],
+                         [(6, server.INVALID_REQUEST), (7, None)])
+
+    def test_a_stdio_connections_first_request_decides_its_era(self):
+        # Issue 54: the era is the connection's, chosen once by its first request, as the
+        # official SDK does (README, Protocol); before, each message chose its own.
+        handshake_first = self.exchange(
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},  # decides nothing
+            request("initialize", {"protocolVersion": "2025-06-18", "_meta": MODERN_META}),
+            modern("tools/list", id=2),
+            request("server/discover", id=3),
+            request("tools/list", id=4),
+            request("initialize", {"protocolVersion": "2025-11-25"}, id=5))
+        self.assertEqual(handshake_first[0]["result"]["protocolVersion"], "2025-06-18")
+        self.assertNotIn("resultType", handshake_first[0]["result"])
+        for refused in handshake_first[1:3]:
+            self.assertEqual(refused["error"]["code"], server.INVALID_REQUEST)
+            self.assertIn("handshake era, as its first request chose", refused["error"]["message"])
+        self.assertEqual(set(handshake_first[3]["result"]), {"tools"})
+        self.assertIn("outputSchema", handshake_first[3]["result"]["tools"][0])
+        self.assertEqual(handshake_first[4]["result"]["protocolVersion"], "2025-11-25")
+        modern_first = self.exchange(
+            "not json",  # decides nothing either
+            modern("server/discover", id=1),
+            request("initialize", {"protocolVersion": "2025-06-18"}, id=2),
+            request("initialize", {"protocolVersion": 7, "_meta": MODERN_META}, id=3),
+            request("ping", id=4),
+            modern("tools/list", id=5))
+        self.assertEqual(modern_first[0]["error"]["code"], server.PARSE_ERROR)
+        self.assertEqual(marked(modern_first[1]["result"])["supportedVersions"], ["2026-07-28"])
+        for refused, data in ((modern_first[2], {"supported": ["2026-07-28"],
+                                                 "requested": "2025-06-18"}),
+                              (modern_first[3], {"supported": ["2026-07-28"]})):
+            self.assertEqual(refused["error"]["code"], server.UNSUPPORTED_VERSION)
+            self.assertIn("2026-07-28, as its first request chose", refused["error"]["message"])
+            self.assertEqual(refused["error"]["data"], data)
+        self.assertEqual(modern_first[4]["error"]["code"], server.INVALID_PARAMS)
+        self.assertEqual(len(marked(modern_first[5]["result"])["tools"]), 5)
 
     def test_listen_is_acknowledged_then_ended_at_once(self):
         replies = self.exchange(
@@ -10143,16 +10177,17 @@ def alternated(client, plain, name, arguments, other_arguments=None):
     return ours, reference
 
 
-def alternated_eras(client, name, arguments):
-    """Round trips in ms of the tool `name` on one server.py process, as a 2026-07-28 request
-    (the revision named in its _meta) and as a handshake-era one, called in turn (which goes
-    first alternating): (2026-07-28's, the handshake era's). `arguments` holds a pair per
-    call, one for each, so that a remember never repeats the other's memory."""
+def alternated_eras(modern_client, handshake_client, name, arguments):
+    """Round trips in ms of the tool `name` as a 2026-07-28 request (the revision named in
+    its _meta) on one server.py process and as a handshake-era one on another (a connection
+    keeps the era of its first request), called in turn (which goes first alternating):
+    (2026-07-28's, the handshake era's). `arguments` holds a pair per call, one for each, so
+    that a remember never repeats the other's memory."""
     modern_times, handshake_times = [], []
     for n, (for_modern, for_handshake) in enumerate(arguments):
-        pair = [(modern_call(name, for_modern), modern_times),
-                (call(name, for_handshake), handshake_times)]
-        for message, times in pair if n % 2 == 0 else pair[::-1]:
+        pair = [(modern_client, modern_call(name, for_modern), modern_times),
+                (handshake_client, call(name, for_handshake), handshake_times)]
+        for client, message, times in pair if n % 2 == 0 else pair[::-1]:
             _, error = unwrap(client.send(message))
             if error:
                 raise SystemExit(f"{name} {message['params']} failed: {error}")
@@ -10200,19 +10235,28 @@ def bench_size(corpus, size, calls, args):
         rows["recall query"], rows[PLAIN_RECALL] = alternated(client, plain_server, "recall",
                                                               queries)
         plain_server.close(60)
-        # Both eras on one process of their own, the handshake at its newest revision: its
-        # replies carry the same structuredContent as 2026-07-28's.
-        eras = ServerProcess(data_dir, cwd=args.project)
-        eras.send(request("initialize", {"protocolVersion": "2025-11-25"}))
-        if "result" in eras.send(modern("server/discover")):  # not in checkouts before it
+        # Each era on a process of its own (a connection keeps its era), each over a fresh
+        # copy of its own, so that both start alike and neither one's writes empty the
+        # other's page cache. The handshake at its newest revision: its replies carry the
+        # same structuredContent as 2026-07-28's.
+        eras = []
+        for name in ("modern", "handshake"):
+            os.mkdir(os.path.join(work, name))
+            with contextlib.closing(sqlite3.connect(os.path.join(work, name, store.DB_NAME))) \
+                    as copy, contextlib.closing(sqlite3.connect(path)) as db:
+                db.backup(copy)
+            eras.append(ServerProcess(os.path.join(work, name), cwd=args.project))
+        eras[1].send(request("initialize", {"protocolVersion": "2025-11-25"}))
+        if "result" in eras[0].send(modern("server/discover")):  # not in checkouts before it
             pairs = [tuple({"content": corpus.text(rnd, 8, 60), "tags": rnd.sample(corpus.tags, 2),
                             "links": rnd.sample(ids, 2)} for _ in range(2)) for _ in range(calls)]
-            rows[MODERN_REMEMBER], rows[HANDSHAKE_REMEMBER] = alternated_eras(eras, "remember",
+            rows[MODERN_REMEMBER], rows[HANDSHAKE_REMEMBER] = alternated_eras(*eras, "remember",
                                                                               pairs)
             pairs = [(q, q) for q in ({"query": corpus.query(rnd), "limit": 10}
                                       for _ in range(calls))]
-            rows[MODERN_RECALL], rows[HANDSHAKE_RECALL] = alternated_eras(eras, "recall", pairs)
-        eras.close(60)
+            rows[MODERN_RECALL], rows[HANDSHAKE_RECALL] = alternated_eras(*eras, "recall", pairs)
+        for process in eras:
+            process.close(60)
         run("recall tags only", "recall", lambda: {"tags": rnd.sample(corpus.tags, rnd.randint(1, 2))})
         run("recall query + tags", "recall", lambda: {"query": corpus.query(rnd),
                                                      "tags": [rnd.choice(corpus.tags)]})
