@@ -39,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NAME = "flood-memory"
@@ -1234,9 +1235,10 @@ def _toml_read(text, path, quiet=False):
 # ----------------------------------------------------------------------------- writing it
 
 
-def read_target(path):
+def read_target(path, client):
     """The file to write for `path` (itself, or the file it links to: written through, so
-    the link stays), what it holds (None if it does not exist) and the mode to give it."""
+    the link stays), what it holds (None if it does not exist), the mode to give it and its
+    os.stat as read (None if it does not exist)."""
     # Only the file's own link is followed, so that paths are named as they were given.
     target = path
     for _ in range(40):
@@ -1255,7 +1257,7 @@ def read_target(path):
             raise Refused(f"{folder} is a file where a folder should be")
         folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
     if not os.path.exists(target):
-        return target, None, 0o600  # new: private, as such files come to hold tokens
+        return target, None, 0o600, None  # new: private, as such files come to hold tokens
     mode = os.stat(target).st_mode & 0o7777
     # Replacing a file needs only its folder to be writable: a file marked read-only (as a
     # Nix or Home Manager store's are) would be replaced all the same, so it is refused.
@@ -1264,7 +1266,40 @@ def read_target(path):
         raise Refused(f"{target}{linked} is read-only: add the entry where it is made, or "
                       f"make it writable")
     with open(target, "rb") as f:
-        return target, f.read(), mode
+        data, st = read_settled(f, target, client)
+    return target, data, mode, st
+
+
+# Seconds an empty file must stay as it is before setup.py takes it for empty: a client that
+# saves by emptying its file and then writing it (as Node's fs.writeFile does) shows it
+# empty for a moment, and an install then must not take the person's servers for none.
+SETTLED = 1.0
+
+
+def _state(st):
+    """What shows that a file changed: which file it is, its size and when it was written."""
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_settled(f, path, client):
+    """What the open file `f` holds and its os.stat, once it holds something, or has stayed
+    empty and unchanged for SETTLED seconds; Refused if it keeps changing."""
+    start = time.monotonic()
+    seen = since = None
+    while True:
+        st = os.fstat(f.fileno())
+        f.seek(0)
+        data = f.read()
+        state, now = _state(os.fstat(f.fileno())), time.monotonic()
+        if state == _state(st) and (data or state == seen and now - since >= SETTLED):
+            return data, st
+        if state != seen:
+            seen, since = state, now
+        if now - start > 10 * SETTLED:
+            raise Refused(f"{path} kept changing for {10 * SETTLED:g} seconds (a running "
+                          f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
+                          f"again")
+        time.sleep(SETTLED / 20)
 
 
 def _read_or_none(path):
@@ -1309,26 +1344,47 @@ def _write_synced(fd, data, mode):
         os.fsync(f.fileno())
 
 
-def replace_file(target, old, new, mode, client):
-    """Write `new` over `target`, which held `old` (None: there was no such file), as one
-    rename: a temporary file beside it, synced, with the mode `mode`, renamed over it if it
-    still holds `old`, and the folder synced. The copy of `old` kept beside it (None when
-    there was no file), made first; nothing stays of either if nothing was written."""
+def replace_file(target, old, st, new, mode, client, keep=True):
+    """Write `new` over `target`, which held `old` (None: there was no such file) when it
+    was read, with the os.stat `st`, as one rename: a temporary file beside it, synced, with
+    the mode `mode`, renamed over it if it is still as it was read, and the folder synced.
+    The copy of `old` kept beside it (None when there was no file, or not `keep`), made
+    first; nothing stays of either if nothing was written."""
     folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
-    copy = None if old is None else keep_copy(target, old, mode)
+    copy = None if old is None or not keep else keep_copy(target, old, mode)
     written = False
+    changed = Refused(f"{target} changed while setup.py was changing it (a running "
+                      f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
+                      f"again")
     try:
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
                                     suffix=".tmp")
         try:
             _write_synced(fd, new, mode)
-            if _read_or_none(target) != old:
-                raise Refused(f"{target} changed while setup.py was changing it (a running "
-                              f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run "
-                              f"this again")
-            os.replace(temp, target)
-            written = True
+            # The file renamed over, held open to see whether a save went into it meanwhile.
+            with contextlib.ExitStack() as stack:
+                held = None
+                if old is not None:
+                    try:
+                        held = stack.enter_context(open(target, "rb"))
+                    except FileNotFoundError:
+                        raise changed from None
+                    if _state(os.fstat(held.fileno())) != _state(st):
+                        raise changed
+                if _read_or_none(target) != old:
+                    raise changed
+                if os.name == "nt" and held:  # Windows renames over no file held open
+                    held.close()
+                os.replace(temp, target)
+                written = True
+                if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
+                    # A client began to save in the moment between the check and the
+                    # rename: its save went into the file renamed over, and is put back.
+                    written = False
+                    saved, _ = read_settled(held, target, client)
+                    replace_file(target, new, os.stat(target), saved, mode, client, keep=False)
+                    raise changed
         finally:
             if not written:
                 with contextlib.suppress(OSError):
@@ -1473,7 +1529,7 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         document = client_config(client, python, server, data_dir)
         entry, by_hand = document[SERVERS_KEY[client]][NAME], json.dumps(document, indent=2)
     try:
-        target, old, mode = read_target(path)
+        target, old, mode, st = read_target(path, client)
         text, bom = decode(old, path) if old else ("", b"")
         if client == "codex":
             changed, was, servers = toml_changed(text, path, entry)
@@ -1500,7 +1556,7 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         except UnicodeEncodeError:
             raise Refused(f"a path holds characters that UTF-8 cannot write ({server}, "
                           f"{data_dir})") from None
-        copy = replace_file(target, old, new, mode, client)
+        copy = replace_file(target, old, st, new, mode, client)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:

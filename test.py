@@ -4007,6 +4007,70 @@ class InstallTest(TempDirTest):
         self.assertEqual(self.read(path), saved)
         self.assertEqual(os.listdir(os.path.dirname(path)), ["mcp.json"])  # no copy, no temp
 
+    def test_a_file_a_client_empties_for_a_moment_to_save_it_is_not_taken_for_empty(self):
+        # A client that saves as Node's fs.writeFile does: the file emptied (opened to
+        # write), then written. Here it writes when setup.py waits, or else once setup.py has
+        # renamed its own file over: whatever the timing, nothing may be lost.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        saved = OTHER_SERVERS["cursor"].replace("{", '{\n    "saved": "by Cursor",', 1)
+        opened = []
+
+        def empty():
+            opened.append(open(path, "wb"))
+
+        def finish():
+            while opened:
+                with opened.pop() as f:
+                    f.write(saved.encode())
+
+        sleep, replace = time.sleep, os.replace
+
+        def writes_when_waited_for(seconds):
+            finish()
+            sleep(seconds)
+
+        def writes_after_a_rename(source, target):
+            replace(source, target)
+            finish()
+
+        self.write(path, OTHER_SERVERS["cursor"])
+        empty()  # just before setup.py reads it
+        with unittest.mock.patch.object(time, "sleep", writes_when_waited_for), \
+                unittest.mock.patch.object(setup.os, "replace", writes_after_a_rename):
+            status, out, err = self.install("cursor", env)
+        self.assertEqual((status, err), (0, ""))
+        document = jsonc_loads(self.read(path).decode())
+        self.assertEqual(document.pop("saved"), "by Cursor")
+        self.assertEqual(document["mcpServers"].pop("flood-memory"), self.entry("cursor", env))
+        self.assertEqual(document, jsonc_loads(OTHER_SERVERS["cursor"]))
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        self.assertEqual(self.read(copy), saved.encode())
+        os.remove(copy)
+        # Emptied in the moment between setup.py's last look and its rename: the client's
+        # save is put back, and nothing was changed.
+        self.write(path, OTHER_SERVERS["cursor"])
+
+        def saves_across_the_rename(source, target):
+            unittest.mock.patch.stopall()  # once: putting the save back renames too
+            empty()
+            replace(source, target)
+            finish()
+
+        unittest.mock.patch.object(setup.os, "replace", saves_across_the_rename).start()
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertIn(f"{path} changed while setup.py was changing it (a running Cursor saves "
+                      f"it): quit Cursor and run this again; nothing was changed.", err)
+        self.assertEqual(self.read(path), saved.encode())
+        self.assertEqual(os.listdir(os.path.dirname(path)), ["mcp.json"])  # no copy, no temp
+        # A file that is empty and stays so is empty: the entry goes in.
+        self.write(path, "")
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(jsonc_loads(self.read(path).decode()),
+                         {"mcpServers": {"flood-memory": self.entry("cursor", env)}})
+
     def test_the_new_file_is_renamed_over_the_old_and_nothing_stays_open(self):
         home, env = self.home()
         path = self.file_of("copilot", env)
