@@ -1310,14 +1310,45 @@ def _read_or_none(path):
         return None
 
 
-def _set_mode(fd, mode):
+def _set_mode(fd, mode, owner):
     if hasattr(os, "fchmod"):  # Windows has no file modes to keep
         os.fchmod(fd, mode)
+    _give(fd, owner)
 
 
-def keep_copy(target, data, mode):
-    """A copy of `data`, what `target` held, beside it with the mode `mode`, under a name
-    that no earlier copy has: its path."""
+def _owner(path):
+    """Who owns `path`, (uid, gid); None where files have no owner to keep (Windows)."""
+    if not hasattr(os, "fchown"):
+        return None
+    st = os.stat(path)
+    return st.st_uid, st.st_gid
+
+
+def _give(path, owner):
+    """Make `owner` (uid, gid) the owner of `path` (or open file) when this process is not:
+    run as root for a person (sudo keeping HOME), setup.py leaves their files theirs."""
+    if owner and owner != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(PermissionError):  # only root may give files away
+            os.chown(path, *owner)
+
+
+def _make_folders(folder):
+    """Make `folder` and the folders missing above it, each owned as the nearest one that
+    exists is."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    owner = _owner(folder)
+    for made in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(made)
+            _give(made, owner)
+
+
+def keep_copy(target, data, mode, owner):
+    """A copy of `data`, what `target` held, beside it with the mode `mode` and the owner
+    `owner`, under a name that no earlier copy has: its path."""
     for n in itertools.count(1):
         copy = f"{target}.before-{NAME}" + (f"-{n}" if n > 1 else "")
         try:
@@ -1327,7 +1358,7 @@ def keep_copy(target, data, mode):
         except FileExistsError:
             continue
     try:
-        _write_synced(fd, data, mode)
+        _write_synced(fd, data, mode, owner)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(copy)
@@ -1335,10 +1366,11 @@ def keep_copy(target, data, mode):
     return copy
 
 
-def _write_synced(fd, data, mode):
-    """Write `data` to the open file `fd` (closed after), with the mode `mode`, and sync it."""
+def _write_synced(fd, data, mode, owner):
+    """Write `data` to the open file `fd` (closed after), with the mode `mode` and the owner
+    `owner`, and sync it."""
     with os.fdopen(fd, "wb") as f:
-        _set_mode(f.fileno(), mode)
+        _set_mode(f.fileno(), mode, owner)
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -1349,10 +1381,12 @@ def replace_file(target, old, st, new, mode, client, keep=True):
     was read, with the os.stat `st`, as one rename: a temporary file beside it, synced, with
     the mode `mode`, renamed over it if it is still as it was read, and the folder synced.
     The copy of `old` kept beside it (None when there was no file, or not `keep`), made
-    first; nothing stays of either if nothing was written."""
+    first; nothing stays of either if nothing was written. Both are owned as the file was
+    (a new one as its folder is)."""
     folder = os.path.dirname(target)
-    os.makedirs(folder, exist_ok=True)
-    copy = None if old is None or not keep else keep_copy(target, old, mode)
+    _make_folders(folder)
+    owner = _owner(folder if st is None else target)
+    copy = None if old is None or not keep else keep_copy(target, old, mode, owner)
     written = False
     changed = Refused(f"{target} changed while setup.py was changing it (a running "
                       f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
@@ -1361,7 +1395,7 @@ def replace_file(target, old, st, new, mode, client, keep=True):
         fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
                                     suffix=".tmp")
         try:
-            _write_synced(fd, new, mode)
+            _write_synced(fd, new, mode, owner)
             # The file renamed over, held open to see whether a save went into it meanwhile.
             with contextlib.ExitStack() as stack:
                 held = None

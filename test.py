@@ -3952,6 +3952,30 @@ class InstallTest(TempDirTest):
         self.assertIn(f"setup.py: {path} is read-only", err)
         self.assertEqual(self.read(path), data)
 
+    @unittest.skipUnless(hasattr(os, "geteuid") and os.geteuid() == 0,
+                         "only root can make files that another user owns")
+    def test_an_install_as_root_leaves_the_persons_files_theirs(self):
+        # sudo keeping HOME: the person's file, its copy, and a file and folders made for
+        # them, stay theirs (uid 1000, gid 1001 here), or their client cannot read them.
+        home, env = self.home()
+        os.chown(home, 1000, 1001)
+        path = self.file_of("cursor", env)
+        self.write(path, OTHER_SERVERS["cursor"], 0o600)
+        for made in (os.path.dirname(path), path):
+            os.chown(made, 1000, 1001)
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, err), (0, ""))
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        for made in (path, copy):
+            st = os.stat(made)
+            self.assertEqual((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)),
+                             (1000, 1001, 0o600), made)
+        windsurf = self.file_of("windsurf", env)  # ~/.codeium/windsurf/mcp_config.json
+        self.assertEqual(self.install("windsurf", env)[0], 0)
+        for made in (windsurf, os.path.dirname(windsurf),
+                     os.path.dirname(os.path.dirname(windsurf))):
+            self.assertEqual(os.stat(made)[stat.ST_UID:stat.ST_GID + 1], (1000, 1001), made)
+
     @unittest.skipUnless(can_symlink(), "this process may not make symbolic links")
     def test_a_file_behind_a_link_is_written_through_it_or_left(self):
         home, env = self.home()
