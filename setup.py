@@ -1216,12 +1216,18 @@ def toml_changed(text, path, table):
     return changed, was, servers
 
 
+# NaN is not equal to itself: every nan read as this one object, a document holding
+# `x = nan` equals itself read back (containers compare their items by identity first).
+_NAN = float("nan")
+
+
 def _toml_read(text, path, quiet=False):
     """The document `text` holds; Refused naming the line if it is not valid TOML (None
     if `quiet`)."""
     import tomllib
     try:
-        return tomllib.loads(text)
+        return tomllib.loads(text, parse_float=lambda number: (
+            _NAN if number.lstrip("+-") == "nan" else float(number)))
     except tomllib.TOMLDecodeError as exc:
         if quiet:
             return None
@@ -1230,6 +1236,11 @@ def _toml_read(text, path, quiet=False):
             raise Refused(f"{path}, line {found[2]}: not valid TOML ({found[1]}, column "
                           f"{found[3]})") from None
         raise Refused(f"{path}: not valid TOML ({exc})") from None
+    except ValueError:  # an integer longer than int() reads
+        if quiet:
+            return None
+        raise Refused(f"{path}: an integer of more than {sys.get_int_max_str_digits()} "
+                      f"digits, which Codex does not read either") from None
 
 
 # ----------------------------------------------------------------------------- writing it
@@ -1737,6 +1748,11 @@ def run_tests(system):
 
 
 def main(argv=None):
+    # What a client's file held (an escaped lone surrogate) or a path the console's code
+    # page lacks is printed escaped: a traceback after the file is written would hide the
+    # undo line.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     parser = argparse.ArgumentParser(description="Set up Flood Memory on this machine.")
     parser.add_argument("--no-tests", action="store_true", help="skip the test run")
     parser.add_argument("--client", choices=CLIENTS, metavar="NAME",

@@ -88,6 +88,7 @@ import itertools
 import io
 import json
 import logging
+import math
 import ntpath
 import os
 import platform
@@ -3849,6 +3850,43 @@ class InstallTest(TempDirTest):
                 before["mcp_servers"]["flood-memory"] = self.entry("codex", env)
                 self.assertEqual(after, before)
                 self.assertEqual(self.install("codex", env)[1].count("nothing changed"), 1)
+
+    def test_an_old_entry_holding_a_lone_surrogate_is_replaced_and_shown_escaped(self):
+        # JSON may escape half of a surrogate pair; no terminal encoding can print one.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        self.write(path, '{"mcpServers": {"flood-memory": {"command": "py\\ud800", '
+                         '"args": []}, "x": {"command": "y"}}}')
+        done = self.setup_py(env, "--client", "cursor", "--install")
+        self.assertEqual((done.returncode, done.stderr), (0, ""), done.stdout)
+        self.assertIn('It replaces the flood-memory that was there: {"command": "py\\ud800", '
+                      '"args": []}', done.stdout)
+        self.assertIn("; to undo (", done.stdout)
+        self.assertEqual(jsonc_loads(self.read(path).decode()),
+                         {"mcpServers": {"flood-memory": self.entry("cursor", env),
+                                         "x": {"command": "y"}}})
+
+    def test_nan_in_config_toml_is_kept_and_an_overlong_integer_is_refused(self):
+        home, env = self.home()
+        path = self.file_of("codex", env)
+        original = ('x = nan\nmodel = "o3"\n\n[profiles.p]\nlimits = [1.5, -nan, inf]\n\n'
+                    '[mcp_servers.docs]\ncommand = "npx"\n')
+        self.write(path, original)
+        status, out, err = self.install("codex", env)
+        self.assertEqual((status, err), (0, ""))
+        after = tomllib.loads(self.read(path).decode())
+        self.assertEqual(after["mcp_servers"], {"docs": {"command": "npx"},
+                                                "flood-memory": self.entry("codex", env)})
+        self.assertTrue(math.isnan(after["x"]) and math.isnan(after["profiles"]["p"]["limits"][1]))
+        self.assertEqual(self.install("codex", env, remove=True)[0], 0)
+        self.assertEqual(self.read(path), original.encode())
+        # An integer longer than Python reads (nor Codex): refused, in one line.
+        self.write(path, "x = " + "1" * 5000 + "\n")
+        status, out, err = self.install("codex", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertTrue(err.startswith(f"setup.py: {path}: an integer of more than 4300 "
+                                       f"digits, which Codex does not read either; nothing "
+                                       f"was changed.\n"), err)
 
     def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
         home, env = self.home()
