@@ -27,6 +27,7 @@ import argparse
 import codecs
 import contextlib
 import glob
+import hashlib
 import itertools
 import json
 import ntpath
@@ -705,170 +706,252 @@ def decode(data, path):
                       f"UTF-8, the encoding its client reads") from None
 
 
-_JSON_TOKEN = re.compile(r"""
-    (?P<space>[ \t\r\n]+)
-  | (?P<comment>//[^\r\n]*|/\*(?:[^*]|\*(?!/))*\*/)
-  | (?P<string>"(?:[^"\\\x00-\x1f]|\\.)*")
-  | (?P<number>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)
-  | (?P<word>true|false|null)
-  | (?P<mark>[{}\[\]:,])
-""", re.VERBOSE | re.DOTALL)
+# JSON's scalars; a string's escapes are JSON's, so that a token that matches reads as JSON.
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
+_JSON_SCALAR = (_JSON_STRING + r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+                r"|true|false|null")
+# Matched without a place to go back to kept per character (possessive repeats: Python
+# 3.11+, so compiled only there, and an older Python still starts setup.py to be told it is
+# too old), a long string or comment costs nothing beyond its text.
+if sys.version_info >= MIN_PYTHON:
+    _JSON_TOKEN = re.compile(r"(?P<space>[ \t\r\n]++)|(?P<comment>//[^\r\n]*+|"
+                             r"/\*(?:[^*]|\*(?!/))*+\*/)|(?P<scalar>" + _JSON_SCALAR +
+                             r")|(?P<mark>[{}\[\]:,])")
+    _JSON_ANY_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\.)*+"')
+    # Runs of items or members a skipped value holds, each a scalar (or {} or []) and a
+    # comma, read at once.
+    _JSON_FLAT = _JSON_SCALAR + r"|\{[ \t\r\n]*+\}|\[[ \t\r\n]*+\]"
+    _JSON_ITEMS = re.compile(r"(?:[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    _JSON_MEMBERS = re.compile(r"(?:[ \t\r\n]*+" + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:"
+                               + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+_INDENT = re.compile(r"[ \t]*")
 
 # How deep a client's JSON may nest: far past any configuration, and short of Python's
 # recursion limit.
 _JSON_DEPTH = 200
 
+# How JsonText reads a value: checked and skipped; as Python values (the flood-memory
+# entry); as the top object or the servers, keeping where one member is; as another server's
+# entry, its args and each of them, looked at only for this checkout's server.py.
+_SKIP, _VALUE, _TOP, _SERVERS, _ENTRY, _ARGS, _ARG = range(7)
+
 
 class JsonObject:
-    """An object of a JSON text: where it starts ({) and ends (after }), and its members,
-    each (key, where the key starts, where its value starts and ends, where the comma after
-    it is or None, the value: a JsonObject, a JsonArray or a plain value)."""
+    """The top object of a JSON text, or its servers: where it starts ({) and ends (after
+    }); the members kept, each (key, where the key starts, where its value starts and ends,
+    where the comma after it is or None, the value): the member `kept` (the servers, or
+    flood-memory), the one before it and the last; the number of members (`count`), the
+    place of the member kept among them (None if it is not there) and its value (`value`);
+    a digest of how the other members are written (`others`); of the servers, the names of
+    those that start this checkout's server.py (`starting`)."""
 
-    def __init__(self, start):
-        self.start, self.end, self.members = start, None, []
-
-    def plain(self):
-        return {key: _plain(value) for key, *_, value in self.members}
+    def __init__(self, start, kept):
+        self.start, self.end, self.members, self.kept = start, None, [], kept
+        self.count, self.place, self.value = 0, None, None
+        self.others, self.starting = hashlib.sha256(), []
 
     def member(self, key):
         """The index of the member `key`, or None."""
         return next((i for i, m in enumerate(self.members) if m[0] == key), None)
 
 
-class JsonArray:
-    def __init__(self, items):
-        self.items = items
-
-    def plain(self):
-        return [_plain(item) for item in self.items]
-
-
-def _plain(value):
-    return value.plain() if isinstance(value, (JsonObject, JsonArray)) else value
-
-
 class JsonText:
-    """A client's JSON file read as text, with where each member of each object is, so that
-    one member can be added, replaced or taken out by editing the text around it: the
-    other members, their order, indentation, line endings and comments stay as they were.
+    """A client's JSON file read as text, with where the members of its top object and of
+    its servers (the top object's member `key`) are, so that one member can be added,
+    replaced or taken out by editing the text around it: the other members, their order,
+    indentation, line endings and comments stay as they were.
+
+    Of all the values, only the flood-memory entry is read as Python values, and the args
+    of the other servers are looked at with `starts` (a function of one argument); every
+    other value is checked and skipped, so that reading costs little beyond the text
+    however many values it holds. `unit` is the file's indentation step, found at the first
+    member that starts a line of its own, deeper than the line of its object; None if there
+    is none.
 
     `commented` allows comments and trailing commas (JSON with comments, as VS Code reads
-    it); otherwise the text must be plain JSON. A key twice in one object is refused: the
-    client would read one of the two and setup.py might change the other. An empty text
-    (or one of comments only) is {}."""
+    it); otherwise the text must be plain JSON. `key` twice at the top, a server twice, or a
+    key twice in the flood-memory entry is refused: the client would read one of the two
+    and setup.py might change the other. An empty text (or one of comments only) is {}."""
 
-    def __init__(self, text, path, commented):
-        self.text, self.path = text, path
-        self.comments, tokens, pos = [], [], 0
-        while pos < len(text):
-            found = _JSON_TOKEN.match(text, pos)
-            if found is None:
-                what = ("a comment that is never closed" if text.startswith("/*", pos) else
-                        "a string not closed on its line" if text[pos] == '"' else
-                        f"unexpected {text[pos]!r}")
-                self.fail(pos, what)
-            if found.lastgroup == "comment":
-                if not commented:
-                    self.fail(pos, "a comment, which is not JSON (its client reads plain "
-                                   "JSON)")
-                self.comments.append((found.start(), found.end()))
-            elif found.lastgroup != "space":
-                tokens.append((found.lastgroup, found.start(), found.end()))
-            pos = found.end()
-        self.commented, self.tokens, self.at = commented, tokens, 0
+    def __init__(self, text, path, commented, key, starts=None):
+        self.text, self.path, self.commented, self.key = text, path, commented, key
+        self.starts, self.started = starts, False
+        self.comments, self.pos, self.ahead, self.end = [], 0, None, 0
+        self.quiet = 0  # in what no edit goes into: comments there are not kept
+        self.unit, self.line, self.seen, self.indent = None, 0, 0, ""
         self.top = None
-        if tokens:
-            self.top = self.value(0)
-            if self.at < len(tokens):
-                self.fail(tokens[self.at][1], "more text after the end of the JSON document")
+        first = self.peek()
+        if first is not None:
+            self.top = self.value(0, _TOP, "")
+            if self.peek() is not None:
+                self.fail(self.peek()[1], "more text after the end of the JSON document")
             if not isinstance(self.top, JsonObject):
-                self.fail(tokens[0][1], "the document is not a JSON object ({...})")
+                self.fail(first[1], "the document is not a JSON object ({...})")
+
+    @property
+    def servers(self):
+        """The servers' JsonObject; None if there are none, what is there if not an object."""
+        return None if self.top is None else self.top.value
 
     def fail(self, pos, what):
         raise Refused(f"{self.path}, line {_line(self.text, pos)}: {what}")
 
-    def next(self, expected):
-        if self.at == len(self.tokens):
+    def peek(self):
+        """The next token but for space and comments, (kind, start, end); None at the end."""
+        text = self.text
+        while self.ahead is None and self.pos < len(text):
+            found = _JSON_TOKEN.match(text, self.pos)
+            if found is None:
+                string = _JSON_ANY_STRING.match(text, self.pos)
+                self.fail(self.pos, "a comment that is never closed" if
+                          text.startswith("/*", self.pos) else
+                          f"{string[0][:40]} is not a valid JSON string" if string else
+                          "a string not closed on its line" if text[self.pos] == '"' else
+                          f"unexpected {text[self.pos]!r}")
+            kind, start, self.pos = found.lastgroup, found.start(), found.end()
+            if kind == "comment":
+                if not self.commented:
+                    self.fail(start, "a comment, which is not JSON (its client reads plain "
+                                     "JSON)")
+                if not self.quiet:
+                    self.comments.append((start, self.pos))
+            elif kind != "space":
+                self.ahead = (kind, start, self.pos)
+        return self.ahead
+
+    def take(self, expected):
+        token = self.peek()
+        if token is None:
             self.fail(len(self.text), f"the text ends where {expected} should follow")
-        token = self.tokens[self.at]
-        self.at += 1
+        self.ahead, self.end = None, token[2]
         return token
 
-    def value(self, depth):
-        kind, start, end = self.next("a value")
+    def closes(self, closing, after):
+        """Whether the next token closes the object or array, after `after` members or
+        items (a comma before it only where comments are allowed); if so it is taken."""
+        token = self.peek()
+        if token is None or self.text[token[1]] != closing:
+            return False
+        if after and not self.commented:
+            self.fail(token[1], f"a comma before {closing}, which is not JSON (its client "
+                                f"reads plain JSON)")
+        self.take(closing)
+        return True
+
+    def skip(self, skipping, run):
+        """When `skipping`, take the run of items or members `run` matches next: whether
+        there was one."""
+        if not skipping or self.ahead is not None:
+            return False
+        start, self.pos = self.pos, run.match(self.text, self.pos).end()
+        return self.pos > start
+
+    def value(self, depth, mode, outer):
+        kind, start, end = self.take("a value")
         if depth > _JSON_DEPTH:
             self.fail(start, f"nested more than {_JSON_DEPTH} levels deep")
-        source = self.text[start:end]
-        if kind in ("string", "number", "word"):
-            try:
-                return json.loads(source)
-            except ValueError:
-                self.fail(start, f"{source[:40]} is not a valid JSON string")
-        if source == "{":
-            return self.object(start, depth)
-        if source == "[":
-            items = []
-            while True:
-                if self.peek("]", items):
-                    return JsonArray(items)
-                items.append(self.value(depth + 1))
-                kind, start, end = self.next(", or ]")
-                if self.text[start] == "]":
-                    return JsonArray(items)
-                if self.text[start] != ",":
-                    self.fail(start, f"expected , or ] after an item, found "
-                                     f"{self.text[start:end][:40]}")
-        self.fail(start, f"expected a value, found {source[:40]}")
+        if kind == "scalar":
+            if mode == _VALUE or mode == _ARG and self.text[start] == '"':
+                try:
+                    value = json.loads(self.text[start:end])
+                except ValueError:  # an integer longer than int() reads
+                    self.fail(start, f"a number of {end - start} digits, more than setup.py "
+                                     f"reads")
+                self.started = self.started or mode == _ARG and self.starts(value)
+                return value
+            return None
+        if self.text[start] == "{":
+            return self.object(start, depth, _SKIP if mode in (_ARGS, _ARG) else mode, outer)
+        if self.text[start] != "[":
+            self.fail(start, f"expected a value, found {self.text[start]}")
+        items = [] if mode == _VALUE else None
+        inner = _VALUE if mode == _VALUE else _ARG if mode == _ARGS else _SKIP
+        self.quiet += mode != _VALUE
+        count = 0
+        while not self.closes("]", count + self.skip(inner == _SKIP, _JSON_ITEMS)):
+            item = self.value(depth + 1, inner, outer)
+            if items is not None:
+                items.append(item)
+            count += 1
+            _, mark, end = self.take(", or ]")
+            if self.text[mark] == "]":
+                break
+            if self.text[mark] != ",":
+                self.fail(mark, f"expected , or ] after an item, found "
+                                f"{self.text[mark:end][:40]}")
+        self.quiet -= mode != _VALUE
+        return items
 
-    def peek(self, closing, before):
-        """Whether the next token closes the object or array (after a trailing comma only
-        where comments are allowed); if so it is taken."""
-        if self.at < len(self.tokens) and self.text[self.tokens[self.at][1]] == closing:
-            if before and not self.commented:
-                self.fail(self.tokens[self.at][1], f"a comma before {closing}, which is not "
-                                                   f"JSON (its client reads plain JSON)")
-            self.at += 1
-            return True
-        return False
-
-    def object(self, start, depth):
-        obj, first = JsonObject(start), {}
-        while True:
-            if self.peek("}", obj.members):
-                obj.end = self.tokens[self.at - 1][2]
-                return obj
-            kind, key_start, end = self.next("a key")
-            if kind != "string":
+    def object(self, start, depth, mode, outer):
+        text = self.text
+        keeping = mode in (_TOP, _SERVERS)
+        obj = (JsonObject(start, self.key if mode == _TOP else NAME) if keeping else
+               {} if mode == _VALUE else None)
+        self.quiet += not keeping and mode != _VALUE
+        first, count, before = {}, 0, None
+        while not self.closes("}", count + self.skip(mode == _SKIP and self.unit is not None,
+                                                     _JSON_MEMBERS)):
+            kind, key_start, key_end = self.take("a key")
+            if text[key_start] != '"':
                 self.fail(key_start, f"expected a key in double quotes, found "
-                                     f"{self.text[key_start:end][:40]}")
-            key = self.value_of(key_start, end)
-            if key in first:
-                self.fail(key_start, f"the key {json.dumps(key)} is there twice in one object "
-                                     f"(first on line {_line(self.text, first[key])})")
-            first[key] = key_start
-            kind, colon, _ = self.next(":")
-            if self.text[colon] != ":":
-                self.fail(colon, f"expected : after the key {json.dumps(key)}")
-            value_start = self.tokens[self.at][1] if self.at < len(self.tokens) else colon
-            value = self.value(depth + 1)
-            value_end = self.tokens[self.at - 1][2]
-            kind, mark, _ = self.next(", or }")
-            comma = mark if self.text[mark] == "," else None
-            obj.members.append((key, key_start, value_start, value_end, comma, value))
-            if self.text[mark] == "}":
-                obj.end = mark + 1
-                return obj
+                                     f"{text[key_start:key_end][:40]}")
+            key = None if mode == _SKIP else json.loads(text[key_start:key_end])
+            if mode in (_SERVERS, _VALUE) or mode == _TOP and key == self.key:
+                if key in first:
+                    self.fail(key_start, f"the key {json.dumps(key)} is there twice in one "
+                                         f"object (first on line {_line(text, first[key])})")
+                first[key] = key_start
+            inner_outer = self.indentation(key_start, outer) if self.unit is None else ""
+            _, colon, _ = self.take(":")
+            if text[colon] != ":":
+                self.fail(colon, f"expected : after the key {text[key_start:key_end][:40]}")
+            value_start = self.peek()[1] if self.peek() else colon
+            inner = (_VALUE if mode == _VALUE else
+                     _ARGS if mode == _ENTRY and key == "args" else
+                     (_SERVERS if mode == _TOP else _VALUE) if keeping and key == obj.kept else
+                     _ENTRY if mode == _SERVERS and self.starts else _SKIP)
+            if mode == _SERVERS:
+                self.started = False
+            value = self.value(depth + 1, inner, inner_outer)
+            value_end = self.end
+            _, mark, _ = self.take(", or }")
+            comma = mark if text[mark] == "," else None
+            member = (key, key_start, value_start, value_end, comma, value)
+            if mode == _VALUE:
+                obj[key] = value
+            elif keeping and key == obj.kept:
+                obj.members = [before, member] if before else [member]
+                obj.place, obj.value = count, value
+            elif keeping:
+                for piece in _utf8(text, key_start, value_end):
+                    obj.others.update(piece)
+                obj.others.update(b"\0")
+                if self.started:
+                    obj.starting.append(key)
+            before, count = member, count + 1
+            if text[mark] == "}":
+                break
             if comma is None:
-                self.fail(mark, f"expected , or }} after the value of {json.dumps(key)}")
+                self.fail(mark, f"expected , or }} after the value of "
+                                f"{text[key_start:key_end][:40]}")
+        self.quiet -= not keeping and mode != _VALUE
+        if keeping:
+            obj.end, obj.count = self.end, count
+            if before and before not in obj.members:
+                obj.members.append(before)
+        return obj
 
-    def value_of(self, start, end):
-        try:
-            return json.loads(self.text[start:end])
-        except ValueError:
-            self.fail(start, f"{self.text[start:end][:40]} is not a valid JSON string")
-
-    def plain(self):
-        return {} if self.top is None else self.top.plain()
+    def indentation(self, pos, outer):
+        """The white space that starts the line of the key at `pos` (asked in order), which
+        gives the indentation step if that key starts its line, deeper than `outer`."""
+        newline = self.text.rfind("\n", self.seen, pos)
+        if newline >= 0:
+            self.line = newline + 1
+            self.indent = _INDENT.match(self.text, self.line)[0]
+        self.seen, lead = pos, self.indent
+        if self.line + len(lead) == pos and len(lead) > len(outer) and lead.startswith(outer):
+            self.unit = lead[len(outer):]
+        return lead
 
 
 def toml_statements(text):
@@ -969,33 +1052,13 @@ def _skip_blanks(text, pos):
     return pos
 
 
-def _json_unit(text, node, outer=""):
-    """The indentation step of a JSON text: found at the first member or item that starts a
-    line of its own, deeper than the line of its object; None if there is none."""
-    if isinstance(node, JsonObject):
-        for _, key_start, _, _, _, value in node.members:
-            if _alone(text, key_start):
-                inner = _leading(text, key_start)
-                if len(inner) > len(outer) and inner.startswith(outer):
-                    return inner[len(outer):]
-            found = _json_unit(text, value, _leading(text, key_start))
-            if found:
-                return found
-    if isinstance(node, JsonArray):
-        for item in node.items:
-            found = _json_unit(text, item, outer)
-            if found:
-                return found
-    return None
-
-
 class JsonEdit:
     """Changes to one member of a JsonText, as edits of its text: (start, end, new text)."""
 
     def __init__(self, doc):
         self.doc, self.text = doc, doc.text
         self.nl = "\r\n" if "\r\n" in self.text else "\n"
-        self.unit = _json_unit(self.text, doc.top)
+        self.unit = doc.unit
 
     def render(self, value, indent, unit):
         if unit is None:
@@ -1075,29 +1138,41 @@ def apply_edits(text, edits, comments, path, what):
             if c_start < end and c_end > start:
                 raise Refused(f"{path}, line {_line(text, c_start)}: a comment there would "
                               f"be lost {what}")
-    # In order; edits at one place are made in the order given.
-    pieces, pos = [], 0
+    # In order; edits at one place are made in the order given. Put together in UTF-8, so
+    # that a large text is not held three times over (as itself, in pieces, and whole).
+    out, pos = bytearray(), 0
     for start, end, new in sorted(edits, key=lambda edit: edit[0]):
-        pieces += [text[pos:start], new]
+        for piece in _utf8(text, pos, start):
+            out += piece
+        out += new.encode("utf-8", "surrogatepass")
         pos = max(pos, end)
-    return "".join(pieces) + text[pos:]
+    for piece in _utf8(text, pos, len(text)):
+        out += piece
+    return out.decode("utf-8", "surrogatepass")
 
 
-def json_changed(client, text, path, entry):
+def _utf8(text, start, end):
+    """text[start:end] in UTF-8, a megabyte at a time: a large text is not copied whole."""
+    for at in range(start, end, 1 << 20):
+        yield text[at:min(at + (1 << 20), end)].encode("utf-8", "surrogatepass")
+
+
+def json_changed(client, text, path, entry, server):
     """What `text`, the JSON of `client`'s file at `path`, becomes with the flood-memory entry
     set to `entry` (taken out when None): (new text, the entry that was there or None, the
-    servers)."""
+    other servers there that start `server`)."""
     key = SERVERS_KEY[client]
-    doc = JsonText(text, path, client in COMMENTED)
-    document = doc.plain()
-    if key in document and not isinstance(document[key], dict):
+    doc = JsonText(text, path, client in COMMENTED, key, lambda arg: is_server(arg, server))
+    servers = doc.servers
+    if doc.top is not None and doc.top.place is not None and not isinstance(servers,
+                                                                             JsonObject):
         at = doc.top.members[doc.top.member(key)][2]
         raise Refused(f"{path}, line {_line(text, at)}: \"{key}\" is not an object ({{...}}) "
                       f"of servers")
-    servers = document.get(key, {})
-    was = servers.get(NAME)
-    if (entry is None and NAME not in servers) or (entry is not None and was == entry):
-        return text, was, servers
+    there = servers is not None and servers.place is not None
+    was, others = (servers.value, servers.starting) if servers else (None, [])
+    if (entry is None and not there) or (entry is not None and there and was == entry):
+        return text, was, others
     if doc.top is None:
         nl = "\r\n" if "\r\n" in text else "\n"
         new = json.dumps({key: {NAME: entry}}, indent=2, ensure_ascii=False)
@@ -1118,28 +1193,32 @@ def json_changed(client, text, path, entry):
                 edits = edit.replace(obj, at, entry)
         changed = apply_edits(text, edits, doc.comments, path, "with the flood-memory entry")
     # The check before anything is written: the new text, read back, holds what the file
-    # held with this one change, in the same order.
-    expected = dict(document)
-    expected[key] = dict(servers)
-    if entry is None:
-        del expected[key][NAME]
-    else:
-        expected[key][NAME] = entry
+    # held with this one change: the other members of the top object and of the servers
+    # written as they were, in the same order, and the servers and the entry in their place.
+    def outline(obj):
+        return (obj.others.digest(), obj.count, obj.place) if obj else (nothing, 0, None)
+
+    nothing = hashlib.sha256().digest()
+    (others_at_top, count, place), (other_servers, n, at) = outline(doc.top), outline(servers)
+    expected = ((others_at_top, count + (place is None), count if place is None else place),
+                (other_servers, n - (entry is None) + (at is None),
+                 None if entry is None else n if at is None else at), json.dumps(entry))
     try:
-        got = JsonText(changed, path, client in COMMENTED).plain()
+        got = JsonText(changed, path, client in COMMENTED, key)
     except Refused:
         got = None
-    if json.dumps(got) != json.dumps(expected):
+    if got is None or not isinstance(got.servers, JsonObject) or (
+            outline(got.top), outline(got.servers), json.dumps(got.servers.value)) != expected:
         raise Refused(f"{path}: setup.py could not make the change without changing "
                       f"something else there")
-    return changed, was, servers
+    return changed, was, others
 
 
-def toml_changed(text, path, table):
+def toml_changed(text, path, table, server):
     """What `text`, the config.toml at `path`, becomes with the table of flood-memory set to
     `table` (its text; taken out when None), whatever form the old one had (a table with
     subtables, dotted keys, an inline table): (new text, the entry that was there or None,
-    the servers). The new table takes the old one's place when that was a [table], else it
+    the other servers there that start `server`). The new table takes the old one's place when that was a [table], else it
     goes at the end."""
     import tomllib
     document = _toml_read(text, path)
@@ -1150,9 +1229,11 @@ def toml_changed(text, path, table):
         raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is not a table of "
                       f"servers")
     was = servers.get(NAME)
+    others = [name for name, other in servers.items()
+              if name != NAME and starts_server(other, server)]
     entry = None if table is None else tomllib.loads(table)["mcp_servers"][NAME]
     if (table is None and NAME not in servers) or (table is not None and was == entry):
-        return text, was, servers
+        return text, was, others
     nl = "\r\n" if "\r\n" in text else "\n"
     ours, comments, current, block = [], [], (), None
     for i, (kind, start, end, key, inside) in enumerate(statements):
@@ -1213,7 +1294,7 @@ def toml_changed(text, path, table):
     if _toml_read(changed, path, quiet=True) != expected:
         raise Refused(f"{path}: setup.py could not make the change without changing "
                       f"something else there")
-    return changed, was, servers
+    return changed, was, others
 
 
 # NaN is not equal to itself: every nan read as this one object, a document holding
@@ -1476,15 +1557,14 @@ CLIENT_COMMAND_TIMEOUT = 60
 def starts_server(entry, server):
     """Whether a client's entry for a server starts `server` (this checkout's server.py)."""
     args = entry.get("args") if isinstance(entry, dict) else None
-    if not isinstance(args, list):
-        return False
-    for arg in args:
-        if isinstance(arg, str) and (
-                os.path.normcase(os.path.normpath(arg)) == os.path.normcase(server) or
-                (os.path.isfile(arg) and os.path.isfile(server) and
-                 os.path.samefile(arg, server))):
-            return True
-    return False
+    return isinstance(args, list) and any(isinstance(arg, str) and is_server(arg, server)
+                                          for arg in args)
+
+
+def is_server(arg, server):
+    """Whether `arg`, one of the args of a client's entry for a server, names `server`."""
+    return (os.path.normcase(os.path.normpath(arg)) == os.path.normcase(server) or
+            (os.path.isfile(arg) and os.path.isfile(server) and os.path.samefile(arg, server)))
 
 
 def own_settings(client, system, environ):
@@ -1498,16 +1578,18 @@ def own_settings(client, system, environ):
     return client_file(client, system, environ)
 
 
-def _servers_read_only(client, path):
-    """The servers `client` keeps in its own file at `path`, read only; {} when there are
-    none or the file cannot be read (the client's command then says why)."""
+def _servers_read_only(client, path, server):
+    """What `client` keeps in its own file at `path`, read only: (its flood-memory or None,
+    the other servers that start `server`); (None, []) when the file cannot be read (the
+    client's command then says why)."""
     try:
         with open(path, "rb") as f:
             text, _ = decode(f.read(), path)
-        servers = JsonText(text, path, client in COMMENTED).plain().get("mcpServers")
+        servers = JsonText(text, path, client in COMMENTED, "mcpServers",
+                           lambda arg: is_server(arg, server)).servers
     except (OSError, Refused):
-        return {}
-    return servers if isinstance(servers, dict) else {}
+        return None, []
+    return (servers.value, servers.starting) if isinstance(servers, JsonObject) else (None, [])
 
 
 def run_client(exe, args, environ, timeout=None):
@@ -1577,11 +1659,9 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         target, old, mode, st = read_target(path, client)
         text, bom = decode(old, path) if old else ("", b"")
         if client == "codex":
-            changed, was, servers = toml_changed(text, path, entry)
+            changed, was, others = toml_changed(text, path, entry, server)
         else:
-            changed, was, servers = json_changed(client, text, path, entry)
-        others = [name for name, other in servers.items()
-                  if name != NAME and starts_server(other, server)]
+            changed, was, others = json_changed(client, text, path, entry, server)
         also = "".join(f"\n  ({name} there starts this server.py too; setup.py leaves it as "
                        f"it is.)" for name in others)
         if changed == text:
@@ -1640,10 +1720,7 @@ def _install_by_command(client, system, environ, python, server, data_dir, remov
     where it is on PATH; nothing written to its files otherwise."""
     cli, title, shell = OWN_COMMAND[client], CLIENTS[client], shell_for(system)
     settings = own_settings(client, system, environ)
-    servers = _servers_read_only(client, settings)
-    was = servers.get(NAME)
-    others = [name for name, other in servers.items()
-              if name != NAME and starts_server(other, server)]
+    was, others = _servers_read_only(client, settings, server)
     remove_words = [cli, "mcp", "remove", "--scope", "user", NAME]
     if remove:
         if was is None:

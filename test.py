@@ -3888,6 +3888,31 @@ class InstallTest(TempDirTest):
                                        f"digits, which Codex does not read either; nothing "
                                        f"was changed.\n"), err)
 
+    def test_a_large_file_is_changed_in_little_more_memory_than_its_size(self):
+        # A long string, and many small values: in the top object, in a value setup.py
+        # skips, in another server's args. What Python allocates while installing and
+        # uninstalling (tracemalloc's peak) stays under 10 times the file's size.
+        import tracemalloc
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        servers = {"x": {"command": "npx", "args": ["ab"] * 5000}}
+        text = (json.dumps({"mcpServers": servers, "big": "\u00e9" * 200000,
+                            "history": [{"at": 1, "said": "ok"}] * 1000}, indent=2)[:-2] +
+                "".join(f',\n  "k{i}": [0, {{}}]' for i in range(2000)) + "\n}")
+        self.write(path, text)
+        size = os.path.getsize(path)
+        for remove in (False, True):
+            with self.subTest(remove=remove):
+                tracemalloc.start()
+                try:
+                    status = self.install("cursor", env, remove=remove)[0]
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                self.assertEqual(status, 0)
+                self.assertLess(peak, 10 * size, f"{peak / size:.1f} times the file's size")
+        self.assertEqual(self.read(path), text.encode())
+
     def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
         home, env = self.home()
         for client, data, said in (
