@@ -724,6 +724,11 @@ if sys.version_info >= MIN_PYTHON:
     _JSON_ITEMS = re.compile(r"(?:[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
     _JSON_MEMBERS = re.compile(r"(?:[ \t\r\n]*+" + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:"
                                + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    # A valid TOML document's strings (basic, literal, multi-line), each to its end.
+    _TOML_STRINGS = {quote: re.compile(pattern, re.DOTALL) for quote, pattern in (
+        ('"', r'"(?:[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
+        ('"""', r'"""(?:[^"\\]|\\.|"(?!""))*+"""'), ("'''", r"'''(?:[^']|'(?!''))*+'''"))}
+_TOML_PLAIN = re.compile(r"[^#\"'\[\]{}=\n]*")
 _INDENT = re.compile(r"[ \t]*")
 
 # How deep a client's JSON may nest: far past any configuration, and short of Python's
@@ -923,8 +928,8 @@ class JsonText:
                 obj.members = [before, member] if before else [member]
                 obj.place, obj.value = count, value
             elif keeping:
-                for piece in _utf8(text, key_start, value_end):
-                    obj.others.update(piece)
+                for piece in _pieces(text, key_start, value_end):
+                    obj.others.update(piece.encode())
                 obj.others.update(b"\0")
                 if self.started:
                     obj.starting.append(key)
@@ -955,13 +960,13 @@ class JsonText:
 
 
 def toml_statements(text):
-    """The statements of a valid TOML document, in order: (kind, start, end, key, comments)
+    """The statements of a valid TOML document, one by one: (kind, start, end, key, comments)
     with kind "table" ([header]), "array" ([[header]]), "pair" (key = value) or "other" (a
     blank or comment line); start and end cover whole lines, the line break included; key
     the key's parts as tomllib reads them (a pair's relative to its table); comments the
     (start, end) of each comment within. Multi-line strings and arrays are one statement."""
     import tomllib
-    statements, pos = [], 0
+    pos = 0
     while pos < len(text):
         start, depth, comments, equals = pos, 0, [], None
         while pos < len(text):
@@ -983,37 +988,27 @@ def toml_statements(text):
                 pos += 1
                 break
             else:
-                pos += 1
+                pos = _TOML_PLAIN.match(text, pos + 1).end()
         head = text[start:comments[0][0] if comments else pos].strip()
         if not head:
-            statements.append(("other", start, pos, None, comments))
+            yield "other", start, pos, None, comments
         elif head.startswith("["):
             kind = "array" if head.startswith("[[") else "table"
-            statements.append((kind, start, pos, _toml_key(tomllib.loads(head)), comments))
+            yield kind, start, pos, _toml_key(tomllib.loads(head)), comments
         else:
-            key = tomllib.loads(text[start:equals].strip() + " = 0")
-            statements.append(("pair", start, pos, _toml_key(key), comments))
-    return statements
+            yield "pair", start, pos, _toml_key(tomllib.loads(text[start:equals].strip() +
+                                                             " = 0")), comments
 
 
 def _toml_string_end(text, pos):
     """Where the TOML string that starts at `pos` ends, after its closing quotes."""
-    quote = text[pos]
-    escapes = quote == '"'
-    if text.startswith(quote * 3, pos):
-        at = pos + 3
-        while not text.startswith(quote * 3, at):
-            at += 2 if escapes and text[at] == "\\" else 1
-        at += 3
-        # Up to two more quotes are the string's own: """say "hi"""" ends after all five.
-        for _ in range(2):
-            if text.startswith(quote, at):
-                at += 1
-        return at
-    at = pos + 1
-    while text[at] != quote:
-        at += 2 if escapes and text[at] == "\\" else 1
-    return at + 1
+    quote = text[pos] * (3 if text.startswith(text[pos] * 3, pos) else 1)
+    at = _TOML_STRINGS[quote].match(text, pos).end()
+    # Up to two more quotes are a multi-line string's own: """say "hi"""" ends after all five.
+    for _ in range(2 if len(quote) == 3 else 0):
+        if text.startswith(quote[0], at):
+            at += 1
+    return at
 
 
 def _toml_key(parsed):
@@ -1138,29 +1133,28 @@ def apply_edits(text, edits, comments, path, what):
             if c_start < end and c_end > start:
                 raise Refused(f"{path}, line {_line(text, c_start)}: a comment there would "
                               f"be lost {what}")
-    # In order; edits at one place are made in the order given. Put together in UTF-8, so
-    # that a large text is not held three times over (as itself, in pieces, and whole).
-    out, pos = bytearray(), 0
+    # In order; edits at one place are made in the order given. The text is cut a megabyte
+    # at a time: each piece takes as few bytes a character as its own characters need, where
+    # a large piece would take as many as the widest character of the text.
+    pieces, pos = [], 0
     for start, end, new in sorted(edits, key=lambda edit: edit[0]):
-        for piece in _utf8(text, pos, start):
-            out += piece
-        out += new.encode("utf-8", "surrogatepass")
+        pieces += [*_pieces(text, pos, start), new]
         pos = max(pos, end)
-    for piece in _utf8(text, pos, len(text)):
-        out += piece
-    return out.decode("utf-8", "surrogatepass")
+    return "".join([*pieces, *_pieces(text, pos, len(text))])
 
 
-def _utf8(text, start, end):
-    """text[start:end] in UTF-8, a megabyte at a time: a large text is not copied whole."""
+def _pieces(text, start=0, end=None):
+    """text[start:end], a megabyte at a time."""
+    end = len(text) if end is None else end
     for at in range(start, end, 1 << 20):
-        yield text[at:min(at + (1 << 20), end)].encode("utf-8", "surrogatepass")
+        yield text[at:min(at + (1 << 20), end)]
 
 
-def json_changed(client, text, path, entry, server):
+def json_changed(client, text, path, entry, server, bare=False):
     """What `text`, the JSON of `client`'s file at `path`, becomes with the flood-memory entry
-    set to `entry` (taken out when None): (new text, the entry that was there or None, the
-    other servers there that start `server`)."""
+    set to `entry` (taken out when None; with the servers too when it was their only one,
+    if `bare`): (new text, the entry that was there or None, the other servers there that
+    start `server`, whether flood-memory is the only server)."""
     key = SERVERS_KEY[client]
     doc = JsonText(text, path, client in COMMENTED, key, lambda arg: is_server(arg, server))
     servers = doc.servers
@@ -1171,8 +1165,10 @@ def json_changed(client, text, path, entry, server):
                       f"of servers")
     there = servers is not None and servers.place is not None
     was, others = (servers.value, servers.starting) if servers else (None, [])
+    alone = there and servers.count == 1
     if (entry is None and not there) or (entry is not None and there and was == entry):
-        return text, was, others
+        return text, was, others, alone
+    gone = bare and alone and entry is None
     if doc.top is None:
         nl = "\r\n" if "\r\n" in text else "\n"
         new = json.dumps({key: {NAME: entry}}, indent=2, ensure_ascii=False)
@@ -1185,7 +1181,9 @@ def json_changed(client, text, path, entry, server):
         else:
             obj = top.members[index][5]
             at = obj.member(NAME)
-            if entry is None:
+            if gone:
+                edits = edit.remove(top, index)
+            elif entry is None:
                 edits = edit.remove(obj, at)
             elif at is None:
                 edits = edit.insert(obj, NAME, entry)
@@ -1196,86 +1194,103 @@ def json_changed(client, text, path, entry, server):
     # held with this one change: the other members of the top object and of the servers
     # written as they were, in the same order, and the servers and the entry in their place.
     def outline(obj):
-        return (obj.others.digest(), obj.count, obj.place) if obj else (nothing, 0, None)
+        if not isinstance(obj, JsonObject):
+            return obj, nothing, 0, None
+        return json.dumps(obj.value) if obj.kept == NAME else "", obj.others.digest(), \
+            obj.count, obj.place
 
     nothing = hashlib.sha256().digest()
-    (others_at_top, count, place), (other_servers, n, at) = outline(doc.top), outline(servers)
-    expected = ((others_at_top, count + (place is None), count if place is None else place),
-                (other_servers, n - (entry is None) + (at is None),
-                 None if entry is None else n if at is None else at), json.dumps(entry))
+    _, others_at_top, count, place = outline(doc.top)
+    _, other_servers, n, at = outline(servers)
+    expected = (("", others_at_top, count - 1, None), (None, nothing, 0, None)) if gone else (
+        ("", others_at_top, count + (place is None), count if place is None else place),
+        (json.dumps(entry), other_servers, n - (entry is None) + (at is None),
+         None if entry is None else n if at is None else at))
     try:
         got = JsonText(changed, path, client in COMMENTED, key)
     except Refused:
         got = None
-    if got is None or not isinstance(got.servers, JsonObject) or (
-            outline(got.top), outline(got.servers), json.dumps(got.servers.value)) != expected:
+    if got is None or (outline(got.top), outline(got.servers)) != expected:
         raise Refused(f"{path}: setup.py could not make the change without changing "
                       f"something else there")
-    return changed, was, others
+    return changed, was, others, alone
 
 
-def toml_changed(text, path, table, server):
+def toml_changed(text, path, table, server, bare=False):
     """What `text`, the config.toml at `path`, becomes with the table of flood-memory set to
-    `table` (its text; taken out when None), whatever form the old one had (a table with
-    subtables, dotted keys, an inline table): (new text, the entry that was there or None,
-    the other servers there that start `server`). The new table takes the old one's place when that was a [table], else it
-    goes at the end."""
+    `table` (its text; taken out when None, with mcp_servers too when it was the only
+    server, if `bare`), whatever form the old one had (a table with subtables, dotted keys,
+    an inline table): (new text, the entry that was there or None, the other servers there
+    that start `server`, whether flood-memory is the only server). The new table takes the
+    old one's place when that was a [table], else it goes at the end."""
     import tomllib
     document = _toml_read(text, path)
-    statements = toml_statements(text)
     servers = document.get("mcp_servers", {})
+    # Each block of ours: [start, end, the statement before, the one after, its last] for a
+    # [table], [start, end] for a pair of keys in another table.
+    ours, comments, current, block, previous, survives, first = [], [], (), None, None, False, None
+    for kind, start, end, key, inside in toml_statements(text):
+        if block is not None and block[4] is previous:
+            block[3] = (kind, start, end, inside)
+        full = current + key if kind == "pair" else key or ()
+        if full[:1] == ("mcp_servers",):
+            first = start if first is None else first
+            survives = survives or block is None and full[:2] != ("mcp_servers", NAME)
+        if kind in ("table", "array"):
+            current, block = key, None
+            if key[:2] == ("mcp_servers", NAME):
+                block = [start, end, previous, None, None]
+                ours.append(block)
+        elif kind == "pair" and block is not None:
+            block[1] = end
+        elif kind == "pair" and full[:2] == ("mcp_servers", NAME):
+            ours.append([start, end])
+        elif kind == "pair" and full == ("mcp_servers",) and isinstance(servers, dict):
+            raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is written as one "
+                          f"inline table, which setup.py cannot add to or take from without "
+                          f"rewriting it")
+        if block is not None or full[:2] == ("mcp_servers", NAME):
+            comments += inside  # only an edit of ours could take one out
+        previous = (kind, start, end, inside)
+        if block is not None and kind != "other":
+            block[4] = previous
     if not isinstance(servers, dict):
-        start = next(s for _, s, _, key, _ in statements if key and key[0] == "mcp_servers")
-        raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is not a table of "
+        raise Refused(f"{path}, line {_line(text, first)}: mcp_servers is not a table of "
                       f"servers")
     was = servers.get(NAME)
     others = [name for name, other in servers.items()
               if name != NAME and starts_server(other, server)]
+    alone = list(servers) == [NAME]
     entry = None if table is None else tomllib.loads(table)["mcp_servers"][NAME]
     if (table is None and NAME not in servers) or (table is not None and was == entry):
-        return text, was, others
+        return text, was, others, alone
     nl = "\r\n" if "\r\n" in text else "\n"
-    ours, comments, current, block = [], [], (), None
-    for i, (kind, start, end, key, inside) in enumerate(statements):
-        comments += inside
-        if kind in ("table", "array"):
-            current, block = key, None
-            if key[:2] == ("mcp_servers", NAME):
-                block = [start, end, i]
-                ours.append(block)
-        elif kind == "pair":
-            full = current + key
-            if block is not None:
-                block[1:] = [end, i]
-            elif full[:2] == ("mcp_servers", NAME):
-                ours.append([start, end, None])
-            elif full == ("mcp_servers",):
-                raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is written as "
-                              f"one inline table, which setup.py cannot add to or take from "
-                              f"without rewriting it")
-    in_place = ours[0][0] if table and ours and ours[0][2] is not None else None
+    in_place = ours[0][0] if table and ours and len(ours[0]) > 2 else None
     new = None if table is None else table.replace("\n", nl) + nl
-    if new is None:
-        taken = apply_edits(text, [(start, end, "") for start, end, _ in ours], [], path, "")
-        remains = _toml_read(taken, path, quiet=True)
-        if remains is not None and "mcp_servers" not in remains:
-            new, in_place = "[mcp_servers]" + nl, ours[0][0]  # the servers stay, as {}
-    starts = {start: i for i, (_, start, *_) in enumerate(statements)}
+    gone = table is None and not survives and bare
+    if table is None and not survives and not bare:
+        new, in_place = "[mcp_servers]" + nl, ours[0][0]  # the servers stay, as {}
+    # What the text must hold read back: this one change, and all else as it was; as a
+    # digest, so that a large file is not held read twice over.
+    document["mcp_servers"] = {name: value for name, value in servers.items() if name != NAME}
+    if entry is not None:
+        document["mcp_servers"] = {**servers, NAME: entry}
+    if gone:
+        del document["mcp_servers"]
+    expected, document, servers = _toml_digest(document), None, None
     for block in ours:
         # A [table] taken out takes the blank line that set it apart along: the one before
         # it, or after it at the top of the file.
-        if block[2] is None or block[0] == in_place:
+        if len(block) == 2 or block[0] == in_place:
             continue
-        at = starts[block[0]]
-        before = statements[at - 1] if at else None
-        after = statements[block[2] + 1] if block[2] + 1 < len(statements) else None
-        if before and before[0] == "other" and not before[4]:
+        before, after = block[2], block[3]
+        if before and before[0] == "other" and not before[3]:
             block[0] = before[1]
-        elif not before and after and after[0] == "other" and not after[4]:
+        elif not before and after and after[0] == "other" and not after[3]:
             block[1] = after[2]
         if block[1] == len(text) and not text.endswith("\n") and block[0]:
             block[0] -= 2 if text.endswith("\r\n", 0, block[0]) else 1  # no final newline
-    edits = [(start, end, "") for start, end, _ in ours]
+    edits = [(block[0], block[1], "") for block in ours]
     if new is not None and in_place is not None:
         edits.append((in_place, in_place, new))
     elif new is not None:
@@ -1284,22 +1299,17 @@ def toml_changed(text, path, table, server):
         edits.append((len(text), len(text), ("" if ends else nl) + gap +
                       (new if ends else new[:-len(nl)])))
     changed = apply_edits(text, edits, comments, path, "with the flood-memory table")
-    expected = dict(document)
-    expected["mcp_servers"] = dict(servers)
-    if table is None:
-        del expected["mcp_servers"][NAME]
-    else:
-        expected["mcp_servers"][NAME] = entry
     # TOML's tables have no order: the text's is kept by editing it.
-    if _toml_read(changed, path, quiet=True) != expected:
+    if _toml_digest(_toml_read(changed, path, quiet=True)) != expected:
         raise Refused(f"{path}: setup.py could not make the change without changing "
                       f"something else there")
-    return changed, was, others
+    return changed, was, others, alone
 
 
-# NaN is not equal to itself: every nan read as this one object, a document holding
-# `x = nan` equals itself read back (containers compare their items by identity first).
-_NAN = float("nan")
+def _toml_digest(document):
+    """A digest of a TOML document, whatever the order of its tables; nan, which is not
+    equal to itself, is written alike each time."""
+    return hashlib.sha256(json.dumps(document, sort_keys=True, default=repr).encode()).digest()
 
 
 def _toml_read(text, path, quiet=False):
@@ -1307,8 +1317,7 @@ def _toml_read(text, path, quiet=False):
     if `quiet`)."""
     import tomllib
     try:
-        return tomllib.loads(text, parse_float=lambda number: (
-            _NAN if number.lstrip("+-") == "nan" else float(number)))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         if quiet:
             return None
@@ -1438,10 +1447,29 @@ def _make_folders(folder):
             _give(made, owner)
 
 
+def copies_of(target):
+    """The copies kept beside `target`, oldest first, as (number, path): the first is
+    FILE.before-flood-memory, then -2, -3 and on."""
+    folder, name = os.path.split(target)
+    named = re.compile(re.escape(f"{name}.before-{NAME}") + r"(?:-([1-9][0-9]*))?")
+    found = (named.fullmatch(entry) for entry in os.listdir(folder or os.curdir))
+    return sorted((int(m[1] or 1), os.path.join(folder, m[0])) for m in found if m)
+
+
+def copy_holding(target, data):
+    """The copy of `target` that holds `data`, or None."""
+    for _, copy in copies_of(target):
+        with contextlib.suppress(OSError):
+            if os.path.getsize(copy) == len(data) and _read_or_none(copy) == data:
+                return copy
+    return None
+
+
 def keep_copy(target, data, mode, owner):
-    """A copy of `data`, what `target` held, beside it with the mode `mode` and the owner
-    `owner`, under a name that no earlier copy has: its path."""
-    for n in itertools.count(1):
+    """A new copy of `data`, what `target` held, beside it with the mode `mode` and the
+    owner `owner`, numbered after the newest: its path."""
+    copies = copies_of(target)
+    for n in itertools.count(copies[-1][0] + 1 if copies else 1):
         copy = f"{target}.before-{NAME}" + (f"-{n}" if n > 1 else "")
         try:
             fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
@@ -1458,6 +1486,17 @@ def keep_copy(target, data, mode, owner):
     return copy
 
 
+def drop_old_copies(target):
+    """Take out the copies of `target` but three: the oldest (the file as it was before
+    flood-memory first changed it) and the two newest. The paths taken out."""
+    copies = [copy for _, copy in copies_of(target)]
+    dropped = copies[1:-2] if len(copies) > 3 else []
+    for copy in dropped:
+        with contextlib.suppress(OSError):
+            os.remove(copy)
+    return dropped
+
+
 def _write_synced(fd, data, mode, owner):
     """Write `data` to the open file `fd` (closed after), with the mode `mode` and the owner
     `owner`, and sync it."""
@@ -1469,25 +1508,33 @@ def _write_synced(fd, data, mode, owner):
 
 
 def replace_file(target, old, st, new, mode, client, keep=True):
-    """Write `new` over `target`, which held `old` (None: there was no such file) when it
-    was read, with the os.stat `st`, as one rename: a temporary file beside it, synced, with
-    the mode `mode`, renamed over it if it is still as it was read, and the folder synced.
-    The copy of `old` kept beside it (None when there was no file, or not `keep`), made
-    first; nothing stays of either if nothing was written. Both are owned as the file was
-    (a new one as its folder is)."""
+    """Write `new` over `target` (None: remove it), which held `old` (None: there was no
+    such file) when it was read, with the os.stat `st`, as one rename: a temporary file
+    beside it, synced, with the mode `mode`, renamed over it if it is still as it was read,
+    and the folder synced. A copy of `old` is kept beside it (unless not `keep`): one that
+    holds the same bytes, else a new one made first, and then the oldest but the first
+    taken out to leave three; nothing stays of a new copy if nothing was written. Files are
+    owned as the file was (a new one as its folder is). Returns (the copy or None, the
+    copies taken out)."""
     folder = os.path.dirname(target)
     _make_folders(folder)
     owner = _owner(folder if st is None else target)
-    copy = None if old is None or not keep else keep_copy(target, old, mode, owner)
+    copy = None if old is None or not keep else copy_holding(target, old)
+    made = copy is None and old is not None and keep
+    if made:
+        copy = keep_copy(target, old, mode, owner)
     written = False
     changed = Refused(f"{target} changed while setup.py was changing it (a running "
                       f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
                       f"again")
     try:
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
-                                    suffix=".tmp")
+        temp = None
+        if new is not None:
+            fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
+                                        suffix=".tmp")
         try:
-            _write_synced(fd, new, mode, owner)
+            if new is not None:
+                _write_synced(fd, new, mode, owner)
             # The file renamed over, held open to see whether a save went into it meanwhile.
             with contextlib.ExitStack() as stack:
                 held = None
@@ -1502,21 +1549,25 @@ def replace_file(target, old, st, new, mode, client, keep=True):
                     raise changed
                 if os.name == "nt" and held:  # Windows renames over no file held open
                     held.close()
-                os.replace(temp, target)
+                if new is None:
+                    os.remove(target)
+                else:
+                    os.replace(temp, target)
                 written = True
                 if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
                     # A client began to save in the moment between the check and the
                     # rename: its save went into the file renamed over, and is put back.
                     written = False
                     saved, _ = read_settled(held, target, client)
-                    replace_file(target, new, os.stat(target), saved, mode, client, keep=False)
+                    replace_file(target, new, None if new is None else os.stat(target), saved,
+                                 mode, client, keep=False)
                     raise changed
         finally:
-            if not written:
+            if not written and temp:
                 with contextlib.suppress(OSError):
                     os.remove(temp)
     finally:
-        if not written and copy:
+        if not written and made:
             with contextlib.suppress(OSError):
                 os.remove(copy)
     if os.name != "nt":  # Windows cannot open a folder to sync it
@@ -1525,7 +1576,23 @@ def replace_file(target, old, st, new, mode, client, keep=True):
             os.fsync(fd)
         finally:
             os.close(fd)
-    return copy
+    return copy, [] if old is None else drop_old_copies(target)
+
+
+def remove_empty_folders(folder, home):
+    """Remove `folder` if it is empty, and then the folders above it inside `home` that are
+    empty (never `home` itself): the ones removed."""
+    home, removed = os.path.normcase(os.path.abspath(home)), []
+    while True:
+        here = os.path.normcase(os.path.abspath(folder))
+        if here == home or removed and not here.startswith(os.path.join(home, "")):
+            return removed
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (or the top of the disk)
+            return removed
+        removed.append(folder)
+        folder = os.path.dirname(folder)
 
 
 # ----------------------------------------------------------------------------- into the client
@@ -1658,10 +1725,13 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
     try:
         target, old, mode, st = read_target(path, client)
         text, bom = decode(old, path) if old else ("", b"")
-        if client == "codex":
-            changed, was, others = toml_changed(text, path, entry, server)
-        else:
-            changed, was, others = json_changed(client, text, path, entry, server)
+
+        def change(text, entry, bare=False):
+            if client == "codex":
+                return toml_changed(text, path, entry, server, bare)
+            return json_changed(client, text, path, entry, server, bare)
+
+        changed, was, others, alone = change(text, entry)
         also = "".join(f"\n  ({name} there starts this server.py too; setup.py leaves it as "
                        f"it is.)" for name in others)
         if changed == text:
@@ -1676,12 +1746,29 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                   f"({server}): no second entry was added. Remove {others[0]} there and run "
                   f"this again to have {NAME} instead.")
             return 0
+        text = None  # a large file is not held as text twice over
         try:
-            new = bom + changed.encode("utf-8")
+            new = bom + b"".join(piece.encode() for piece in _pieces(changed))
         except UnicodeEncodeError:
             raise Refused(f"a path holds characters that UTF-8 cannot write ({server}, "
                           f"{data_dir})") from None
-        copy = replace_file(target, old, st, new, mode, client)
+        changed = bare = back = None
+        if remove and alone:
+            # flood-memory was the only server: without the servers too the file may be as
+            # it was before --install (a copy holds that), or hold nothing: a file that
+            # --install made (no copy was ever needed) then goes.
+            bare = bom + b"".join(piece.encode() for piece in _pieces(
+                change(decode(old, path)[0], None, bare=True)[0]))
+            if bare.strip() in (b"", b"{}") and target == path and not copies_of(target):
+                new = bare = None
+        # Given back as a copy holds it: that copy is the undo, and no other is made.
+        for candidate in (new, bare) if remove else ():
+            back = None if candidate is None else copy_holding(target, candidate)
+            if back:
+                new = candidate
+                break
+        copy, dropped = replace_file(target, old, st, new, mode, client,
+                                     keep=not back and new is not None)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:
@@ -1696,7 +1783,17 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
     linked = f" (through the link to {target})" if target != path else ""
     done = "took" if remove else "added"
     where = "out of" if remove else "to"
-    if copy is None:
+    again = f"to add it again, run {setup_command(system)} --client {client} --install."
+    if new is None:
+        folders = remove_empty_folders(os.path.dirname(target), environ.get(
+            "USERPROFILE" if system == "Windows" else "HOME") or os.path.expanduser("~"))
+        print(f"{title}: took {NAME} out of {path} and removed the file, which --install had "
+              f"made and which held nothing else" + "".join(
+                  f", and the folder {folder}" for folder in folders) + f"; {again}")
+    elif back:
+        print(f"{title}: took {NAME} out of {path}{linked}: it is again as it was before, as "
+              f"{back} holds it; {again}")
+    elif copy is None:
         print(f"{title}: created {path} with {NAME} in it{linked}. There was no such file: to "
               f"undo, delete it or run {setup_command(system)} --client {client} --uninstall.")
     else:
@@ -1708,6 +1805,9 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                   f"{json.dumps(was, ensure_ascii=False, default=str)}")
         print(f"  The file as it was is kept as {copy}; to undo ({shell.name}):\n"
               f"{shell.run(move)}")
+    if dropped:
+        print(f"  Older copies removed (three are kept: the first, the file as it was before "
+              f"setup.py first changed it, and the two newest): {', '.join(dropped)}")
     if also:
         print(also.lstrip("\n"))
     if not remove:

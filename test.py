@@ -3740,13 +3740,14 @@ class InstallTest(TempDirTest):
                               "changed.", out)
                 self.assertEqual(self.read(path), data)
                 self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
-                # --uninstall gives back the file as it was, byte for byte.
+                # --uninstall gives back the file as it was, byte for byte, as the copy holds
+                # it: no second copy is made.
                 status, out, err = self.install(client, env, remove=True)
                 self.assertEqual((status, err), (0, ""))
                 self.assertEqual(self.read(path), original.encode())
-                self.assertIn("took flood-memory out of", out)
-                [copy] = re.findall(r"kept as (.+); to undo", out)
-                self.assertEqual(self.read(copy), data)
+                self.assertIn(f"took flood-memory out of {path}: it is again as it was "
+                              f"before, as {copy} holds it; to add it again, run ", out)
+                self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
         self.assertEqual(len(started), 1)  # the same entry everywhere
         command, server_py, (_, data_dir) = started.pop()
         bare = dict(setup.bare_environment(platform.system(), env), FLOOD_MEMORY_DIR=data_dir)
@@ -3755,8 +3756,9 @@ class InstallTest(TempDirTest):
         proc.send(request("initialize", {"protocolVersion": "2025-06-18"}))
         self.assertEqual(len(proc.send(request("tools/list"))["result"]["tools"]), 5)
 
-    def test_a_missing_file_and_folder_are_made_and_an_uninstall_leaves_no_servers(self):
+    def test_a_missing_file_and_folder_are_made_and_an_uninstall_removes_them(self):
         home, env = self.home()
+        before = sorted(os.listdir(home))
         for client in OTHER_SERVERS:
             with self.subTest(client=client):
                 path = self.file_of(client, env)
@@ -3769,11 +3771,27 @@ class InstallTest(TempDirTest):
                                  {key: {"flood-memory": self.entry(client, env)}})
                 if os.name != "nt":  # such files come to hold tokens
                     self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
-                self.assertEqual(self.install(client, env, remove=True)[0], 0)
-                self.assertEqual(self.parsed(client, self.read(path)), {key: {}})
+                # The file --install made, holding nothing else, goes, and the folders made
+                # for it: nothing is left behind.
+                status, out, err = self.install(client, env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn(f"took flood-memory out of {path} and removed the file, which "
+                              f"--install had made and which held nothing else, and the "
+                              f"folder {os.path.dirname(path)}", out)
+                self.assertEqual(sorted(os.listdir(home)), before)
                 self.assertEqual(self.install(client, env, remove=True)[:2],
                                  (0, f"{setup.CLIENTS[client]}: {path} has no flood-memory: "
                                      f"nothing changed.\n"))
+                # Something else added there meanwhile: the file stays, with its servers.
+                self.assertEqual(self.install(client, env)[0], 0)
+                data = self.read(path)
+                self.write(path, data.replace(b"[mcp_servers.", b'model = "o3"\n\n[mcp_servers.')
+                           if client == "codex" else data.replace(b"{", b'{"theme": 1,', 1))
+                self.assertEqual(self.install(client, env, remove=True)[0], 0)
+                self.assertEqual(self.parsed(client, self.read(path)),
+                                 {"model" if client == "codex" else "theme":
+                                  "o3" if client == "codex" else 1, key: {}})
+                shutil.rmtree(os.path.join(home, os.path.relpath(path, home).split(os.sep)[0]))
         # A file where the folder should be.
         home, env = self.home(name="A File For A Folder")
         self.write(os.path.join(home, ".cursor"), "")
@@ -3781,6 +3799,63 @@ class InstallTest(TempDirTest):
         self.assertEqual((status, out), (1, ""))
         self.assertIn(f"setup.py: {os.path.join(home, '.cursor')} is a file where a folder "
                       f"should be; nothing was changed.", err)
+
+    def test_ten_installs_and_uninstalls_leave_the_file_as_it_was_and_one_copy(self):
+        home, env = self.home()
+        originals = {client: (original, '{\n  "theme": "dark"\n}\n' if client != "codex" else
+                              'model = "o3"\n') for client, original in OTHER_SERVERS.items()}
+        for client, (original, without_servers) in originals.items():
+            for text, cycles in ((original, 10), (without_servers, 2)):
+                with self.subTest(client=client, text=text):
+                    path = self.file_of(client, env)
+                    self.write(path, text)
+                    for cycle in range(cycles):
+                        status, out, err = self.install(client, env)
+                        self.assertEqual((status, err), (0, ""))
+                        [copy] = re.findall(r"kept as (.+); to undo", out)
+                        status, out, err = self.install(client, env, remove=True)
+                        self.assertEqual((status, err), (0, ""))
+                        self.assertIn(f"it is again as it was before, as {copy} holds it", out)
+                    self.assertEqual(self.read(path), text.encode())
+                    self.assertEqual(sorted(os.listdir(os.path.dirname(path))),
+                                     sorted([os.path.basename(path), os.path.basename(copy)]))
+                    self.assertEqual(self.read(copy), text.encode())
+                    os.remove(copy)
+
+    def test_a_copy_is_made_once_and_three_at_most_are_kept_the_first_always(self):
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        self.write(path, OTHER_SERVERS["cursor"].replace("github", "gitlab"))
+        # Older setup.py runs left twenty copies, the first the file as it was before them;
+        # each change here is another data directory.
+        first = path + ".before-flood-memory"
+        self.write(first, OTHER_SERVERS["cursor"])
+        for n in range(2, 21):
+            self.write(f"{path}.before-flood-memory-{n}", f"old copy {n}")
+        for n in range(1, 4):
+            data = self.read(path)
+            status, out, err = self.install(
+                "cursor", dict(env, FLOOD_MEMORY_DIR=os.path.join(home, f"memory {n}")))
+            self.assertEqual((status, err), (0, ""))
+            [copy] = re.findall(r"kept as (.+); to undo", out)
+            self.assertEqual(copy, f"{path}.before-flood-memory-{20 + n}")  # after the newest
+            self.assertEqual(self.read(copy), data)
+            self.assertEqual(sorted(name for name in os.listdir(os.path.dirname(path))),
+                             sorted(["mcp.json", os.path.basename(first)] +
+                                    [f"mcp.json.before-flood-memory-{19 + n + k}"
+                                     for k in range(2)]))
+            self.assertEqual(self.read(first), OTHER_SERVERS["cursor"].encode())
+            self.assertIn("  Older copies removed (three are kept: the first, the file as it "
+                          "was before setup.py first changed it, and the two newest): " +
+                          ", ".join(f"{path}.before-flood-memory-{k}"
+                                    for k in (range(2, 20) if n == 1 else [18 + n])) + "\n",
+                          out)
+        # A copy with the same bytes is there already: it is named, and none is made.
+        files = sorted(os.listdir(os.path.dirname(path)))
+        self.write(path, OTHER_SERVERS["cursor"])
+        status, out, err = self.install("cursor", env)
+        self.assertIn(f"kept as {first}; to undo", out)
+        self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
 
     def test_an_old_entry_is_replaced_and_said_and_another_name_for_it_is_named(self):
         home, env = self.home()
