@@ -3963,6 +3963,17 @@ class InstallTest(TempDirTest):
                                        f"digits, which Codex does not read either; nothing "
                                        f"was changed.\n"), err)
 
+    def test_a_key_twice_where_setup_py_neither_reads_nor_writes_is_left_as_it_is(self):
+        # Read by the client as it always was; setup.py only skips it.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        text = ('{"theme": {"a": 1, "a": 2}, "mcpServers": {"x": {"env": {"K": "1", "K": "2"}}},'
+                ' "n": %s}' % ("9" * 5000))
+        self.write(path, text)
+        self.assertEqual(self.install("cursor", env)[0], 0)
+        self.assertEqual(self.install("cursor", env, remove=True)[0], 0)
+        self.assertEqual(self.read(path), text.encode())
+
     def test_a_large_file_is_changed_in_little_more_memory_than_its_size(self):
         # A long string, and many small values: in the top object, in a value setup.py
         # skips, in another server's args. What Python allocates while installing and
@@ -4003,6 +4014,8 @@ class InstallTest(TempDirTest):
                  "line 3: a comma before }, which is not JSON"),
                 ("vscode", '{\n  "servers": {\n    "x": {"command": "a\\q"}\n  }\n}',
                  'line 3: "a\\q" is not a valid JSON string'),
+                ("cursor", '{"mcpServers": {"flood-memory": {"n": %s}}}' % ("1" * 5000),
+                 "line 1: a number of 5000 digits, more than setup.py reads"),
                 ("cursor", "\ufeff{\r\n  \"mcpServers\": {\r\n}".encode("utf-16"),
                  "is UTF-16 text (as Windows PowerShell 5 writes with > or Out-File)"),
                 ("cursor", b'{\n  "mcpServers": {},\n  "caf\xe9": 1\n}',
