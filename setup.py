@@ -710,9 +710,10 @@ def decode(data, path):
 _JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
 _JSON_SCALAR = (_JSON_STRING + r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
                 r"|true|false|null")
-# Matched without a place to go back to kept per character (possessive repeats: Python
-# 3.11+, so compiled only there, and an older Python still starts setup.py to be told it is
-# too old), a long string or comment costs nothing beyond its text.
+# Every repeat below is possessive: it keeps no place to go back to for each character, so
+# that a long string or comment costs nothing beyond its text. Python 3.11+ has them: the
+# patterns are compiled only there, so that an older Python still starts setup.py to be
+# told it is too old.
 if sys.version_info >= MIN_PYTHON:
     _JSON_TOKEN = re.compile(r"(?P<space>[ \t\r\n]++)|(?P<comment>//[^\r\n]*+|"
                              r"/\*(?:[^*]|\*(?!/))*+\*/)|(?P<scalar>" + _JSON_SCALAR +

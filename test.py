@@ -4239,8 +4239,22 @@ class InstallTest(TempDirTest):
                       f"it): quit Cursor and run this again; nothing was changed.", err)
         self.assertEqual(self.read(path), saved.encode())
         self.assertEqual(os.listdir(os.path.dirname(path)), ["mcp.json"])  # no copy, no temp
-        # A file that is empty and stays so is empty: the entry goes in.
+        # Emptied again and again: after ten times the wait, refused in one line.
         self.write(path, "")
+        stamps = itertools.count(1)
+
+        def emptied_again(seconds):
+            when = next(stamps) * 10 ** 9
+            os.utime(path, ns=(when, when))
+            sleep(seconds)
+
+        with unittest.mock.patch.object(setup, "SETTLED", 0.01), \
+                unittest.mock.patch.object(time, "sleep", emptied_again):
+            status, out, err = self.install("cursor", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertIn(f"{path} kept changing for 0.1 seconds (a running Cursor saves it): quit "
+                      f"Cursor and run this again; nothing was changed.", err)
+        # A file that is empty and stays so is empty: the entry goes in.
         status, out, err = self.install("cursor", env)
         self.assertEqual((status, err), (0, ""))
         self.assertEqual(jsonc_loads(self.read(path).decode()),
