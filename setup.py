@@ -730,6 +730,7 @@ if sys.version_info >= MIN_PYTHON:
         ('"', r'"(?:[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
         ('"""', r'"""(?:[^"\\]|\\.|"(?!""))*+"""'), ("'''", r"'''(?:[^']|'(?!''))*+'''"))}
 _TOML_PLAIN = re.compile(r"[^#\"'\[\]{}=\n]*")
+_TOML_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _INDENT = re.compile(r"[ \t]*")
 
 # How deep a client's JSON may nest: far past any configuration, and short of Python's
@@ -997,8 +998,9 @@ def toml_statements(text):
             kind = "array" if head.startswith("[[") else "table"
             yield kind, start, pos, _toml_key(tomllib.loads(head)), comments
         else:
-            yield "pair", start, pos, _toml_key(tomllib.loads(text[start:equals].strip() +
-                                                             " = 0")), comments
+            key = text[start:equals].strip()  # most are bare: read as tomllib would
+            yield "pair", start, pos, (key,) if _TOML_BARE_KEY.fullmatch(key) else _toml_key(
+                tomllib.loads(key + " = 0")), comments
 
 
 def _toml_string_end(text, pos):
@@ -1308,9 +1310,15 @@ def toml_changed(text, path, table, server, bare=False):
 
 
 def _toml_digest(document):
-    """A digest of a TOML document, whatever the order of its tables; nan, which is not
-    equal to itself, is written alike each time."""
-    return hashlib.sha256(json.dumps(document, sort_keys=True, default=repr).encode()).digest()
+    """A digest of a TOML document (taking mcp_servers out of it): the servers whatever
+    their order (a table moved to the end is the same table), all else in the order
+    written, which the edits keep. repr writes nan, not equal to itself, alike each time,
+    and makes no list of a large table's items, as json.dumps would."""
+    if not isinstance(document, dict):
+        return None
+    servers = document.pop("mcp_servers", None)
+    servers = sorted(servers.items()) if isinstance(servers, dict) else servers
+    return hashlib.sha256(f"{document!r}\0{servers!r}".encode()).digest()
 
 
 def _toml_read(text, path, quiet=False):
