@@ -712,180 +712,269 @@ def decode(data, path):
                       f"UTF-8, the encoding its client reads") from None
 
 
-_JSON_TOKEN = re.compile(r"""
-    (?P<space>[ \t\r\n]+)
-  | (?P<comment>//[^\r\n]*|/\*(?:[^*]|\*(?!/))*\*/)
-  | (?P<string>"(?:[^"\\\x00-\x1f]|\\.)*")
-  | (?P<number>-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)
-  | (?P<word>true|false|null)
-  | (?P<mark>[{}\[\]:,])
-""", re.VERBOSE | re.DOTALL)
+# JSON's scalars; a string's escapes are JSON's, so that a token that matches reads as JSON.
+_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
+_JSON_SCALAR = (_JSON_STRING + r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+                r"|true|false|null")
+# Every repeat below is possessive: it keeps no place to go back to for each character, so
+# that a long string or comment costs nothing beyond its text. Python 3.11+ has them: the
+# patterns are compiled only there, so that an older Python still starts setup.py to be
+# told it is too old.
+if sys.version_info >= MIN_PYTHON:
+    _JSON_TOKEN = re.compile(r"(?P<space>[ \t\r\n]++)|(?P<comment>//[^\r\n]*+|"
+                             r"/\*(?:[^*]|\*(?!/))*+\*/)|(?P<scalar>" + _JSON_SCALAR +
+                             r")|(?P<mark>[{}\[\]:,])")
+    _JSON_ANY_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\.)*+"')
+    # Runs of items or members a skipped value holds, each a scalar (or {} or []) and a
+    # comma, read at once.
+    _JSON_FLAT = _JSON_SCALAR + r"|\{[ \t\r\n]*+\}|\[[ \t\r\n]*+\]"
+    _JSON_ITEMS = re.compile(r"(?:[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    _JSON_MEMBERS = re.compile(r"(?:[ \t\r\n]*+" + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:"
+                               + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    # A valid TOML document's strings (basic, literal, multi-line), each to its end.
+    _TOML_STRINGS = {quote: re.compile(pattern, re.DOTALL) for quote, pattern in (
+        ('"', r'"(?:[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
+        ('"""', r'"""(?:[^"\\]|\\.|"(?!""))*+"""'), ("'''", r"'''(?:[^']|'(?!''))*+'''"))}
+_TOML_PLAIN = re.compile(r"[^#\"'\[\]{}=\n]*")
+_TOML_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_INDENT = re.compile(r"[ \t]*")
 
 # How deep a client's JSON may nest: far past any configuration, and short of Python's
 # recursion limit.
 _JSON_DEPTH = 200
 
+# How JsonText reads a value: checked and skipped; as Python values (the flood-memory
+# entry); as the top object or the servers, keeping where one member is; as another server's
+# entry, its args and each of them, looked at only for this checkout's server.py.
+_SKIP, _VALUE, _TOP, _SERVERS, _ENTRY, _ARGS, _ARG = range(7)
+
 
 class JsonObject:
-    """An object of a JSON text: where it starts ({) and ends (after }), and its members,
-    each (key, where the key starts, where its value starts and ends, where the comma after
-    it is or None, the value: a JsonObject, a JsonArray or a plain value)."""
+    """The top object of a JSON text, or its servers: where it starts ({) and ends (after
+    }); the members kept, each (key, where the key starts, where its value starts and ends,
+    where the comma after it is or None, the value): the member `kept` (the servers, or
+    flood-memory), the one before it and the last; the number of members (`count`), the
+    place of the member kept among them (None if it is not there) and its value (`value`);
+    a digest of how the other members are written (`others`); of the servers, the names of
+    those that start this checkout's server.py (`starting`)."""
 
-    def __init__(self, start):
-        self.start, self.end, self.members = start, None, []
-
-    def plain(self):
-        return {key: _plain(value) for key, *_, value in self.members}
+    def __init__(self, start, kept):
+        self.start, self.end, self.members, self.kept = start, None, [], kept
+        self.count, self.place, self.value = 0, None, None
+        self.others, self.starting = hashlib.sha256(), []
 
     def member(self, key):
         """The index of the member `key`, or None."""
         return next((i for i, m in enumerate(self.members) if m[0] == key), None)
 
 
-class JsonArray:
-    def __init__(self, items):
-        self.items = items
-
-    def plain(self):
-        return [_plain(item) for item in self.items]
-
-
-def _plain(value):
-    return value.plain() if isinstance(value, (JsonObject, JsonArray)) else value
-
-
 class JsonText:
-    """A client's JSON file read as text, with where each member of each object is, so that
-    one member can be added, replaced or taken out by editing the text around it: the
-    other members, their order, indentation, line endings and comments stay as they were.
+    """A client's JSON file read as text, with where the members of its top object and of
+    its servers (the top object's member `key`) are, so that one member can be added,
+    replaced or taken out by editing the text around it: the other members, their order,
+    indentation, line endings and comments stay as they were.
+
+    Of all the values, only the flood-memory entry is read as Python values, and the args
+    of the other servers are looked at with `starts` (a function of one argument); every
+    other value is checked and skipped, so that reading costs little beyond the text
+    however many values it holds. `unit` is the file's indentation step, found at the first
+    member that starts a line of its own, deeper than the line of its object; None if there
+    is none.
 
     `commented` allows comments and trailing commas (JSON with comments, as VS Code reads
-    it); otherwise the text must be plain JSON. A key twice in one object is refused: the
-    client would read one of the two and setup.py might change the other. An empty text
-    (or one of comments only) is {}."""
+    it); otherwise the text must be plain JSON. `key` twice at the top, a server twice, or a
+    key twice in the flood-memory entry is refused: the client would read one of the two
+    and setup.py might change the other. An empty text (or one of comments only) is {}."""
 
-    def __init__(self, text, path, commented):
-        self.text, self.path = text, path
-        self.comments, tokens, pos = [], [], 0
-        while pos < len(text):
-            found = _JSON_TOKEN.match(text, pos)
-            if found is None:
-                what = ("a comment that is never closed" if text.startswith("/*", pos) else
-                        "a string not closed on its line" if text[pos] == '"' else
-                        f"unexpected {text[pos]!r}")
-                self.fail(pos, what)
-            if found.lastgroup == "comment":
-                if not commented:
-                    self.fail(pos, "a comment, which is not JSON (its client reads plain "
-                                   "JSON)")
-                self.comments.append((found.start(), found.end()))
-            elif found.lastgroup != "space":
-                tokens.append((found.lastgroup, found.start(), found.end()))
-            pos = found.end()
-        self.commented, self.tokens, self.at = commented, tokens, 0
+    def __init__(self, text, path, commented, key, starts=None):
+        self.text, self.path, self.commented, self.key = text, path, commented, key
+        self.starts, self.started = starts, False
+        self.comments, self.pos, self.ahead, self.end = [], 0, None, 0
+        self.quiet = 0  # in what no edit goes into: comments there are not kept
+        self.unit, self.line, self.seen, self.indent = None, 0, 0, ""
         self.top = None
-        if tokens:
-            self.top = self.value(0)
-            if self.at < len(tokens):
-                self.fail(tokens[self.at][1], "more text after the end of the JSON document")
+        first = self.peek()
+        if first is not None:
+            self.top = self.value(0, _TOP, "")
+            if self.peek() is not None:
+                self.fail(self.peek()[1], "more text after the end of the JSON document")
             if not isinstance(self.top, JsonObject):
-                self.fail(tokens[0][1], "the document is not a JSON object ({...})")
+                self.fail(first[1], "the document is not a JSON object ({...})")
+
+    @property
+    def servers(self):
+        """The servers' JsonObject; None if there are none, what is there if not an object."""
+        return None if self.top is None else self.top.value
 
     def fail(self, pos, what):
         raise Refused(f"{self.path}, line {_line(self.text, pos)}: {what}")
 
-    def next(self, expected):
-        if self.at == len(self.tokens):
+    def peek(self):
+        """The next token but for space and comments, (kind, start, end); None at the end."""
+        text = self.text
+        while self.ahead is None and self.pos < len(text):
+            found = _JSON_TOKEN.match(text, self.pos)
+            if found is None:
+                string = _JSON_ANY_STRING.match(text, self.pos)
+                self.fail(self.pos, "a comment that is never closed" if
+                          text.startswith("/*", self.pos) else
+                          f"{string[0][:40]} is not a valid JSON string" if string else
+                          "a string not closed on its line" if text[self.pos] == '"' else
+                          f"unexpected {text[self.pos]!r}")
+            kind, start, self.pos = found.lastgroup, found.start(), found.end()
+            if kind == "comment":
+                if not self.commented:
+                    self.fail(start, "a comment, which is not JSON (its client reads plain "
+                                     "JSON)")
+                if not self.quiet:
+                    self.comments.append((start, self.pos))
+            elif kind != "space":
+                self.ahead = (kind, start, self.pos)
+        return self.ahead
+
+    def take(self, expected):
+        token = self.peek()
+        if token is None:
             self.fail(len(self.text), f"the text ends where {expected} should follow")
-        token = self.tokens[self.at]
-        self.at += 1
+        self.ahead, self.end = None, token[2]
         return token
 
-    def value(self, depth):
-        kind, start, end = self.next("a value")
+    def closes(self, closing, after):
+        """Whether the next token closes the object or array, after `after` members or
+        items (a comma before it only where comments are allowed); if so it is taken."""
+        token = self.peek()
+        if token is None or self.text[token[1]] != closing:
+            return False
+        if after and not self.commented:
+            self.fail(token[1], f"a comma before {closing}, which is not JSON (its client "
+                                f"reads plain JSON)")
+        self.take(closing)
+        return True
+
+    def skip(self, skipping, run):
+        """When `skipping`, take the run of items or members `run` matches next: whether
+        there was one."""
+        if not skipping or self.ahead is not None:
+            return False
+        start, self.pos = self.pos, run.match(self.text, self.pos).end()
+        return self.pos > start
+
+    def value(self, depth, mode, outer):
+        kind, start, end = self.take("a value")
         if depth > _JSON_DEPTH:
             self.fail(start, f"nested more than {_JSON_DEPTH} levels deep")
-        source = self.text[start:end]
-        if kind in ("string", "number", "word"):
-            try:
-                return json.loads(source)
-            except ValueError:
-                self.fail(start, f"{source[:40]} is not a valid JSON string")
-        if source == "{":
-            return self.object(start, depth)
-        if source == "[":
-            items = []
-            while True:
-                if self.peek("]", items):
-                    return JsonArray(items)
-                items.append(self.value(depth + 1))
-                kind, start, end = self.next(", or ]")
-                if self.text[start] == "]":
-                    return JsonArray(items)
-                if self.text[start] != ",":
-                    self.fail(start, f"expected , or ] after an item, found "
-                                     f"{self.text[start:end][:40]}")
-        self.fail(start, f"expected a value, found {source[:40]}")
+        if kind == "scalar":
+            if mode == _VALUE or mode == _ARG and self.text[start] == '"':
+                try:
+                    value = json.loads(self.text[start:end])
+                except ValueError:  # an integer longer than int() reads
+                    self.fail(start, f"a number of {end - start} digits, more than setup.py "
+                                     f"reads")
+                self.started = self.started or mode == _ARG and self.starts(value)
+                return value
+            return None
+        if self.text[start] == "{":
+            return self.object(start, depth, _SKIP if mode in (_ARGS, _ARG) else mode, outer)
+        if self.text[start] != "[":
+            self.fail(start, f"expected a value, found {self.text[start]}")
+        items = [] if mode == _VALUE else None
+        inner = _VALUE if mode == _VALUE else _ARG if mode == _ARGS else _SKIP
+        self.quiet += mode != _VALUE
+        count = 0
+        while not self.closes("]", count + self.skip(inner == _SKIP, _JSON_ITEMS)):
+            item = self.value(depth + 1, inner, outer)
+            if items is not None:
+                items.append(item)
+            count += 1
+            _, mark, end = self.take(", or ]")
+            if self.text[mark] == "]":
+                break
+            if self.text[mark] != ",":
+                self.fail(mark, f"expected , or ] after an item, found "
+                                f"{self.text[mark:end][:40]}")
+        self.quiet -= mode != _VALUE
+        return items
 
-    def peek(self, closing, before):
-        """Whether the next token closes the object or array (after a trailing comma only
-        where comments are allowed); if so it is taken."""
-        if self.at < len(self.tokens) and self.text[self.tokens[self.at][1]] == closing:
-            if before and not self.commented:
-                self.fail(self.tokens[self.at][1], f"a comma before {closing}, which is not "
-                                                   f"JSON (its client reads plain JSON)")
-            self.at += 1
-            return True
-        return False
-
-    def object(self, start, depth):
-        obj, first = JsonObject(start), {}
-        while True:
-            if self.peek("}", obj.members):
-                obj.end = self.tokens[self.at - 1][2]
-                return obj
-            kind, key_start, end = self.next("a key")
-            if kind != "string":
+    def object(self, start, depth, mode, outer):
+        text = self.text
+        keeping = mode in (_TOP, _SERVERS)
+        obj = (JsonObject(start, self.key if mode == _TOP else NAME) if keeping else
+               {} if mode == _VALUE else None)
+        self.quiet += not keeping and mode != _VALUE
+        first, count, before = {}, 0, None
+        while not self.closes("}", count + self.skip(mode == _SKIP and self.unit is not None,
+                                                     _JSON_MEMBERS)):
+            kind, key_start, key_end = self.take("a key")
+            if text[key_start] != '"':
                 self.fail(key_start, f"expected a key in double quotes, found "
-                                     f"{self.text[key_start:end][:40]}")
-            key = self.value_of(key_start, end)
-            if key in first:
-                self.fail(key_start, f"the key {json.dumps(key)} is there twice in one object "
-                                     f"(first on line {_line(self.text, first[key])})")
-            first[key] = key_start
-            kind, colon, _ = self.next(":")
-            if self.text[colon] != ":":
-                self.fail(colon, f"expected : after the key {json.dumps(key)}")
-            value_start = self.tokens[self.at][1] if self.at < len(self.tokens) else colon
-            value = self.value(depth + 1)
-            value_end = self.tokens[self.at - 1][2]
-            kind, mark, _ = self.next(", or }")
-            comma = mark if self.text[mark] == "," else None
-            obj.members.append((key, key_start, value_start, value_end, comma, value))
-            if self.text[mark] == "}":
-                obj.end = mark + 1
-                return obj
+                                     f"{text[key_start:key_end][:40]}")
+            key = None if mode == _SKIP else json.loads(text[key_start:key_end])
+            if mode in (_SERVERS, _VALUE) or mode == _TOP and key == self.key:
+                if key in first:
+                    self.fail(key_start, f"the key {json.dumps(key)} is there twice in one "
+                                         f"object (first on line {_line(text, first[key])})")
+                first[key] = key_start
+            inner_outer = self.indentation(key_start, outer) if self.unit is None else ""
+            _, colon, _ = self.take(":")
+            if text[colon] != ":":
+                self.fail(colon, f"expected : after the key {text[key_start:key_end][:40]}")
+            value_start = self.peek()[1] if self.peek() else colon
+            inner = (_VALUE if mode == _VALUE else
+                     _ARGS if mode == _ENTRY and key == "args" else
+                     (_SERVERS if mode == _TOP else _VALUE) if keeping and key == obj.kept else
+                     _ENTRY if mode == _SERVERS and self.starts else _SKIP)
+            if mode == _SERVERS:
+                self.started = False
+            value = self.value(depth + 1, inner, inner_outer)
+            value_end = self.end
+            _, mark, _ = self.take(", or }")
+            comma = mark if text[mark] == "," else None
+            member = (key, key_start, value_start, value_end, comma, value)
+            if mode == _VALUE:
+                obj[key] = value
+            elif keeping and key == obj.kept:
+                obj.members = [before, member] if before else [member]
+                obj.place, obj.value = count, value
+            elif keeping:
+                for piece in _pieces(text, key_start, value_end):
+                    obj.others.update(piece.encode())
+                obj.others.update(b"\0")
+                if self.started:
+                    obj.starting.append(key)
+            before, count = member, count + 1
+            if text[mark] == "}":
+                break
             if comma is None:
-                self.fail(mark, f"expected , or }} after the value of {json.dumps(key)}")
+                self.fail(mark, f"expected , or }} after the value of "
+                                f"{text[key_start:key_end][:40]}")
+        self.quiet -= not keeping and mode != _VALUE
+        if keeping:
+            obj.end, obj.count = self.end, count
+            if before and before not in obj.members:
+                obj.members.append(before)
+        return obj
 
-    def value_of(self, start, end):
-        try:
-            return json.loads(self.text[start:end])
-        except ValueError:
-            self.fail(start, f"{self.text[start:end][:40]} is not a valid JSON string")
-
-    def plain(self):
-        return {} if self.top is None else self.top.plain()
+    def indentation(self, pos, outer):
+        """The white space that starts the line of the key at `pos` (asked in order), which
+        gives the indentation step if that key starts its line, deeper than `outer`."""
+        newline = self.text.rfind("\n", self.seen, pos)
+        if newline >= 0:
+            self.line = newline + 1
+            self.indent = _INDENT.match(self.text, self.line)[0]
+        self.seen, lead = pos, self.indent
+        if self.line + len(lead) == pos and len(lead) > len(outer) and lead.startswith(outer):
+            self.unit = lead[len(outer):]
+        return lead
 
 
 def toml_statements(text):
-    """The statements of a valid TOML document, in order: (kind, start, end, key, comments)
+    """The statements of a valid TOML document, one by one: (kind, start, end, key, comments)
     with kind "table" ([header]), "array" ([[header]]), "pair" (key = value) or "other" (a
     blank or comment line); start and end cover whole lines, the line break included; key
     the key's parts as tomllib reads them (a pair's relative to its table); comments the
     (start, end) of each comment within. Multi-line strings and arrays are one statement."""
     import tomllib
-    statements, pos = [], 0
+    pos = 0
     while pos < len(text):
         start, depth, comments, equals = pos, 0, [], None
         while pos < len(text):
@@ -907,37 +996,28 @@ def toml_statements(text):
                 pos += 1
                 break
             else:
-                pos += 1
+                pos = _TOML_PLAIN.match(text, pos + 1).end()
         head = text[start:comments[0][0] if comments else pos].strip()
         if not head:
-            statements.append(("other", start, pos, None, comments))
+            yield "other", start, pos, None, comments
         elif head.startswith("["):
             kind = "array" if head.startswith("[[") else "table"
-            statements.append((kind, start, pos, _toml_key(tomllib.loads(head)), comments))
+            yield kind, start, pos, _toml_key(tomllib.loads(head)), comments
         else:
-            key = tomllib.loads(text[start:equals].strip() + " = 0")
-            statements.append(("pair", start, pos, _toml_key(key), comments))
-    return statements
+            key = text[start:equals].strip()  # most are bare: read as tomllib would
+            yield "pair", start, pos, (key,) if _TOML_BARE_KEY.fullmatch(key) else _toml_key(
+                tomllib.loads(key + " = 0")), comments
 
 
 def _toml_string_end(text, pos):
     """Where the TOML string that starts at `pos` ends, after its closing quotes."""
-    quote = text[pos]
-    escapes = quote == '"'
-    if text.startswith(quote * 3, pos):
-        at = pos + 3
-        while not text.startswith(quote * 3, at):
-            at += 2 if escapes and text[at] == "\\" else 1
-        at += 3
-        # Up to two more quotes are the string's own: """say "hi"""" ends after all five.
-        for _ in range(2):
-            if text.startswith(quote, at):
-                at += 1
-        return at
-    at = pos + 1
-    while text[at] != quote:
-        at += 2 if escapes and text[at] == "\\" else 1
-    return at + 1
+    quote = text[pos] * (3 if text.startswith(text[pos] * 3, pos) else 1)
+    at = _TOML_STRINGS[quote].match(text, pos).end()
+    # Up to two more quotes are a multi-line string's own: """say "hi"""" ends after all five.
+    for _ in range(2 if len(quote) == 3 else 0):
+        if text.startswith(quote[0], at):
+            at += 1
+    return at
 
 
 def _toml_key(parsed):
@@ -976,33 +1056,13 @@ def _skip_blanks(text, pos):
     return pos
 
 
-def _json_unit(text, node, outer=""):
-    """The indentation step of a JSON text: found at the first member or item that starts a
-    line of its own, deeper than the line of its object; None if there is none."""
-    if isinstance(node, JsonObject):
-        for _, key_start, _, _, _, value in node.members:
-            if _alone(text, key_start):
-                inner = _leading(text, key_start)
-                if len(inner) > len(outer) and inner.startswith(outer):
-                    return inner[len(outer):]
-            found = _json_unit(text, value, _leading(text, key_start))
-            if found:
-                return found
-    if isinstance(node, JsonArray):
-        for item in node.items:
-            found = _json_unit(text, item, outer)
-            if found:
-                return found
-    return None
-
-
 class JsonEdit:
     """Changes to one member of a JsonText, as edits of its text: (start, end, new text)."""
 
     def __init__(self, doc):
         self.doc, self.text = doc, doc.text
         self.nl = "\r\n" if "\r\n" in self.text else "\n"
-        self.unit = _json_unit(self.text, doc.top)
+        self.unit = doc.unit
 
     def render(self, value, indent, unit):
         if unit is None:
@@ -1082,29 +1142,42 @@ def apply_edits(text, edits, comments, path, what):
             if c_start < end and c_end > start:
                 raise Refused(f"{path}, line {_line(text, c_start)}: a comment there would "
                               f"be lost {what}")
-    # In order; edits at one place are made in the order given.
+    # In order; edits at one place are made in the order given. The text is cut a megabyte
+    # at a time: each piece takes as few bytes a character as its own characters need, where
+    # a large piece would take as many as the widest character of the text.
     pieces, pos = [], 0
     for start, end, new in sorted(edits, key=lambda edit: edit[0]):
-        pieces += [text[pos:start], new]
+        pieces += [*_pieces(text, pos, start), new]
         pos = max(pos, end)
-    return "".join(pieces) + text[pos:]
+    return "".join([*pieces, *_pieces(text, pos, len(text))])
 
 
-def json_changed(client, text, path, entry):
+def _pieces(text, start=0, end=None):
+    """text[start:end], a megabyte at a time."""
+    end = len(text) if end is None else end
+    for at in range(start, end, 1 << 20):
+        yield text[at:min(at + (1 << 20), end)]
+
+
+def json_changed(client, text, path, entry, server, bare=False):
     """What `text`, the JSON of `client`'s file at `path`, becomes with the flood-memory entry
-    set to `entry` (taken out when None): (new text, the entry that was there or None, the
-    servers)."""
+    set to `entry` (taken out when None; with the servers too when it was their only one,
+    if `bare`): (new text, the entry that was there or None, the other servers there that
+    start `server`, whether flood-memory is the only server)."""
     key = SERVERS_KEY[client]
-    doc = JsonText(text, path, client in COMMENTED)
-    document = doc.plain()
-    if key in document and not isinstance(document[key], dict):
+    doc = JsonText(text, path, client in COMMENTED, key, lambda arg: is_server(arg, server))
+    servers = doc.servers
+    if doc.top is not None and doc.top.place is not None and not isinstance(servers,
+                                                                             JsonObject):
         at = doc.top.members[doc.top.member(key)][2]
         raise Refused(f"{path}, line {_line(text, at)}: \"{key}\" is not an object ({{...}}) "
                       f"of servers")
-    servers = document.get(key, {})
-    was = servers.get(NAME)
-    if (entry is None and NAME not in servers) or (entry is not None and was == entry):
-        return text, was, servers
+    there = servers is not None and servers.place is not None
+    was, others = (servers.value, servers.starting) if servers else (None, [])
+    alone = there and servers.count == 1
+    if (entry is None and not there) or (entry is not None and there and was == entry):
+        return text, was, others, alone
+    gone = bare and alone and entry is None
     if doc.top is None:
         nl = "\r\n" if "\r\n" in text else "\n"
         new = json.dumps({key: {NAME: entry}}, indent=2, ensure_ascii=False)
@@ -1117,7 +1190,9 @@ def json_changed(client, text, path, entry):
         else:
             obj = top.members[index][5]
             at = obj.member(NAME)
-            if entry is None:
+            if gone:
+                edits = edit.remove(top, index)
+            elif entry is None:
                 edits = edit.remove(obj, at)
             elif at is None:
                 edits = edit.insert(obj, NAME, entry)
@@ -1125,83 +1200,106 @@ def json_changed(client, text, path, entry):
                 edits = edit.replace(obj, at, entry)
         changed = apply_edits(text, edits, doc.comments, path, "with the flood-memory entry")
     # The check before anything is written: the new text, read back, holds what the file
-    # held with this one change, in the same order.
-    expected = dict(document)
-    expected[key] = dict(servers)
-    if entry is None:
-        del expected[key][NAME]
-    else:
-        expected[key][NAME] = entry
+    # held with this one change: the other members of the top object and of the servers
+    # written as they were, in the same order, and the servers and the entry in their place.
+    def outline(obj):
+        if not isinstance(obj, JsonObject):
+            return obj, nothing, 0, None
+        return json.dumps(obj.value) if obj.kept == NAME else "", obj.others.digest(), \
+            obj.count, obj.place
+
+    nothing = hashlib.sha256().digest()
+    _, others_at_top, count, place = outline(doc.top)
+    _, other_servers, n, at = outline(servers)
+    expected = (("", others_at_top, count - 1, None), (None, nothing, 0, None)) if gone else (
+        ("", others_at_top, count + (place is None), count if place is None else place),
+        (json.dumps(entry), other_servers, n - (entry is None) + (at is None),
+         None if entry is None else n if at is None else at))
     try:
-        got = JsonText(changed, path, client in COMMENTED).plain()
+        got = JsonText(changed, path, client in COMMENTED, key)
     except Refused:
         got = None
-    if json.dumps(got) != json.dumps(expected):
+    if got is None or (outline(got.top), outline(got.servers)) != expected:
         raise Refused(f"{path}: setup.py could not make the change without changing "
                       f"something else there")
-    return changed, was, servers
+    return changed, was, others, alone
 
 
-def toml_changed(text, path, table):
+def toml_changed(text, path, table, server, bare=False):
     """What `text`, the config.toml at `path`, becomes with the table of flood-memory set to
-    `table` (its text; taken out when None), whatever form the old one had (a table with
-    subtables, dotted keys, an inline table): (new text, the entry that was there or None,
-    the servers). The new table takes the old one's place when that was a [table], else it
-    goes at the end."""
+    `table` (its text; taken out when None, with mcp_servers too when it was the only
+    server, if `bare`), whatever form the old one had (a table with subtables, dotted keys,
+    an inline table): (new text, the entry that was there or None, the other servers there
+    that start `server`, whether flood-memory is the only server). The new table takes the
+    old one's place when that was a [table], else it goes at the end."""
     import tomllib
     document = _toml_read(text, path)
-    statements = toml_statements(text)
     servers = document.get("mcp_servers", {})
-    if not isinstance(servers, dict):
-        start = next(s for _, s, _, key, _ in statements if key and key[0] == "mcp_servers")
-        raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is not a table of "
-                      f"servers")
-    was = servers.get(NAME)
-    entry = None if table is None else tomllib.loads(table)["mcp_servers"][NAME]
-    if (table is None and NAME not in servers) or (table is not None and was == entry):
-        return text, was, servers
-    nl = "\r\n" if "\r\n" in text else "\n"
-    ours, comments, current, block = [], [], (), None
-    for i, (kind, start, end, key, inside) in enumerate(statements):
-        comments += inside
+    # Each block of ours: [start, end, the statement before, the one after, its last] for a
+    # [table], [start, end] for a pair of keys in another table.
+    ours, comments, current, block, previous, survives, first = [], [], (), None, None, False, None
+    for kind, start, end, key, inside in toml_statements(text):
+        if block is not None and block[4] is previous:
+            block[3] = (kind, start, end, inside)
+        full = current + key if kind == "pair" else key or ()
+        if full[:1] == ("mcp_servers",):
+            first = start if first is None else first
+            survives = survives or block is None and full[:2] != ("mcp_servers", NAME)
         if kind in ("table", "array"):
             current, block = key, None
             if key[:2] == ("mcp_servers", NAME):
-                block = [start, end, i]
+                block = [start, end, previous, None, None]
                 ours.append(block)
-        elif kind == "pair":
-            full = current + key
-            if block is not None:
-                block[1:] = [end, i]
-            elif full[:2] == ("mcp_servers", NAME):
-                ours.append([start, end, None])
-            elif full == ("mcp_servers",):
-                raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is written as "
-                              f"one inline table, which setup.py cannot add to or take from "
-                              f"without rewriting it")
-    in_place = ours[0][0] if table and ours and ours[0][2] is not None else None
+        elif kind == "pair" and block is not None:
+            block[1] = end
+        elif kind == "pair" and full[:2] == ("mcp_servers", NAME):
+            ours.append([start, end])
+        elif kind == "pair" and full == ("mcp_servers",) and isinstance(servers, dict):
+            raise Refused(f"{path}, line {_line(text, start)}: mcp_servers is written as one "
+                          f"inline table, which setup.py cannot add to or take from without "
+                          f"rewriting it")
+        if block is not None or full[:2] == ("mcp_servers", NAME):
+            comments += inside  # only an edit of ours could take one out
+        previous = (kind, start, end, inside)
+        if block is not None and kind != "other":
+            block[4] = previous
+    if not isinstance(servers, dict):
+        raise Refused(f"{path}, line {_line(text, first)}: mcp_servers is not a table of "
+                      f"servers")
+    was = servers.get(NAME)
+    others = [name for name, other in servers.items()
+              if name != NAME and starts_server(other, server)]
+    alone = list(servers) == [NAME]
+    entry = None if table is None else tomllib.loads(table)["mcp_servers"][NAME]
+    if (table is None and NAME not in servers) or (table is not None and was == entry):
+        return text, was, others, alone
+    nl = "\r\n" if "\r\n" in text else "\n"
+    in_place = ours[0][0] if table and ours and len(ours[0]) > 2 else None
     new = None if table is None else table.replace("\n", nl) + nl
-    if new is None:
-        taken = apply_edits(text, [(start, end, "") for start, end, _ in ours], [], path, "")
-        remains = _toml_read(taken, path, quiet=True)
-        if remains is not None and "mcp_servers" not in remains:
-            new, in_place = "[mcp_servers]" + nl, ours[0][0]  # the servers stay, as {}
-    starts = {start: i for i, (_, start, *_) in enumerate(statements)}
+    gone = table is None and not survives and bare
+    if table is None and not survives and not bare:
+        new, in_place = "[mcp_servers]" + nl, ours[0][0]  # the servers stay, as {}
+    # What the text must hold read back: this one change, and all else as it was; as a
+    # digest, so that a large file is not held read twice over.
+    document["mcp_servers"] = {name: value for name, value in servers.items() if name != NAME}
+    if entry is not None:
+        document["mcp_servers"] = {**servers, NAME: entry}
+    if gone:
+        del document["mcp_servers"]
+    expected, document, servers = _toml_digest(document), None, None
     for block in ours:
         # A [table] taken out takes the blank line that set it apart along: the one before
         # it, or after it at the top of the file.
-        if block[2] is None or block[0] == in_place:
+        if len(block) == 2 or block[0] == in_place:
             continue
-        at = starts[block[0]]
-        before = statements[at - 1] if at else None
-        after = statements[block[2] + 1] if block[2] + 1 < len(statements) else None
-        if before and before[0] == "other" and not before[4]:
+        before, after = block[2], block[3]
+        if before and before[0] == "other" and not before[3]:
             block[0] = before[1]
-        elif not before and after and after[0] == "other" and not after[4]:
+        elif not before and after and after[0] == "other" and not after[3]:
             block[1] = after[2]
         if block[1] == len(text) and not text.endswith("\n") and block[0]:
             block[0] -= 2 if text.endswith("\r\n", 0, block[0]) else 1  # no final newline
-    edits = [(start, end, "") for start, end, _ in ours]
+    edits = [(block[0], block[1], "") for block in ours]
     if new is not None and in_place is not None:
         edits.append((in_place, in_place, new))
     elif new is not None:
@@ -1210,17 +1308,23 @@ def toml_changed(text, path, table):
         edits.append((len(text), len(text), ("" if ends else nl) + gap +
                       (new if ends else new[:-len(nl)])))
     changed = apply_edits(text, edits, comments, path, "with the flood-memory table")
-    expected = dict(document)
-    expected["mcp_servers"] = dict(servers)
-    if table is None:
-        del expected["mcp_servers"][NAME]
-    else:
-        expected["mcp_servers"][NAME] = entry
     # TOML's tables have no order: the text's is kept by editing it.
-    if _toml_read(changed, path, quiet=True) != expected:
+    if _toml_digest(_toml_read(changed, path, quiet=True)) != expected:
         raise Refused(f"{path}: setup.py could not make the change without changing "
                       f"something else there")
-    return changed, was, servers
+    return changed, was, others, alone
+
+
+def _toml_digest(document):
+    """A digest of a TOML document (taking mcp_servers out of it): the servers whatever
+    their order (a table moved to the end is the same table), all else in the order
+    written, which the edits keep. repr writes nan, not equal to itself, alike each time,
+    and makes no list of a large table's items, as json.dumps would."""
+    if not isinstance(document, dict):
+        return None
+    servers = document.pop("mcp_servers", None)
+    servers = sorted(servers.items()) if isinstance(servers, dict) else servers
+    return hashlib.sha256(f"{document!r}\0{servers!r}".encode()).digest()
 
 
 def _toml_read(text, path, quiet=False):
@@ -1237,14 +1341,20 @@ def _toml_read(text, path, quiet=False):
             raise Refused(f"{path}, line {found[2]}: not valid TOML ({found[1]}, column "
                           f"{found[3]})") from None
         raise Refused(f"{path}: not valid TOML ({exc})") from None
+    except ValueError:  # an integer longer than int() reads
+        if quiet:
+            return None
+        raise Refused(f"{path}: an integer of more than {sys.get_int_max_str_digits()} "
+                      f"digits, which Codex does not read either") from None
 
 
 # ----------------------------------------------------------------------------- writing it
 
 
-def read_target(path):
+def read_target(path, client):
     """The file to write for `path` (itself, or the file it links to: written through, so
-    the link stays), what it holds (None if it does not exist) and the mode to give it."""
+    the link stays), what it holds (None if it does not exist), the mode to give it and its
+    os.stat as read (None if it does not exist)."""
     # Only the file's own link is followed, so that paths are named as they were given.
     target = path
     for _ in range(40):
@@ -1263,7 +1373,7 @@ def read_target(path):
             raise Refused(f"{folder} is a file where a folder should be")
         folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
     if not os.path.exists(target):
-        return target, None, 0o600  # new: private, as such files come to hold tokens
+        return target, None, 0o600, None  # new: private, as such files come to hold tokens
     mode = os.stat(target).st_mode & 0o7777
     # Replacing a file needs only its folder to be writable: a file marked read-only (as a
     # Nix or Home Manager store's are) would be replaced all the same, so it is refused.
@@ -1272,7 +1382,40 @@ def read_target(path):
         raise Refused(f"{target}{linked} is read-only: add the entry where it is made, or "
                       f"make it writable")
     with open(target, "rb") as f:
-        return target, f.read(), mode
+        data, st = read_settled(f, target, client)
+    return target, data, mode, st
+
+
+# Seconds an empty file must stay as it is before setup.py takes it for empty: a client that
+# saves by emptying its file and then writing it (as Node's fs.writeFile does) shows it
+# empty for a moment, and an install then must not take the person's servers for none.
+SETTLED = 1.0
+
+
+def _state(st):
+    """What shows that a file changed: which file it is, its size and when it was written."""
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_settled(f, path, client):
+    """What the open file `f` holds and its os.stat, once it holds something, or has stayed
+    empty and unchanged for SETTLED seconds; Refused if it keeps changing."""
+    start = time.monotonic()
+    seen = since = None
+    while True:
+        st = os.fstat(f.fileno())
+        f.seek(0)
+        data = f.read()
+        state, now = _state(os.fstat(f.fileno())), time.monotonic()
+        if state == _state(st) and (data or state == seen and now - since >= SETTLED):
+            return data, st
+        if state != seen:
+            seen, since = state, now
+        if now - start > 10 * SETTLED:
+            raise Refused(f"{path} kept changing for {10 * SETTLED:g} seconds (a running "
+                          f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
+                          f"again")
+        time.sleep(SETTLED / 20)
 
 
 def _read_or_none(path):
@@ -1283,15 +1426,65 @@ def _read_or_none(path):
         return None
 
 
-def _set_mode(fd, mode):
+def _set_mode(fd, mode, owner):
     if hasattr(os, "fchmod"):  # Windows has no file modes to keep
         os.fchmod(fd, mode)
+    _give(fd, owner)
 
 
-def keep_copy(target, data, mode):
-    """A copy of `data`, what `target` held, beside it with the mode `mode`, under a name
-    that no earlier copy has: its path."""
-    for n in itertools.count(1):
+def _owner(path):
+    """Who owns `path`, (uid, gid); None where files have no owner to keep (Windows)."""
+    if not hasattr(os, "fchown"):
+        return None
+    st = os.stat(path)
+    return st.st_uid, st.st_gid
+
+
+def _give(path, owner):
+    """Make `owner` (uid, gid) the owner of `path` (or open file) when this process is not:
+    run as root for a person (sudo keeping HOME), setup.py leaves their files theirs."""
+    if owner and owner != (os.geteuid(), os.getegid()):
+        with contextlib.suppress(PermissionError):  # only root may give files away
+            os.chown(path, *owner)
+
+
+def _make_folders(folder):
+    """Make `folder` and the folders missing above it, each owned as the nearest one that
+    exists is."""
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        folder = os.path.dirname(folder)
+    owner = _owner(folder)
+    for made in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(made)
+            _give(made, owner)
+
+
+def copies_of(target):
+    """The copies kept beside `target`, oldest first, as (number, path): the first is
+    FILE.before-flood-memory, then -2, -3 and on."""
+    folder, name = os.path.split(target)
+    named = re.compile(re.escape(f"{name}.before-{NAME}") + r"(?:-([1-9][0-9]*))?")
+    found = (named.fullmatch(entry) for entry in os.listdir(folder or os.curdir))
+    return sorted((int(m[1] or 1), os.path.join(folder, m[0])) for m in found if m)
+
+
+def copy_holding(target, data):
+    """The copy of `target` that holds `data`, or None."""
+    for _, copy in copies_of(target):
+        with contextlib.suppress(OSError):
+            if os.path.getsize(copy) == len(data) and _read_or_none(copy) == data:
+                return copy
+    return None
+
+
+def keep_copy(target, data, mode, owner):
+    """A new copy of `data`, what `target` held, beside it with the mode `mode` and the
+    owner `owner`, numbered after the newest: its path."""
+    copies = copies_of(target)
+    for n in itertools.count(copies[-1][0] + 1 if copies else 1):
         copy = f"{target}.before-{NAME}" + (f"-{n}" if n > 1 else "")
         try:
             fd = os.open(copy, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0),
@@ -1300,7 +1493,7 @@ def keep_copy(target, data, mode):
         except FileExistsError:
             continue
     try:
-        _write_synced(fd, data, mode)
+        _write_synced(fd, data, mode, owner)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(copy)
@@ -1308,41 +1501,88 @@ def keep_copy(target, data, mode):
     return copy
 
 
-def _write_synced(fd, data, mode):
-    """Write `data` to the open file `fd` (closed after), with the mode `mode`, and sync it."""
+def drop_old_copies(target):
+    """Take out the copies of `target` but three: the oldest (the file as it was before
+    flood-memory first changed it) and the two newest. The paths taken out."""
+    copies = [copy for _, copy in copies_of(target)]
+    dropped = copies[1:-2] if len(copies) > 3 else []
+    for copy in dropped:
+        with contextlib.suppress(OSError):
+            os.remove(copy)
+    return dropped
+
+
+def _write_synced(fd, data, mode, owner):
+    """Write `data` to the open file `fd` (closed after), with the mode `mode` and the owner
+    `owner`, and sync it."""
     with os.fdopen(fd, "wb") as f:
-        _set_mode(f.fileno(), mode)
+        _set_mode(f.fileno(), mode, owner)
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
 
 
-def replace_file(target, old, new, mode, client):
-    """Write `new` over `target`, which held `old` (None: there was no such file), as one
-    rename: a temporary file beside it, synced, with the mode `mode`, renamed over it if it
-    still holds `old`, and the folder synced. The copy of `old` kept beside it (None when
-    there was no file), made first; nothing stays of either if nothing was written."""
+def replace_file(target, old, st, new, mode, client, keep=True):
+    """Write `new` over `target` (None: remove it), which held `old` (None: there was no
+    such file) when it was read, with the os.stat `st`, as one rename: a temporary file
+    beside it, synced, with the mode `mode`, renamed over it if it is still as it was read,
+    and the folder synced. A copy of `old` is kept beside it (unless not `keep`): one that
+    holds the same bytes, else a new one made first, and then the oldest but the first
+    taken out to leave three; nothing stays of a new copy if nothing was written. Files are
+    owned as the file was (a new one as its folder is). Returns (the copy or None, the
+    copies taken out)."""
     folder = os.path.dirname(target)
-    os.makedirs(folder, exist_ok=True)
-    copy = None if old is None else keep_copy(target, old, mode)
+    _make_folders(folder)
+    owner = _owner(folder if st is None else target)
+    copy = None if old is None or not keep else copy_holding(target, old)
+    made = copy is None and old is not None and keep
+    if made:
+        copy = keep_copy(target, old, mode, owner)
     written = False
+    changed = Refused(f"{target} changed while setup.py was changing it (a running "
+                      f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
+                      f"again")
     try:
-        fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
-                                    suffix=".tmp")
+        temp = None
+        if new is not None:
+            fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
+                                        suffix=".tmp")
         try:
-            _write_synced(fd, new, mode)
-            if _read_or_none(target) != old:
-                raise Refused(f"{target} changed while setup.py was changing it (a running "
-                              f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run "
-                              f"this again")
-            os.replace(temp, target)
-            written = True
+            if new is not None:
+                _write_synced(fd, new, mode, owner)
+            # The file renamed over, held open to see whether a save went into it meanwhile.
+            with contextlib.ExitStack() as stack:
+                held = None
+                if old is not None:
+                    try:
+                        held = stack.enter_context(open(target, "rb"))
+                    except FileNotFoundError:
+                        raise changed from None
+                    if _state(os.fstat(held.fileno())) != _state(st):
+                        raise changed
+                if _read_or_none(target) != old:
+                    raise changed
+                if os.name == "nt" and held:  # Windows renames over no file held open
+                    held.close()
+                if new is None:
+                    os.remove(target)
+                else:
+                    os.replace(temp, target)
+                written = True
+                if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
+                    # A client began to save in the moment between the check and the
+                    # rename: its save went into the file renamed over, and is put back.
+                    written = False
+                    saved, _ = read_settled(held, target, client)
+                    replace_file(target, new, None if new is None else os.stat(target), saved,
+                                 mode, client, keep=False)
+                    raise changed
         finally:
-            if not written:
+            if not written and temp:
                 with contextlib.suppress(OSError):
                     os.remove(temp)
     finally:
-        if not written and copy:
+        if not written and made:
             with contextlib.suppress(OSError):
                 os.remove(copy)
     if os.name != "nt":  # Windows cannot open a folder to sync it
@@ -1351,7 +1591,23 @@ def replace_file(target, old, new, mode, client):
             os.fsync(fd)
         finally:
             os.close(fd)
-    return copy
+    return copy, [] if old is None else drop_old_copies(target)
+
+
+def remove_empty_folders(folder, home):
+    """Remove `folder` if it is empty, and then the folders above it inside `home` that are
+    empty (never `home` itself): the ones removed."""
+    home, removed = os.path.normcase(os.path.abspath(home)), []
+    while True:
+        here = os.path.normcase(os.path.abspath(folder))
+        if here == home or removed and not here.startswith(os.path.join(home, "")):
+            return removed
+        try:
+            os.rmdir(folder)
+        except OSError:  # not empty (or the top of the disk)
+            return removed
+        removed.append(folder)
+        folder = os.path.dirname(folder)
 
 
 # ----------------------------------------------------------------------------- into the client
@@ -1383,15 +1639,14 @@ CLIENT_COMMAND_TIMEOUT = 60
 def starts_server(entry, server):
     """Whether a client's entry for a server starts `server` (this checkout's server.py)."""
     args = entry.get("args") if isinstance(entry, dict) else None
-    if not isinstance(args, list):
-        return False
-    for arg in args:
-        if isinstance(arg, str) and (
-                os.path.normcase(os.path.normpath(arg)) == os.path.normcase(server) or
-                (os.path.isfile(arg) and os.path.isfile(server) and
-                 os.path.samefile(arg, server))):
-            return True
-    return False
+    return isinstance(args, list) and any(isinstance(arg, str) and is_server(arg, server)
+                                          for arg in args)
+
+
+def is_server(arg, server):
+    """Whether `arg`, one of the args of a client's entry for a server, names `server`."""
+    return (os.path.normcase(os.path.normpath(arg)) == os.path.normcase(server) or
+            (os.path.isfile(arg) and os.path.isfile(server) and os.path.samefile(arg, server)))
 
 
 def own_settings(client, system, environ):
@@ -1405,16 +1660,18 @@ def own_settings(client, system, environ):
     return client_file(client, system, environ)
 
 
-def _servers_read_only(client, path):
-    """The servers `client` keeps in its own file at `path`, read only; {} when there are
-    none or the file cannot be read (the client's command then says why)."""
+def _servers_read_only(client, path, server):
+    """What `client` keeps in its own file at `path`, read only: (its flood-memory or None,
+    the other servers that start `server`); (None, []) when the file cannot be read (the
+    client's command then says why)."""
     try:
         with open(path, "rb") as f:
             text, _ = decode(f.read(), path)
-        servers = JsonText(text, path, client in COMMENTED).plain().get("mcpServers")
+        servers = JsonText(text, path, client in COMMENTED, "mcpServers",
+                           lambda arg: is_server(arg, server)).servers
     except (OSError, Refused):
-        return {}
-    return servers if isinstance(servers, dict) else {}
+        return None, []
+    return (servers.value, servers.starting) if isinstance(servers, JsonObject) else (None, [])
 
 
 def run_client(exe, args, environ, timeout=None):
@@ -1481,14 +1738,15 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         document = client_config(client, python, server, data_dir)
         entry, by_hand = document[SERVERS_KEY[client]][NAME], json.dumps(document, indent=2)
     try:
-        target, old, mode = read_target(path)
+        target, old, mode, st = read_target(path, client)
         text, bom = decode(old, path) if old else ("", b"")
-        if client == "codex":
-            changed, was, servers = toml_changed(text, path, entry)
-        else:
-            changed, was, servers = json_changed(client, text, path, entry)
-        others = [name for name, other in servers.items()
-                  if name != NAME and starts_server(other, server)]
+
+        def change(text, entry, bare=False):
+            if client == "codex":
+                return toml_changed(text, path, entry, server, bare)
+            return json_changed(client, text, path, entry, server, bare)
+
+        changed, was, others, alone = change(text, entry)
         also = "".join(f"\n  ({name} there starts this server.py too; setup.py leaves it as "
                        f"it is.)" for name in others)
         if changed == text:
@@ -1503,12 +1761,29 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                   f"({server}): no second entry was added. Remove {others[0]} there and run "
                   f"this again to have {NAME} instead.")
             return 0
+        text = None  # a large file is not held as text twice over
         try:
-            new = bom + changed.encode("utf-8")
+            new = bom + b"".join(piece.encode() for piece in _pieces(changed))
         except UnicodeEncodeError:
             raise Refused(f"a path holds characters that UTF-8 cannot write ({server}, "
                           f"{data_dir})") from None
-        copy = replace_file(target, old, new, mode, client)
+        changed = bare = back = None
+        if remove and alone:
+            # flood-memory was the only server: without the servers too the file may be as
+            # it was before --install (a copy holds that), or hold nothing: a file that
+            # --install made (no copy was ever needed) then goes.
+            bare = bom + b"".join(piece.encode() for piece in _pieces(
+                change(decode(old, path)[0], None, bare=True)[0]))
+            if bare.strip() in (b"", b"{}") and target == path and not copies_of(target):
+                new = bare = None
+        # Given back as a copy holds it: that copy is the undo, and no other is made.
+        for candidate in (new, bare) if remove else ():
+            back = None if candidate is None else copy_holding(target, candidate)
+            if back:
+                new = candidate
+                break
+        copy, dropped = replace_file(target, old, st, new, mode, client,
+                                     keep=not back and new is not None)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:
@@ -1523,7 +1798,17 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
     linked = f" (through the link to {target})" if target != path else ""
     done = "took" if remove else "added"
     where = "out of" if remove else "to"
-    if copy is None:
+    again = f"to add it again, run {setup_command(system)} --client {client} --install."
+    if new is None:
+        folders = remove_empty_folders(os.path.dirname(target), environ.get(
+            "USERPROFILE" if system == "Windows" else "HOME") or os.path.expanduser("~"))
+        print(f"{title}: took {NAME} out of {path} and removed the file, which --install had "
+              f"made and which held nothing else" + "".join(
+                  f", and the folder {folder}" for folder in folders) + f"; {again}")
+    elif back:
+        print(f"{title}: took {NAME} out of {path}{linked}: it is again as it was before, as "
+              f"{back} holds it; {again}")
+    elif copy is None:
         print(f"{title}: created {path} with {NAME} in it{linked}. There was no such file: to "
               f"undo, delete it or run {setup_command(system)} --client {client} --uninstall.")
     else:
@@ -1535,6 +1820,9 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                   f"{json.dumps(was, ensure_ascii=False, default=str)}")
         print(f"  The file as it was is kept as {copy}; to undo ({shell.name}):\n"
               f"{shell.run(move)}")
+    if dropped:
+        print(f"  Older copies removed (three are kept: the first, the file as it was before "
+              f"setup.py first changed it, and the two newest): {', '.join(dropped)}")
     if also:
         print(also.lstrip("\n"))
     if not remove:
@@ -1547,10 +1835,7 @@ def _install_by_command(client, system, environ, python, server, data_dir, remov
     where it is on PATH; nothing written to its files otherwise."""
     cli, title, shell = OWN_COMMAND[client], CLIENTS[client], shell_for(system)
     settings = own_settings(client, system, environ)
-    servers = _servers_read_only(client, settings)
-    was = servers.get(NAME)
-    others = [name for name, other in servers.items()
-              if name != NAME and starts_server(other, server)]
+    was, others = _servers_read_only(client, settings, server)
     remove_words = [cli, "mcp", "remove", "--scope", "user", NAME]
     if remove:
         if was is None:
@@ -1856,6 +2141,11 @@ def write_bundle(target):
 
 
 def main(argv=None):
+    # What a client's file held (an escaped lone surrogate) or a path the console's code
+    # page lacks is printed escaped: a traceback after the file is written would hide the
+    # undo line.
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="backslashreplace")
     parser = argparse.ArgumentParser(description="Set up Flood Memory on this machine.")
     tests = parser.add_mutually_exclusive_group()
     tests.add_argument("--no-tests", action="store_true", help="skip the test run")

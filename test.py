@@ -4006,13 +4006,14 @@ class InstallTest(TempDirTest):
                               "changed.", out)
                 self.assertEqual(self.read(path), data)
                 self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
-                # --uninstall gives back the file as it was, byte for byte.
+                # --uninstall gives back the file as it was, byte for byte, as the copy holds
+                # it: no second copy is made.
                 status, out, err = self.install(client, env, remove=True)
                 self.assertEqual((status, err), (0, ""))
                 self.assertEqual(self.read(path), original.encode())
-                self.assertIn("took flood-memory out of", out)
-                [copy] = re.findall(r"kept as (.+); to undo", out)
-                self.assertEqual(self.read(copy), data)
+                self.assertIn(f"took flood-memory out of {path}: it is again as it was "
+                              f"before, as {copy} holds it; to add it again, run ", out)
+                self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
         self.assertEqual(len(started), 1)  # the same entry everywhere
         command, server_py, (_, data_dir) = started.pop()
         bare = dict(setup.bare_environment(platform.system(), env), FLOOD_MEMORY_DIR=data_dir)
@@ -4021,8 +4022,9 @@ class InstallTest(TempDirTest):
         proc.send(request("initialize", {"protocolVersion": "2025-06-18"}))
         self.assertEqual(len(proc.send(request("tools/list"))["result"]["tools"]), 5)
 
-    def test_a_missing_file_and_folder_are_made_and_an_uninstall_leaves_no_servers(self):
+    def test_a_missing_file_and_folder_are_made_and_an_uninstall_removes_them(self):
         home, env = self.home()
+        before = sorted(os.listdir(home))
         for client in OTHER_SERVERS:
             with self.subTest(client=client):
                 path = self.file_of(client, env)
@@ -4035,11 +4037,27 @@ class InstallTest(TempDirTest):
                                  {key: {"flood-memory": self.entry(client, env)}})
                 if os.name != "nt":  # such files come to hold tokens
                     self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
-                self.assertEqual(self.install(client, env, remove=True)[0], 0)
-                self.assertEqual(self.parsed(client, self.read(path)), {key: {}})
+                # The file --install made, holding nothing else, goes, and the folders made
+                # for it: nothing is left behind.
+                status, out, err = self.install(client, env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn(f"took flood-memory out of {path} and removed the file, which "
+                              f"--install had made and which held nothing else, and the "
+                              f"folder {os.path.dirname(path)}", out)
+                self.assertEqual(sorted(os.listdir(home)), before)
                 self.assertEqual(self.install(client, env, remove=True)[:2],
                                  (0, f"{setup.CLIENTS[client]}: {path} has no flood-memory: "
                                      f"nothing changed.\n"))
+                # Something else added there meanwhile: the file stays, with its servers.
+                self.assertEqual(self.install(client, env)[0], 0)
+                data = self.read(path)
+                self.write(path, data.replace(b"[mcp_servers.", b'model = "o3"\n\n[mcp_servers.')
+                           if client == "codex" else data.replace(b"{", b'{"theme": 1,', 1))
+                self.assertEqual(self.install(client, env, remove=True)[0], 0)
+                self.assertEqual(self.parsed(client, self.read(path)),
+                                 {"model" if client == "codex" else "theme":
+                                  "o3" if client == "codex" else 1, key: {}})
+                shutil.rmtree(os.path.join(home, os.path.relpath(path, home).split(os.sep)[0]))
         # A file where the folder should be.
         home, env = self.home(name="A File For A Folder")
         self.write(os.path.join(home, ".cursor"), "")
@@ -4047,6 +4065,63 @@ class InstallTest(TempDirTest):
         self.assertEqual((status, out), (1, ""))
         self.assertIn(f"setup.py: {os.path.join(home, '.cursor')} is a file where a folder "
                       f"should be; nothing was changed.", err)
+
+    def test_ten_installs_and_uninstalls_leave_the_file_as_it_was_and_one_copy(self):
+        home, env = self.home()
+        originals = {client: (original, '{\n  "theme": "dark"\n}\n' if client != "codex" else
+                              'model = "o3"\n') for client, original in OTHER_SERVERS.items()}
+        for client, (original, without_servers) in originals.items():
+            for text, cycles in ((original, 10), (without_servers, 2)):
+                with self.subTest(client=client, text=text):
+                    path = self.file_of(client, env)
+                    self.write(path, text)
+                    for cycle in range(cycles):
+                        status, out, err = self.install(client, env)
+                        self.assertEqual((status, err), (0, ""))
+                        [copy] = re.findall(r"kept as (.+); to undo", out)
+                        status, out, err = self.install(client, env, remove=True)
+                        self.assertEqual((status, err), (0, ""))
+                        self.assertIn(f"it is again as it was before, as {copy} holds it", out)
+                    self.assertEqual(self.read(path), text.encode())
+                    self.assertEqual(sorted(os.listdir(os.path.dirname(path))),
+                                     sorted([os.path.basename(path), os.path.basename(copy)]))
+                    self.assertEqual(self.read(copy), text.encode())
+                    os.remove(copy)
+
+    def test_a_copy_is_made_once_and_three_at_most_are_kept_the_first_always(self):
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        self.write(path, OTHER_SERVERS["cursor"].replace("github", "gitlab"))
+        # Older setup.py runs left twenty copies, the first the file as it was before them;
+        # each change here is another data directory.
+        first = path + ".before-flood-memory"
+        self.write(first, OTHER_SERVERS["cursor"])
+        for n in range(2, 21):
+            self.write(f"{path}.before-flood-memory-{n}", f"old copy {n}")
+        for n in range(1, 4):
+            data = self.read(path)
+            status, out, err = self.install(
+                "cursor", dict(env, FLOOD_MEMORY_DIR=os.path.join(home, f"memory {n}")))
+            self.assertEqual((status, err), (0, ""))
+            [copy] = re.findall(r"kept as (.+); to undo", out)
+            self.assertEqual(copy, f"{path}.before-flood-memory-{20 + n}")  # after the newest
+            self.assertEqual(self.read(copy), data)
+            self.assertEqual(sorted(name for name in os.listdir(os.path.dirname(path))),
+                             sorted(["mcp.json", os.path.basename(first)] +
+                                    [f"mcp.json.before-flood-memory-{19 + n + k}"
+                                     for k in range(2)]))
+            self.assertEqual(self.read(first), OTHER_SERVERS["cursor"].encode())
+            self.assertIn("  Older copies removed (three are kept: the first, the file as it "
+                          "was before setup.py first changed it, and the two newest): " +
+                          ", ".join(f"{path}.before-flood-memory-{k}"
+                                    for k in (range(2, 20) if n == 1 else [18 + n])) + "\n",
+                          out)
+        # A copy with the same bytes is there already: it is named, and none is made.
+        files = sorted(os.listdir(os.path.dirname(path)))
+        self.write(path, OTHER_SERVERS["cursor"])
+        status, out, err = self.install("cursor", env)
+        self.assertIn(f"kept as {first}; to undo", out)
+        self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
 
     def test_an_old_entry_is_replaced_and_said_and_another_name_for_it_is_named(self):
         home, env = self.home()
@@ -4117,6 +4192,79 @@ class InstallTest(TempDirTest):
                 self.assertEqual(after, before)
                 self.assertEqual(self.install("codex", env)[1].count("nothing changed"), 1)
 
+    def test_an_old_entry_holding_a_lone_surrogate_is_replaced_and_shown_escaped(self):
+        # JSON may escape half of a surrogate pair; no terminal encoding can print one.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        self.write(path, '{"mcpServers": {"flood-memory": {"command": "py\\ud800", '
+                         '"args": []}, "x": {"command": "y"}}}')
+        done = self.setup_py(env, "--client", "cursor", "--install")
+        self.assertEqual((done.returncode, done.stderr), (0, ""), done.stdout)
+        self.assertIn('It replaces the flood-memory that was there: {"command": "py\\ud800", '
+                      '"args": []}', done.stdout)
+        self.assertIn("; to undo (", done.stdout)
+        self.assertEqual(jsonc_loads(self.read(path).decode()),
+                         {"mcpServers": {"flood-memory": self.entry("cursor", env),
+                                         "x": {"command": "y"}}})
+
+    def test_nan_in_config_toml_is_kept_and_an_overlong_integer_is_refused(self):
+        home, env = self.home()
+        path = self.file_of("codex", env)
+        original = ('x = nan\nmodel = "o3"\n\n[profiles.p]\nlimits = [1.5, -nan, inf]\n\n'
+                    '[mcp_servers.docs]\ncommand = "npx"\n')
+        self.write(path, original)
+        status, out, err = self.install("codex", env)
+        self.assertEqual((status, err), (0, ""))
+        after = tomllib.loads(self.read(path).decode())
+        self.assertEqual(after["mcp_servers"], {"docs": {"command": "npx"},
+                                                "flood-memory": self.entry("codex", env)})
+        self.assertTrue(math.isnan(after["x"]) and math.isnan(after["profiles"]["p"]["limits"][1]))
+        self.assertEqual(self.install("codex", env, remove=True)[0], 0)
+        self.assertEqual(self.read(path), original.encode())
+        # An integer longer than Python reads (nor Codex): refused, in one line.
+        self.write(path, "x = " + "1" * 5000 + "\n")
+        status, out, err = self.install("codex", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertTrue(err.startswith(f"setup.py: {path}: an integer of more than 4300 "
+                                       f"digits, which Codex does not read either; nothing "
+                                       f"was changed.\n"), err)
+
+    def test_a_key_twice_where_setup_py_neither_reads_nor_writes_is_left_as_it_is(self):
+        # Read by the client as it always was; setup.py only skips it.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        text = ('{"theme": {"a": 1, "a": 2}, "mcpServers": {"x": {"env": {"K": "1", "K": "2"}}},'
+                ' "n": %s}' % ("9" * 5000))
+        self.write(path, text)
+        self.assertEqual(self.install("cursor", env)[0], 0)
+        self.assertEqual(self.install("cursor", env, remove=True)[0], 0)
+        self.assertEqual(self.read(path), text.encode())
+
+    def test_a_large_file_is_changed_in_little_more_memory_than_its_size(self):
+        # A long string, and many small values: in the top object, in a value setup.py
+        # skips, in another server's args. What Python allocates while installing and
+        # uninstalling (tracemalloc's peak) stays under 10 times the file's size.
+        import tracemalloc
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        servers = {"x": {"command": "npx", "args": ["ab"] * 5000}}
+        text = (json.dumps({"mcpServers": servers, "big": "\u00e9" * 200000,
+                            "history": [{"at": 1, "said": "ok"}] * 1000}, indent=2)[:-2] +
+                "".join(f',\n  "k{i}": [0, {{}}]' for i in range(2000)) + "\n}")
+        self.write(path, text)
+        size = os.path.getsize(path)
+        for remove in (False, True):
+            with self.subTest(remove=remove):
+                tracemalloc.start()
+                try:
+                    status = self.install("cursor", env, remove=remove)[0]
+                    peak = tracemalloc.get_traced_memory()[1]
+                finally:
+                    tracemalloc.stop()
+                self.assertEqual(status, 0)
+                self.assertLess(peak, 10 * size, f"{peak / size:.1f} times the file's size")
+        self.assertEqual(self.read(path), text.encode())
+
     def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
         home, env = self.home()
         for client, data, said in (
@@ -4132,6 +4280,8 @@ class InstallTest(TempDirTest):
                  "line 3: a comma before }, which is not JSON"),
                 ("vscode", '{\n  "servers": {\n    "x": {"command": "a\\q"}\n  }\n}',
                  'line 3: "a\\q" is not a valid JSON string'),
+                ("cursor", '{"mcpServers": {"flood-memory": {"n": %s}}}' % ("1" * 5000),
+                 "line 1: a number of 5000 digits, more than setup.py reads"),
                 ("cursor", "\ufeff{\r\n  \"mcpServers\": {\r\n}".encode("utf-16"),
                  "is UTF-16 text (as Windows PowerShell 5 writes with > or Out-File)"),
                 ("cursor", b'{\n  "mcpServers": {},\n  "caf\xe9": 1\n}',
@@ -4219,6 +4369,30 @@ class InstallTest(TempDirTest):
         self.assertIn(f"setup.py: {path} is read-only", err)
         self.assertEqual(self.read(path), data)
 
+    @unittest.skipUnless(hasattr(os, "geteuid") and os.geteuid() == 0,
+                         "only root can make files that another user owns")
+    def test_an_install_as_root_leaves_the_persons_files_theirs(self):
+        # sudo keeping HOME: the person's file, its copy, and a file and folders made for
+        # them, stay theirs (uid 1000, gid 1001 here), or their client cannot read them.
+        home, env = self.home()
+        os.chown(home, 1000, 1001)
+        path = self.file_of("cursor", env)
+        self.write(path, OTHER_SERVERS["cursor"], 0o600)
+        for made in (os.path.dirname(path), path):
+            os.chown(made, 1000, 1001)
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, err), (0, ""))
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        for made in (path, copy):
+            st = os.stat(made)
+            self.assertEqual((st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)),
+                             (1000, 1001, 0o600), made)
+        windsurf = self.file_of("windsurf", env)  # ~/.codeium/windsurf/mcp_config.json
+        self.assertEqual(self.install("windsurf", env)[0], 0)
+        for made in (windsurf, os.path.dirname(windsurf),
+                     os.path.dirname(os.path.dirname(windsurf))):
+            self.assertEqual(os.stat(made)[stat.ST_UID:stat.ST_GID + 1], (1000, 1001), made)
+
     @unittest.skipUnless(can_symlink(), "this process may not make symbolic links")
     def test_a_file_behind_a_link_is_written_through_it_or_left(self):
         home, env = self.home()
@@ -4273,6 +4447,87 @@ class InstallTest(TempDirTest):
                       f"it): quit Cursor and run this again; nothing was changed.", err)
         self.assertEqual(self.read(path), saved)
         self.assertEqual(os.listdir(os.path.dirname(path)), ["mcp.json"])  # no copy, no temp
+
+    def test_a_file_a_client_empties_for_a_moment_to_save_it_is_not_taken_for_empty(self):
+        # A client that saves as Node's fs.writeFile does: the file emptied (opened to
+        # write), then written. Here it writes when setup.py waits, or else once setup.py has
+        # renamed its own file over: whatever the timing, nothing may be lost.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        saved = OTHER_SERVERS["cursor"].replace("{", '{\n    "saved": "by Cursor",', 1)
+        opened = []
+
+        def empty():
+            opened.append(open(path, "wb"))
+
+        def finish():
+            while opened:
+                with opened.pop() as f:
+                    f.write(saved.encode())
+
+        sleep, replace = time.sleep, os.replace
+
+        def writes_when_waited_for(seconds):
+            finish()
+            sleep(seconds)
+
+        def writes_after_a_rename(source, target):
+            replace(source, target)
+            finish()
+
+        self.write(path, OTHER_SERVERS["cursor"])
+        empty()  # just before setup.py reads it
+        with unittest.mock.patch.object(time, "sleep", writes_when_waited_for), \
+                unittest.mock.patch.object(setup.os, "replace", writes_after_a_rename):
+            status, out, err = self.install("cursor", env)
+        self.assertEqual((status, err), (0, ""))
+        document = jsonc_loads(self.read(path).decode())
+        self.assertEqual(document.pop("saved"), "by Cursor")
+        self.assertEqual(document["mcpServers"].pop("flood-memory"), self.entry("cursor", env))
+        self.assertEqual(document, jsonc_loads(OTHER_SERVERS["cursor"]))
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        self.assertEqual(self.read(copy), saved.encode())
+        os.remove(copy)
+        # Emptied in the moment between setup.py's last look and its rename: the client's
+        # save is put back, and nothing was changed. (Windows renames over no file held
+        # open: there the rename fails instead, and nothing is written.)
+        self.write(path, OTHER_SERVERS["cursor"])
+
+        def saves_across_the_rename(source, target):
+            unittest.mock.patch.stopall()  # once: putting the save back renames too
+            empty()
+            replace(source, target)
+            finish()
+
+        if os.name != "nt":
+            unittest.mock.patch.object(setup.os, "replace", saves_across_the_rename).start()
+            status, out, err = self.install("cursor", env)
+            self.assertEqual((status, out), (1, ""))
+            self.assertIn(f"{path} changed while setup.py was changing it (a running Cursor "
+                          f"saves it): quit Cursor and run this again; nothing was changed.",
+                          err)
+            self.assertEqual(self.read(path), saved.encode())
+            self.assertEqual(os.listdir(os.path.dirname(path)), ["mcp.json"])  # no copy
+        # Emptied again and again: after ten times the wait, refused in one line.
+        self.write(path, "")
+        stamps = itertools.count(1)
+
+        def emptied_again(seconds):
+            when = next(stamps) * 10 ** 9
+            os.utime(path, ns=(when, when))
+            sleep(seconds)
+
+        with unittest.mock.patch.object(setup, "SETTLED", 0.01), \
+                unittest.mock.patch.object(time, "sleep", emptied_again):
+            status, out, err = self.install("cursor", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertIn(f"{path} kept changing for 0.1 seconds (a running Cursor saves it): quit "
+                      f"Cursor and run this again; nothing was changed.", err)
+        # A file that is empty and stays so is empty: the entry goes in.
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(jsonc_loads(self.read(path).decode()),
+                         {"mcpServers": {"flood-memory": self.entry("cursor", env)}})
 
     def test_the_new_file_is_renamed_over_the_old_and_nothing_stays_open(self):
         home, env = self.home()
