@@ -1877,6 +1877,8 @@ def _install_by_command(client, system, environ, python, server, data_dir, remov
     if was is not None and not remove:
         print(f"  It replaces the {NAME} that was there: {json.dumps(was, ensure_ascii=False)}")
     if not remove:
+        print(f"  To undo, run {setup_command(system)} --client {client} --uninstall (it runs "
+              f"{shell.run(remove_words)}).")
         print(AFTER_INSTALL[client])
     return 0
 
@@ -2239,7 +2241,8 @@ def _main(args):
               f"{describe_environment(env)}): {problem}", file=sys.stderr)
         return 1
     print(f"Checked: {python} starts the server with a desktop app's bare environment "
-          f"({describe_environment(env)}), and it answers initialize and tools/list.")
+          f"({describe_environment(env)}), and it answers initialize and tools/list, and "
+          f"MCP 2026-07-28's server/discover and a tools/call.")
     config_files = desktop_config_files(system, environ, glob.glob)
     if args.install:
         return install(args.client, system, environ, python, data_dir, config_files)

@@ -3550,7 +3550,9 @@ class SetupTest(TempDirTest):
         self.assertEqual(os.path.realpath(entry["env"]["FLOOD_MEMORY_DIR"]), data)
         self.assertTrue(os.path.isabs(entry["env"]["FLOOD_MEMORY_DIR"]))
         self.assertIn("claude mcp add", done.stdout)
-        self.assertIn("Checked: ", done.stdout)
+        # The line says what check_start asks of the server: both eras.
+        self.assertIn("and it answers initialize and tools/list, and MCP 2026-07-28's "
+                      "server/discover and a tools/call.\n", done.stdout)
         self.assertIn("Edit Config opens the file it reads", done.stdout)
         # The command is an absolute path to Python 3.11+, and it starts the server in the
         # bare environment a desktop app gives it, from another directory.
@@ -4625,6 +4627,19 @@ class InstallTest(TempDirTest):
                                       dict(env, FAKE_CLIENT_HANGS="claude"), timeout=1)
         self.assertIsNone(code)
         self.assertTrue(said.startswith("it did not finish within 1 seconds and was stopped"))
+
+    def test_claude_code_and_gemini_installs_say_how_to_undo_them(self):
+        # As an install into a file names the copy and the command that puts it back.
+        home, env = self.home(commands=("claude", "gemini"))
+        for system in ("Linux", "Windows"):
+            for client, cli in setup.OWN_COMMAND.items():
+                with self.subTest(system=system, client=client):
+                    status, out, err = self.install(client, env, system=system)
+                    self.assertEqual((status, err), (0, ""))
+                    self.assertIn(f"  To undo, run {setup.setup_command(system)} --client "
+                                  f"{client} --uninstall (it runs {cli} mcp remove --scope "
+                                  f"user flood-memory).\n", out)
+                    self.assertEqual(self.install(client, env, remove=True)[0], 0)
 
     def test_install_and_uninstall_need_a_client(self):
         home, env = self.home()
