@@ -1245,7 +1245,7 @@ class Database:
                 self._set_durable(db, True)
                 if sys.platform == "darwin":
                     # macOS's fsync leaves what was written in the drive's own cache, which a
-                    # power cut loses; F_FULLFSYNC flushes it (see README, Your data).
+                    # power cut loses; F_FULLFSYNC flushes it (see README, Backups).
                     db.execute("PRAGMA fullfsync=ON")
                 # A statement's undo (an import's over many rows) and sorts in memory, not
                 # in temporary files: the dense import of issue 42 wrote 3 GB to them. Set

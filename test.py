@@ -34,7 +34,7 @@ Where the test for a behaviour lives:
       results, subscriptions/listen, Mcp-Method/Mcp-Name headers
     setup.py: the data directory, the configuration it prints, each    SetupTest
       client's forms started as that client would; test.py clients
-      with stand-ins for the clients
+      with stand-ins for the clients; the README's first 30 lines
     setup.py --install and --uninstall: each client's file merged      InstallTest
       with the rest kept (comments, order, line endings, BOM, TOML
       forms), the copy, modes, links, broken and changed files; the
@@ -3531,6 +3531,29 @@ def home_env(home, **more):
 
 class SetupTest(TempDirTest):
     """python3 setup.py: the data directory, and a configuration that starts the server."""
+
+    def test_readme_opens_with_install_and_links_every_section(self):
+        # A newcomer reads the top: the first 30 lines hold the install command and a link to
+        # every "## " section. Anchors as GitHub makes them: lower case, punctuation dropped,
+        # spaces to hyphens; every "](#...)" link in the README must lead to a heading.
+        with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+            lines = f.read().splitlines()
+        fenced = list(itertools.accumulate(line.startswith("```") for line in lines))
+        headings = [line for line, fences in zip(lines, fenced)
+                    if line.startswith("#") and fences % 2 == 0]
+
+        def anchor(heading):
+            return re.sub(r"[^\w\- ]", "", heading.lstrip("#").strip().lower()).replace(" ", "-")
+
+        anchors = [anchor(heading) for heading in headings]
+        self.assertEqual(len(anchors), len(set(anchors)), "two headings share an anchor")
+        links = re.compile(r"\]\(#([^)\s]+)\)")
+        top = "\n".join(lines[:30])
+        self.assertIn("--install", top)
+        sections = [anchor(heading) for heading in headings if heading.startswith("## ")]
+        self.assertGreater(len(sections), 5)
+        self.assertEqual([a for a in sections if a not in links.findall(top)], [])
+        self.assertEqual(sorted(set(links.findall("\n".join(lines))) - set(anchors)), [])
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
         # FLOOD_MEMORY_DIR is printed absolute, ~ expanded: clients start the server
@@ -10050,8 +10073,8 @@ class KillTest(TempDirTest):
         # A killed process loses nothing SQLite committed; a power cut or an OS crash loses
         # what is not on the disk yet. Every write whose reply says it is done commits with
         # synchronous=FULL (the log synced at each commit), and on macOS with F_FULLFSYNC
-        # (fullfsync); a recall's access counts alone commit with NORMAL (see README, Your
-        # data; the power cuts themselves: ../shared/lazyfs). Checked here as SQLite's
+        # (fullfsync); a recall's access counts alone commit with NORMAL (see README,
+        # Backups; the power cuts themselves: ../shared/lazyfs). Checked here as SQLite's
         # settings at each BEGIN, which is what the mechanism is.
         s = self.open_store()
         seen = []  # (what was written, synchronous, fullfsync) at each write transaction
