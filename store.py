@@ -1889,12 +1889,13 @@ class Store:
             yield from map(_node, db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
                                              f"ORDER BY rowid"))
 
-    def ids_from(self, sources):
-        """The ids of the memories whose source is one of `sources`, one by one, from one
-        snapshot: what imports of another memory server's data brought."""
+    def ids_from(self, labels):
+        """The ids of the memories that imports of another memory server's data labelled one
+        of `labels` (see _labelled), one by one, from one snapshot."""
         with self._snapshot() as db:
-            yield from (i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE source IN",
-                                                 sources))
+            yield from (i for i, source in db.execute("SELECT id, source FROM nodes WHERE "
+                                                      "source LIKE '% @%'")
+                        if _labelled(source)[1] and _labelled(source)[0] in labels)
 
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
@@ -2127,18 +2128,21 @@ class Store:
         return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
                                "NULL AND rowid IN", near))
 
-    def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
+    def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
-        {"loaded": n, "skipped": n, "differ": n, "differ_ids": [the first 10]}, `differ`
-        counting the records stored already whose content or tags differ (with `update`, they
-        take the record's). Each record is checked before anything is written (unless
-        `checked`: Records of check_records, or an iterator of them). The records go in
-        batches with `pause` seconds between them (see _Load). A record stored already is
-        skipped, but for its links, so that running a load again completes one that was
-        interrupted; links to ids found nowhere are dropped, with a warning."""
+        {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}, `differ` the records
+        stored already whose content or tags differ: with `update` True, they take the
+        record's content, tags and source; with "changed" (an import of another server's
+        source, see _Shaper), only those the source changed since it last gave them, and the
+        ones changed here are `kept` as they are. Each record is checked before anything is
+        written (unless `checked`: Records of check_records, or an iterator of them). The
+        records go in batches with `pause` seconds between them (see _Load). A record stored
+        already is skipped, but for its links, so that running a load again completes one
+        that was interrupted; links to ids found nowhere are dropped, with a warning. A
+        `dry_run` writes nothing and counts the same."""
         if not checked:
             records = check_records(records)
-        return _Load(self, pause, update).run(records)
+        return _Load(self, pause, update, dry_run).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory, links keeping their back-links in step; the
@@ -2564,9 +2568,9 @@ class _Load:
     stored before, or not stored yet, waits (see link). After every commit each link between
     stored memories has its back-link; running a stopped load again makes the rest."""
 
-    def __init__(self, store, pause, update=False):
+    def __init__(self, store, pause, update=False, dry_run=False):
         self.store, self.db = store, store.db
-        self.pause, self.update = pause, update
+        self.pause, self.update, self.dry_run = pause, update, dry_run
         self.size = LOAD_CHUNK  # records in the next batch
         self.waiting = collections.defaultdict(list)  # id not stored -> ids linking to it
         # Links to make both ways between stored memories: {rowid of the one stored first:
@@ -2575,7 +2579,7 @@ class _Load:
         self.later = {}  # id -> rowid of the memories in pairs' lists
         self.waited = 0  # links in pairs
         self.loaded = self.skipped = 0
-        self.differ = []  # records stored already whose content or tags differ
+        self.differ, self.kept = [], []  # ids stored already that differ (see Store.load)
 
     def run(self, records):
         db = self.db.connection()
@@ -2590,14 +2594,12 @@ class _Load:
                     self.store_batch(batch)
                     time.sleep(self.pause)  # another process's write may be waiting
                 self.link()
-            for record in self.differ if self.update else ():
-                self.store.update(record.id, content=record.content, tags=record.tags)
         finally:
             db.execute(f"PRAGMA cache_size = {int(cache)}")
         _log_skipped("import", [{"id": target, "reason": NO_SUCH_MEMORY}
                                 for target, sources in self.waiting.items() for _ in sources])
-        return {"loaded": self.loaded, "skipped": self.skipped, "differ": len(self.differ),
-                "differ_ids": [record.id for record in self.differ[:10]]}
+        return {"loaded": self.loaded, "skipped": self.skipped, "differ": self.differ,
+                "kept": self.kept}
 
     def store_batch(self, batch):
         """The records of `batch` not stored yet, with the links among them, in one write
@@ -2605,12 +2607,18 @@ class _Load:
         this one's pace, as many records as LOAD_TXN seconds allow, within a quarter and four
         times LOAD_CHUNK."""
         started = time.monotonic()
-        with self.db.write() as db:
+        with self.db.read() if self.dry_run else self.db.write() as db:
             asked = list({i: None for r in batch
                           for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
             stored = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", asked))
             fresh = [r for r in batch if r.id not in stored]
-            self.find_differ(db, [r for r in batch if r.id in stored])
+            changes = self.find_differ(db, [r for r in batch if r.id in stored])
+            if self.dry_run:
+                self.loaded, self.skipped = self.loaded + len(fresh), self.skipped + len(
+                    batch) - len(fresh)
+                return
+            db.executemany("UPDATE nodes SET content = coalesce(?, content), tags = coalesce("
+                           "?, tags), source = ? WHERE id = ?", changes)
             new = {r.id for r in fresh}
             # id -> the links it is stored with, in order: each record's own, then back-links.
             gained = collections.defaultdict(dict)
@@ -2637,6 +2645,7 @@ class _Load:
                     (r.id, r.content, _json(r.tags), _id_list(list(gained.get(r.id, ()))),
                      r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh],
                     collections.Counter(t for r in fresh for t in r.tags))))
+            if fresh or changes:
                 _fold_tags(db)
         for a, b in later:  # kept with the memory stored first (its id once, as a key)
             if stored[a] > stored[b]:
@@ -2707,11 +2716,26 @@ class _Load:
         return range(first + 1, first + 1 + len(rows))
 
     def find_differ(self, db, records):
-        """Note those of `records` (stored already) whose content or tags differ."""
-        stored = {i: (content, tags) for i, content, tags in _select_in(
-            db, "SELECT id, content, tags FROM nodes WHERE id IN", [r.id for r in records])}
-        self.differ += (r for r in records if stored[r.id][0] != r.content or
-                        _strings(stored[r.id][1]) != r.tags)
+        """Note the ids of `records` (stored already) whose content or tags differ (see
+        Store.load); the (content or None, tags or None, source, id) to write of them."""
+        stored, changes = {row[0]: row[1:] for row in _select_in(
+            db, "SELECT id, CAST(content AS TEXT), tags, source FROM nodes WHERE id IN",
+            [r.id for r in records])}, []
+        for r in records:
+            content, tags, source = stored[r.id]
+            tags = _strings(tags)
+            same = content == r.content and tags == r.tags
+            # What the source said last, kept in the source (_Shaper), is what is here: the
+            # person did not change it since (test_a_source_imported_again_keeps_your_changes).
+            take = not same and (self.update is True or self.update == "changed" and
+                                 _labelled(source)[1] == _said(content, tags))
+            kept = not (same or take) and self.update == "changed"
+            (self.kept if kept else self.differ if not same else []).append(r.id)
+            if take:
+                changes.append((r.content, _json(r.tags), r.source, r.id))
+            elif self.update == "changed" and source != r.source:
+                changes.append((None, None, r.source, r.id))
+        return changes
 
     def add_links(self, db, group, rowids):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
@@ -3334,8 +3358,9 @@ UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb
 class _Shaper:
     """The Records of one import from another memory server, made by the official import's
     rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, and a key that came before is skipped. A reader
-    yields what `record` gives, None too: _Spool drops it."""
+    was skipped is counted in `report`, and a key that came before is skipped. Each source
+    is its label (_source_name) and what the source said (_said). A reader yields what
+    `record` gives, None too: _Spool drops it."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
@@ -3374,9 +3399,21 @@ class _Shaper:
             self.report["changed", "memory", "memories", f"with more than {MAX_TAGS} tags "
                         f"(the first kept)"] += 1
         self.seen.add(_id_number(node_id))
-        created = created or _now()
-        return Record(node_id, content, list(made.values())[:MAX_TAGS], list(links),
-                      source[:MAX_SOURCE], created, created, 0)
+        created, tags = created or _now(), list(made.values())[:MAX_TAGS]
+        return Record(node_id, content, tags, list(links),
+                      f"{source[:MAX_SOURCE - 10]} @{_said(content, tags)}", created, created, 0)
+
+
+def _said(content, tags):
+    """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
+    memory's source, so that importing again tells a change there from one made here."""
+    return f"{zlib.crc32(_json([content, tags]).encode('utf-8', 'surrogatepass')):08x}"
+
+
+def _labelled(source):
+    """(label, what its source said (_said) or None) of the source of an imported memory."""
+    found = re.fullmatch(r"(.*) @([0-9a-f]{8})", source or "", re.S)
+    return found.groups() if found else (source or "", None)
 
 
 def _id_number(node_id):
@@ -3417,8 +3454,12 @@ class _Seen:
 
 
 def _source_name(format_name, path):
-    """The source of an import's memories: the format and the file's or folder's name."""
-    return f"{format_name}: {os.path.basename(os.path.normpath(os.path.abspath(path)))}"
+    """The source label of an import's memories: the format and the file's or folder's path,
+    the home folder's part as ~: two folders of one name are two sources."""
+    path, home = os.path.normpath(os.path.abspath(path)), os.path.expanduser("~")
+    if os.path.dirname(home) != home and (path + os.sep).startswith(os.path.join(home, "")):
+        path = "~" + path[len(home):]
+    return f"{format_name}: {path}"
 
 
 def _read_only(path):
@@ -3568,9 +3609,9 @@ def _json_members(stream, arrays, keys=None):
             return
 
 
-def _json_export_records(binary, name, report):
+def _json_export_records(binary, source, report):
     """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
-    shaper, source = _Shaper(report, "mcp-memory-service"), f"mcp-memory-service: {name}"
+    shaper = _Shaper(report, "mcp-memory-service")
     keys = set()
     for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
         if key != "memories":
@@ -4043,7 +4084,7 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    shaper, source, created = _Shaper(report, "gemini"), f"gemini: {project}", _mtime(file)
+    shaper, source, created = _Shaper(report, "gemini"), _source_name("gemini", file), _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
             report["memories"] += 1
@@ -4120,7 +4161,8 @@ def _import_source(args, stack):
                 mcp_memory_service_records(path, report), report)
     if format_name == "mcp-memory-service":
         return (format_name, "mcp-memory-service's export",
-                _json_export_records(source, name, report), report)
+                _json_export_records(source, _source_name(format_name, path) if path != "-"
+                                     else f"{format_name}: {name}", report), report)
     if format_name in ("basic-memory", "claude-code"):
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
     if format_name in ("openmemory", "gemini"):
@@ -4158,12 +4200,12 @@ class _Spool:
     def __init__(self, records, file):
         self.file, self.n = file, 0
         self.first = []  # the first three, for samples
-        self.sources = set()  # the sources they name
+        self.sources = set()  # the labels of the sources they name (see _labelled)
         for self.n, record in enumerate(filter(None, records), 1):
             data = marshal.dumps(tuple(record))
             if self.n <= 3:
                 self.first.append(record)
-            self.sources.add(record.source)
+            self.sources.add(_labelled(record.source)[0])
             try:
                 file.write(len(data).to_bytes(4, "little") + data)
             except OSError as exc:
@@ -4277,7 +4319,7 @@ def _parser():
     sub.add_argument("--update", action="store_true",
                      help="memories stored already that the file gives otherwise take its "
                           "content and tags (skipped otherwise); another memory server's "
-                          "data always updates what changed there")
+                          "data updates what changed there since, unless changed here")
     sub = command("backup", "copy the database, consistently, while servers keep writing")
     sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
@@ -4648,39 +4690,51 @@ def _found(format_name, kind, records, report):
 
 
 def _import(store, args, records, peer):
-    update = args.update or peer  # another server's source says what changed there since
-    done = store.load(records, checked=True, update=update)
-    _say(f"flood-memory: imported {_memories(done['loaded'])}, skipped {done['skipped']:,} "
-         f"stored already" + ("" if done["loaded"] or done["differ"] else ": nothing new"))
-    if done["differ"] and update:
-        _say(f"flood-memory: {_memories(done['differ'])} stored already took the "
-             f"{'source' if peer else 'file'}'s content and tags")
-    elif done["differ"]:
-        shown = done["differ_ids"][:10]
-        _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
-             f"and were left as they are: import it again with --update to apply the file's "
+    dry = args.dry_run  # then says what an import would do
+    done = store.load(records, checked=True, update=args.update or peer and "changed",
+                      dry_run=dry)
+    differ, kept, were = done["differ"], done["kept"], "would be" if dry else "were"
+    _say(f"flood-memory: {'would import' if dry else 'imported'} {_memories(done['loaded'])}, "
+         f"{'skip' if dry else 'skipped'} {done['skipped']:,} stored already" +
+         ("" if done["loaded"] or differ else ": nothing new"))
+    if differ and (args.update or peer):
+        _say(f"flood-memory: {_memories(len(differ))} stored already "
+             f"{'would take' if dry else 'took'} the {'source' if peer else 'file'}'s content "
+             f"and tags")
+    elif differ:
+        _say(f"flood-memory: {_memories(len(differ))} stored already differ in the file and "
+             f"{were} left as they are: import it again with --update to apply the file's "
              f"content and tags, or change them one by one with {store_py_command()} edit ID")
-        _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
-                                       if done["differ"] > len(shown) else ""))
-    if not peer:
-        return 0
-    # What earlier imports of these sources stored that they hold no more is listed, and kept.
-    kept = _Seen(_id_number(record.id) for record in records)
-    gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in kept]
-    if not gone:
-        return 0
-    shown = store.peek(gone[:10])
+        _say("  " + " ".join(differ[:10]) + (f" and {len(differ) - 10:,} more"
+                                              if len(differ) > 10 else ""))
+    one = len(kept) == 1
+    _listed(store, kept, f"{_memories(len(kept))} stored already, changed here since the "
+            f"source gave {'it' if one else 'them'}: {'would be ' if dry else ''}left as "
+            f"{'it is' if one else 'they are'} (--update takes the source's):")
+    if peer:  # what earlier imports of these sources stored that they hold no more is kept
+        seen = _Seen(_id_number(record.id) for record in records)
+        gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in seen]
+        _listed(store, gone, f"{_memories(len(gone))} imported before from "
+                f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no "
+                f"longer there; kept (forget with {store_py_command()} forget ID):")
+    if dry:
+        _say("flood-memory: a dry run: nothing was written")
+    return 0
+
+
+def _listed(store, ids, title):
+    """Say `title`, then the first ten of the memories `ids`, by short id and text."""
+    if not ids:
+        return
+    shown = store.peek(ids[:10])
     shorts, width = store.short_ids(list(shown)), _width() - 14
-    _say(f"flood-memory: {_memories(len(gone))} imported before from "
-         f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no longer "
-         f"there; kept (forget with {store_py_command()} forget ID):")
+    _say(f"flood-memory: {title}")
     for node_id, node in shown.items():
         text = _visible(" ".join(node["content"].split()))
         _say(f"  {shorts[node_id]:<10}  " + (text if len(text) <= width else
                                              text[:width - 3] + "..."))
-    if len(gone) > len(shown):
-        _say(f"  and {len(gone) - len(shown):,} more")
-    return 0
+    if len(ids) > len(shown):
+        _say(f"  and {len(ids) - len(shown):,} more")
 
 
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
@@ -4719,7 +4773,8 @@ def main(argv=None, environ=None):
                 format_name, kind, records, report = _import_source(args, stack)
                 records = _Spool(records, spool)
                 _found(format_name, kind, records, report)
-                if args.dry_run:
+                if args.dry_run and not os.path.exists(os.path.join(
+                        os.path.expanduser(directory), DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"

@@ -7355,8 +7355,8 @@ class LoadTest(TempDirTest):
                 db.close()
 
         with in_batches(s, 5, 2, meddle) as batches:
-            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": 0,
-                                             "differ_ids": []})
+            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": [],
+                                             "kept": []})
         self.assertEqual(len(batches), 8)
         self.assertEqual(len(nulled), 3)
         self.assertEqual(s.count(), 40)
@@ -8551,9 +8551,10 @@ class PeerImportTest(TempDirTest):
             "Deploys to staging go through the ship-it workflow",
             "a NUL \x00 stays as remember keeps it"})
         margaret = by_text["Margaret lives in Lisbon and teaches marine biology"]
-        self.assertEqual((margaret["tags"], margaret["created_at"], margaret["source"]),
+        self.assertEqual((margaret["tags"], margaret["created_at"],
+                          store._labelled(margaret["source"])[0]),
                          (["family", "lisbon"], "2026-11-28T02:51:34.226Z",
-                          "mcp-memory-service: sqlite_vec.db"))
+                          f"mcp-memory-service: {path}"))
         deploys = by_text["Deploys to staging go through the ship-it workflow"]
         self.assertEqual((deploys["tags"], deploys["created_at"]),
                          (["infra", "ci"], "2023-11-14T22:13:20.500Z"))
@@ -8677,9 +8678,9 @@ class PeerImportTest(TempDirTest):
         self.assertNotIn("secret", " ".join(by_text))
         pour = by_text["Coffee Brewing Methods: Pour over with a Hario V60 gives the cleanest "
                        "cup #pourover"]
-        self.assertEqual((pour["tags"], pour["created_at"], pour["source"]),
+        self.assertEqual((pour["tags"], pour["created_at"], store._labelled(pour["source"])[0]),
                          (["coffee", "brewing", "pourover"], "2025-04-01T10:00:00.000Z",
-                          "basic-memory: notes"))
+                          f"basic-memory: {folder}"))
         self.assertIn("Coffee Brewing Methods: Bloom the grounds for thirty seconds (before "
                       "the main pour)", by_text)
         self.assertIn("Coffee Brewing Methods: [12:30] a timecode #transcript", by_text)
@@ -8721,12 +8722,16 @@ class PeerImportTest(TempDirTest):
         code, err = self.imported(folder)
         self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
         self.assertEqual(nodes_table(self.path), before)
-        # The same folder elsewhere is the same source: no key holds a path.
+        # The same folder elsewhere gives the same memories (no key holds a path), which
+        # now name the place they came from.
         moved = os.path.join(self.dir, "elsewhere", "notes")
         shutil.copytree(folder, moved, symlinks=True)
         code, err = self.imported(moved)
         self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
-        self.assertEqual(nodes_table(self.path), before)
+        after = nodes_table(self.path)
+        self.assertEqual([r[:4] + r[5:] for r in after], [r[:4] + r[5:] for r in before])
+        self.assertEqual({store._labelled(r[4]) for r in after},
+                         {(f"basic-memory: {moved}", store._labelled(r[4])[1]) for r in before})
         # Changed since: an observation added, a note's tags changed, a note deleted.
         path = os.path.join(moved, "coffee", "Coffee Bean Origins.md")
         with open(path, encoding="utf-8") as f:
@@ -8739,8 +8744,8 @@ class PeerImportTest(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("imported 1 memory, skipped 30 stored already", err)
         self.assertIn("1 memory stored already took the source's content and tags", err)
-        self.assertIn("2 memories imported before from basic-memory: notes are no longer "
-                      "there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn(f"2 memories imported before from basic-memory: {moved} are no longer "
+                      f"there; kept (forget with python3 store.py forget ID):", err)
         self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
         by_text = self.by_text()
         self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
@@ -8748,6 +8753,89 @@ class PeerImportTest(TempDirTest):
                          ["coffee", "beans", "ethiopia"])
         self.assertEqual(len(by_text), 33)  # what is gone is kept
         self.assertTrue(links_are_mutual(self.path))
+
+    def test_a_source_imported_again_keeps_your_changes(self):
+        # A memory changed here stays as it was changed, named, whether the source changed
+        # it since or not; one the source changed, and no one here, takes the source's; a
+        # dry run says the same. Gemini CLI's items never change under their key.
+        gemini = self.source("app", "GEMINI.md")
+        items = ["The staging database listens on port 5432.", "Kim drinks tea."]
+
+        def gemini_saved(*more):
+            with open(gemini, "w") as f:
+                f.write("## Gemini Added Memories\n" + "".join(f"- {i}\n" for i in items + [*more]))
+        gemini_saved()
+        self.assertEqual(self.imported(gemini)[0], 0)
+        s = self.open_store()
+        port = next(n["id"] for n in s.records() if "5432" in n["content"])
+        corrected = "The staging database listens on port 6543 (corrected)."
+        s.update(port, content=corrected, tags=["gemini", "app", "database"])
+        gemini_saved("Kim cycles to work.")
+        said = ("1 memory stored already, changed here since the source gave it: {}left as it "
+                "is (--update takes the source's):\n  " + port[:8] + "    " + corrected + "\n")
+        code, err = self.imported(gemini, "--dry-run")
+        self.assertEqual(code, 0, err)
+        self.assertIn("would import 1 memory, skip 2 stored already\nflood-memory: " + said.format(
+            "would be "), err)
+        self.assertTrue(err.endswith("a dry run: nothing was written\n"), err)
+        self.assertEqual(s.count(), 2)
+        for _ in range(2):
+            code, err = self.imported(gemini)
+            self.assertIn(said.format(""), err)
+            self.assertNotIn("took", err)
+            self.assertEqual((s.get(port)["content"], s.get(port)["tags"]),
+                             (corrected, ["gemini", "app", "database"]))
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+        # OpenMemory's memories change there under their ids.
+        mem0 = [m for m in self.MEM0 if m[1] in ("active", "paused")]
+        zip_path = self.openmemory_zip(mem0)
+        self.assertEqual(self.imported(zip_path)[0], 0)
+        ids = {n["content"]: n["id"] for n in s.records()}
+        sister, rust, flight = (ids[m[0]] for m in mem0)
+        s.update(sister, content="Kim's sister Anneliese blows glass in Murano")
+        s.update(rust, tags=["claude", "learning"])
+        changed = [("Anneliese works in Venice now", *mem0[0][1:]), mem0[1],
+                   ("Kim's flight to Reykjavik moved to February", *mem0[2][1:])]
+        self.openmemory_zip(changed, path=zip_path)
+        for options, dry in ((["--dry-run"], "would be "), ([], "")):
+            code, err = self.imported(zip_path, *options)
+            self.assertEqual(code, 0, err)
+            self.assertIn(f"1 memory stored already {'would take' if dry else 'took'} the "
+                          f"source's content and tags", err)
+            self.assertIn(f"2 memories stored already, changed here since the source gave "
+                          f"them: {dry}left as they are", err)
+            self.assertIn("blows glass", err)
+        self.assertEqual(s.get(flight)["content"], changed[2][0])
+        self.assertEqual(s.get(sister)["content"], "Kim's sister Anneliese blows glass in Murano")
+        self.assertEqual(s.get(rust)["tags"], ["claude", "learning"])
+        # --update takes the source's all the same.
+        code, err = self.imported(zip_path, "--update")
+        self.assertIn("2 memories stored already took the source's content and tags", err)
+        self.assertEqual((s.get(sister)["content"], s.get(rust)["tags"]),
+                         (changed[0][0], ["openmemory"]))
+        code, err = self.imported(zip_path)
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+        self.assertNotIn("left as", err)
+
+    def test_two_folders_of_one_name_are_two_sources(self):
+        # Sources were told apart by the folder's name alone: importing home/notes listed
+        # the notes of work/notes as no longer there.
+        folders = [os.path.dirname(self.source(place, "notes", "a.md")) for place in ("work", "home")]
+        for folder in folders:
+            with open(os.path.join(folder, "a.md"), "w") as f:
+                f.write(f"---\ntitle: A\ntype: note\npermalink: a\n---\n- [fact] {folder}\n")
+            code, err = self.imported(folder)
+            self.assertIn("imported 1 memory, skipped 0 stored already", err)
+            self.assertNotIn("no longer there", err)
+        # A store whose sources name the folder alone, as they did, imports again as it did:
+        # nothing new, nothing gone; the memories seen take the new form.
+        self.raw_write("UPDATE nodes SET source = 'basic-memory: notes'")
+        code, err = self.imported(folders[0])
+        self.assertIn("imported 0 memories, skipped 1 stored already: nothing new", err)
+        self.assertNotIn("no longer there", err)
+        self.assertEqual(sorted(store._labelled(n["source"])[0] for n in
+                                self.open_store().records()),
+                         sorted(["basic-memory: notes", f"basic-memory: {folders[0]}"]))
 
     def openmemory_zip(self, memories, path=None, names_first=True):
         """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
@@ -8858,8 +8946,8 @@ class PeerImportTest(TempDirTest):
                       "file not in the folder", err)
         by_text = self.by_text()
         role = by_text["User role: Kim is a data engineer working in Python and SQL."]
-        self.assertEqual((role["tags"], role["source"]), (["user", "code-app"],
-                                                           "claude-code: code-app"))
+        self.assertEqual((role["tags"], store._labelled(role["source"])[0]),
+                         (["user", "code-app"], "claude-code: code-app"))
         why = by_text["Testing: **Why:** a mocked migration passed while production failed."]
         self.assertEqual(why["tags"], ["feedback", "code-app"])
         rule = by_text["Testing: Integration tests must hit a real Postgres database."]
