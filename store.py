@@ -3106,7 +3106,10 @@ def utf8_lines(source):
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+# An integer of thousands of digits is a number too (int() refuses past 4,300): an import
+# uses none, and reads it as a float rather than refuse the file.
+_DECODER = json.JSONDecoder(parse_int=lambda digits: int(digits) if len(digits) < 4000 else
+                            float(digits))
 
 
 def _json_values(text):
@@ -3407,13 +3410,17 @@ class _Shaper:
 def _said(content, tags):
     """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
     memory's source, so that importing again tells a change there from one made here."""
-    return f"{zlib.crc32(_json([content, tags]).encode('utf-8', 'surrogatepass')):08x}"
+    said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
+    return f"{zlib.crc32(chr(0).join([str(len(content)), *tags]).encode('utf-8', 'surrogatepass'), said):08x}"
 
 
 def _labelled(source):
     """(label, what its source said (_said) or None) of the source of an imported memory."""
-    found = re.fullmatch(r"(.*) @([0-9a-f]{8})", source or "", re.S)
+    found = _LABELLED.fullmatch(source or "")
     return found.groups() if found else (source or "", None)
+
+
+_LABELLED = re.compile(r"(.*) @([0-9a-f]{8})", re.S)
 
 
 def _id_number(node_id):
@@ -3535,87 +3542,137 @@ def _text_stream(binary):
     return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
 
 
-def _json_members(stream, arrays, keys=None):
-    """(key, value) of each member of the JSON object in the text stream `stream`, read a
-    piece at a time; a member named in `arrays` whose value is an array gives (key, item) for
-    each item instead, so that a large one is never whole in memory. `keys` gets each key."""
-    text, at, done, base = "", 0, False, 0  # base: where `text` starts in the stream
+RECORD_MAX = 8 << 20  # characters of one JSON value that an import holds (a memory's text)
+# Where a JSON value ends is found by these, in C, no character looked at more than twice
+# (they are possessive): runs of text, whole strings and brackets holding no bracket; the
+# rest of a string; a number, true, false or null.
+_JSON_TEXT = r'[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_JSON_RUN = re.compile(rf"(?:{_JSON_TEXT}|\{{(?:{_JSON_TEXT})*+\}}|\[(?:{_JSON_TEXT})*+\])*+",
+                       re.S)
+_JSON_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+', re.S)
+_JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 
-    def more():
-        nonlocal text, at, done, base
+
+def _json_members(stream, wanted, keys=None):
+    """(key, value) of each member named in `wanted` of the JSON objects in the text stream
+    `stream` (one, or several one after another), read a piece at a time; an array gives
+    (key, item) for each item instead. `wanted` maps a key to the fields kept of its objects
+    when one is longer than RECORD_MAX characters (None: it is refused). Other members and
+    fields are skipped, never held past what was read. `keys` gets each key."""
+    text, at, base = "", 0, 0  # base: where `text` starts in the stream
+
+    def more():  # read on, dropping the text before `at`; False at the end
+        nonlocal text, at, base
         try:
             chunk = stream.read(1 << 20)
         except UnicodeDecodeError:
             raise InvalidInput("the file is not UTF-8 text") from None
-        base += at
-        text, at, done = text[at:] + chunk, 0, not chunk
-        return chunk
+        text, at, base = text[at:] + chunk, 0, base + at
+        return bool(chunk)
+
+    def broken(message, where):
+        return InvalidInput(f"the file is not JSON at character {base + where + 1:,}: {message}")
 
     def space():
         nonlocal at
-        while True:
-            at = _JSON_SPACE.match(text, at).end()
-            if at < len(text) or not more():
-                return text[at:at + 1]
+        while (at := _JSON_SPACE.match(text, at).end()) == len(text) and more():
+            pass
+        return text[at:at + 1]
 
     def expect(marks):
         nonlocal at
-        found = space()
-        if not found or found not in marks:
-            raise InvalidInput(f"the file is not JSON at character {base + at + 1:,}: "
-                               f"expected {' or '.join(repr(m) for m in marks)}")
+        if (found := space()) not in marks or not found:
+            raise broken(f"expected {' or '.join(repr(m) for m in marks)}", at)
         at += 1
         return found
 
-    def value():
+    def end(hold):
+        """Where the value at `at` ends, read on as need be; what comes before it is dropped
+        on the way, unless `hold`: then None once it is longer than RECORD_MAX."""
+        nonlocal at
+        i, depth, inside, scalar = at, 0, False, text[at:at + 1] not in ('"', "[", "{")
+        while True:
+            if scalar or inside or depth:
+                i = (_JSON_SCALAR if scalar else _JSON_STRING_REST if inside else
+                     _JSON_RUN).match(text, i).end()
+            if i < len(text) and text[i] != "\\":  # a backslash there: what it escapes is next
+                if scalar:
+                    return i
+                c, i = text[i], i + 1
+                inside, depth = c == '"' and not inside, depth + (c in "[{") - (c in "]}")
+                if not (depth or inside):
+                    return i
+                continue
+            if hold and i - at > RECORD_MAX:
+                return None
+            at = at if hold else i
+            i -= at
+            if not more():  # drops what is before `at`
+                if scalar or hold:
+                    return i  # parsing it says what is wrong
+                raise broken("it ends within a value", i)
+
+    def value(what, kept=None):
+        """The value at `at` (`what` names it; None: skipped, None returned); of an object
+        longer than RECORD_MAX, the fields in `kept` only, each taken as a value."""
         nonlocal at
         space()
-        while True:
-            try:
-                item, end = _DECODER.raw_decode(text, at)
-            except json.JSONDecodeError as exc:
-                if done:
-                    raise InvalidInput(f"the file is not JSON at character {base + exc.pos + 1:,}"
-                                       f": {exc.msg}") from None
-                more()  # cut by the end of what was read, or wrong: more text tells
-                continue
-            except RecursionError:
-                raise InvalidInput(f"the JSON value at character {base + at + 1:,} is nested "
-                                   f"too deeply") from None
-            if end < len(text) or done or not more():  # a number may go on in the next piece
-                at = end
-                return item
+        try:  # mostly whole in what was read
+            found, stop = _DECODER.raw_decode(text, at)
+            if stop < len(text) and (not what or stop - at <= RECORD_MAX):
+                at = stop
+                return found if what else None
+        except json.JSONDecodeError:
+            pass  # or cut by the end of what was read: where it ends tells
+        except RecursionError:
+            raise broken("a value is nested too deeply", at) from None
+        stop = end(bool(what))
+        if not what:
+            at = stop
+            return None
+        if stop is None or stop - at > RECORD_MAX:
+            if kept is None or text[at] != "{":
+                raise InvalidInput(f"{what} is too large to import: more than {RECORD_MAX:,} "
+                                   f"characters")
+            return {field: value(f'{what}\'s "{field}"') for field in fields()
+                    if field in kept or value(None)}  # a field not kept is skipped
+        try:
+            found, at = _DECODER.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise broken(exc.msg, exc.pos) from None
+        return found
 
-    expect("{")
-    if space() == "}":
-        return
-    while True:
-        key = value()
-        if not isinstance(key, str):
-            raise InvalidInput(f"the file is not JSON at character {base + at:,}: a key "
-                               f"must be a string")
-        if keys is not None:
-            keys.add(key)
-        expect(":")
-        if key in arrays and space() == "[":
-            at += 1
-            after = expect("]") if space() == "]" else ","  # "," while an item follows
-            while after == ",":
-                yield key, value()
-                after = expect(",]")
-        else:
-            yield key, value()
-        if expect(",}") == "}":
-            return
+    def fields():  # the keys of the object at `at`, each with `at` before its value
+        after = "," if expect("{") and space() != "}" else expect("}")
+        while after == ",":
+            key = value("a key")
+            if not isinstance(key, str):
+                raise broken("a key must be a string", at)
+            expect(":")
+            yield key
+            after = expect(",}")
+
+    while space():
+        for key in fields():
+            if keys is not None:
+                keys.add(key)
+            if key not in wanted:
+                value(None)
+            elif space() != "[":
+                yield key, value(f'"{key}"', wanted[key])
+            else:
+                after, n = "," if expect("[") and space() != "]" else expect("]"), 0
+                while after == ",":
+                    n += 1
+                    yield key, value(f'item {n:,} of "{key}"', wanted[key])
+                    after = expect(",]")
 
 
 def _json_export_records(binary, source, report):
     """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
-    shaper = _Shaper(report, "mcp-memory-service")
-    keys = set()
-    for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
-        if key != "memories":
-            continue
+    shaper, keys = _Shaper(report, "mcp-memory-service"), set()
+    for _, item in _json_members(_text_stream(binary), {"memories": (
+            "content_hash", "content", "tags", "created_at", "created_at_iso")}, keys):
         if not isinstance(item, dict):
             raise InvalidInput("the export's memories must be an array of objects")
         report["memories"] += 1
@@ -3646,14 +3703,16 @@ def openmemory_records(path, report):
                                    f"bytes, more than the {UNZIP_MAX:,} an import reads")
 
             def members():
-                return _json_members(_text_stream(archive.open(member)), {"memories"})
-            names = {"apps": None, "categories": None}  # id -> name, once read
+                return _json_members(_text_stream(archive.open(member)), {
+                    "apps": ("id", "name"), "categories": ("id", "name"), "memories": (
+                        "id", "content", "state", "app_id", "category_ids", "created_at")}, keys)
+            names, keys = {"apps": {}, "categories": {}}, set()  # id -> name
             later = False  # whether the memories came before the names (not as backup.py wrote)
             for key, value in members():
-                if key in names and isinstance(value, list):
-                    names[key] = {i.get("id"): i.get("name") for i in value
-                                  if isinstance(i, dict) and isinstance(i.get("name"), str)}
-                elif key == "memories" and None in names.values():
+                if key in names and isinstance(value, dict) and isinstance(value.get("id"), str) \
+                        and isinstance(value.get("name"), str):  # cut: a tag is no longer
+                    names[key][value["id"]] = value["name"].strip()[:MAX_TAG_LENGTH + 1]
+                elif key == "memories" and not names.keys() <= keys:
                     later = True
                 elif key == "memories":
                     yield _openmemory_record(shaper, value, names, source, report)
@@ -3676,10 +3735,10 @@ def _openmemory_record(shaper, memory, names, source, report):
                            "in no state it knows")
     if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
         return shaper.skip("without id or content")
-    categories = memory.get("category_ids")
-    tags = [(names["categories"] or {}).get(c) for c in categories
+    categories, app = memory.get("category_ids"), memory.get("app_id")
+    tags = [names["categories"].get(c) for c in categories
             if isinstance(c, str)] if isinstance(categories, list) else []
-    tags.append((names["apps"] or {}).get(memory.get("app_id")))
+    tags.append(names["apps"].get(app) if isinstance(app, str) else None)
     return shaper.record((memory["id"],), memory["content"], [t for t in tags if t],
                          _when(memory.get("created_at")), source)
 

@@ -8583,8 +8583,9 @@ class PeerImportTest(TempDirTest):
                 self.assertIn("imported 0 memories, skipped 2 stored already: nothing new", err)
 
     def test_a_json_export_is_read_an_item_at_a_time(self):
-        value = {"export_metadata": {"n": [1, 2.5e3, None, True]}, "memories": [
-            {"content": "x" * 50, "n": 1234567, "t": ["a", "b"]}, 12345, "s\\"]}
+        value = {"export_metadata": {"n": [1, 2.5e3, None, True, "]}\\\"[{"]}, "memories": [
+            {"content": "x [y] {z} \\ \" \u00e9" * 5, "n": 1234567, "t": [["a"], {"b": []}]},
+            12345, "s\\"]}
         text = json.dumps(value, indent=2)
 
         class Trickle:  # a stream that gives a few characters at a time
@@ -8597,15 +8598,21 @@ class PeerImportTest(TempDirTest):
                 return piece
         random.seed(44)
         for _ in range(20):
-            got = list(store._json_members(Trickle(text), {"memories"}))
+            got = list(store._json_members(Trickle(text), dict.fromkeys(value)))
             self.assertEqual(got, [("export_metadata", value["export_metadata"])] +
                              [("memories", item) for item in value["memories"]])
+            # Members not asked for are skipped; objects one after another are read in turn
+            # (two exports in one file: the second was left unread).
+            got = list(store._json_members(Trickle(text + "\n" + text), {"memories": ()}))
+            self.assertEqual(got, [("memories", item) for item in value["memories"]] * 2)
         for broken, message in (('{"memories": [1, 2', "expected ',' or ']'"),
                                 ('{"memories": [1, }]}', "Expecting value"),
+                                ('{"memories": []} [1]', "expected '{'"),
+                                ('{"other": [1, "a', "it ends within a value"),
                                 ('[1]', "expected '{'")):
             with self.subTest(broken=broken):
                 with self.assertRaisesRegex(InvalidInput, message):
-                    list(store._json_members(Trickle(broken), {"memories"}))
+                    list(store._json_members(Trickle(broken), {"memories": None}))
         # A file that breaks off, or holds no memories, is refused in one line.
         for text, message in (
                 ('{"export_metadata": {}, "memories": [{"content": "a", "conte',
@@ -8617,6 +8624,61 @@ class PeerImportTest(TempDirTest):
             self.assertEqual((code, len(err.splitlines())), (1, 1), err)
             self.assertIn(message, err)
         self.assertFalse(os.path.exists(self.path))
+
+    def test_a_json_value_is_read_once_and_a_large_one_skipped_or_refused(self):
+        # A value was parsed again from its start after each megabyte read: a memory of 6 MB
+        # took 7 parses, one of 200 MB (in a 204 KB zip) 26 s and 653 MB.
+        text = json.dumps({"export_metadata": {"notes": "n" * 3_000_000}, "memories": [
+            {"content_hash": "h", "content": "6 MB " + "c" * 6_000_000, "tags": "a,b"}]})
+        parsed = []
+
+        class Counting(json.JSONDecoder):  # counts what raw_decode is given to parse
+            def raw_decode(self, s, idx=0):
+                parsed.append(len(s) - idx)
+                return super().raw_decode(s, idx)
+        with unittest.mock.patch.object(store, "_DECODER", Counting()):
+            got = dict(store._json_members(io.StringIO(text), {"memories": None}))
+        self.assertEqual(got["memories"]["content"][:5], "6 MB ")
+        self.assertLess(sum(parsed), 2 * len(text))
+        # Past RECORD_MAX characters, a field not kept is skipped, one kept refused, named.
+        big = {"content_hash": "h2", "content": "kept", "metadata": {"blob": "m" * 5000}}
+        export = {"export_metadata": {"blob": ["e" * 5000]}, "memories": [
+            {"content_hash": "h1", "content": "small", "tags": ["t"]}, big]}
+        path = self.source("export.json")
+        with open(path, "w") as f:
+            json.dump(export, f)
+        with unittest.mock.patch.object(store, "RECORD_MAX", 1000):
+            code, err = self.imported(path)
+            self.assertEqual(code, 0, err)
+            self.assertIn("imported 2 memories", err)
+            big["content"] = "c" * 5000
+            with open(path, "w") as f:
+                json.dump(export, f)
+            code, err = self.imported(path)
+        self.assertEqual((code, err), (1, 'flood-memory: import: item 2 of "memories"\'s '
+                                          '"content" is too large to import: more than 1,000 '
+                                          'characters\n'))
+
+    def test_a_number_of_5000_digits_and_two_exports_in_one_file_are_read(self):
+        # A 5,000-digit integer ended in a ValueError traceback (int() refuses past 4,300
+        # digits); of two exports one after another, the second was left unread, silently.
+        huge = "9" * 5000
+        path = self.source("two.json")
+        with open(path, "w") as f:
+            for n in range(2):
+                f.write(f'{{"export_metadata": {{"total": {huge}}}, "memories": [{{"content_'
+                        f'hash": "h{n}", "content": "memory {n}", "created_at": -{huge}}}]}}\n')
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 2 memories", err)
+        path = self.source("huge.zip")
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("memories.json", f'{{"apps": [], "categories": [], "memories": '
+                             f'[{{"id": "m", "state": "active", "content": "a memory", '
+                             f'"created_at": {huge}, "metadata": {{"n": {huge}}}}}]}}')
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 1 memory", err)
 
     def basic_memory(self):
         """A basic-memory folder as its write_note leaves it, with what else a folder of
