@@ -3847,7 +3847,7 @@ def _yaml_value(text):
         return [v for v in (_yaml_value(p) for p in text[1:-1].split(",")) if v]
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1].replace("''", "'") if text[0] == "'" else text[1:-1]
-    return re.sub(r"\s+#.*", "", text)
+    return re.sub(r"(?<!\s)\s+#.*", "", text)  # tried at the start of a run of spaces only
 
 
 def _field_text(value):
@@ -3922,7 +3922,7 @@ _OBSERVATION = re.compile(r"\[([^\[\]()]+)\]\s+(.+)", re.S)
 _CLOCK = re.compile(r"\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?"
                     r"(?:\s+-\s+\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?)?")
 _WIKI_LINK = re.compile(r"\[\[([^\[\]]+)\]\]")
-_LINKS_TO = re.compile(r"\s+#bm:links_to\s*$")
+_LINKS_TO = re.compile(r"(?<!\s)\s+#bm:links_to\s*$")
 
 
 def _note_parts(body):
@@ -3975,8 +3975,9 @@ def _closes_at_end(text):
 
 def _observation(text):
     """(category, text, context, #tags) of an observation, or None if `text` is none."""
-    if text.startswith(("[ ]", "[x]", "[-]")) or re.fullmatch(r"\[\[.*?\]\]|\[.*?\]\(.*?\)",
-                                                              text, re.S):
+    if text.startswith(("[ ]", "[x]", "[-]")) or len(text) >= 4 and (  # or a link alone
+            text[:2] == "[[" and text[-2:] == "]]" or
+            text[0] == "[" and text[-1] == ")" and "](" in text[1:-1]):
         return None
     found = _OBSERVATION.match(text)
     category = found.group(1).strip() if found else ""
@@ -4018,7 +4019,7 @@ def basic_memory_records(folder, report):
         own = None
         if hub or not observations:
             # Its text, but for a first heading that only repeats the title.
-            body = re.sub(r"\A\s*#\s+(.*)\n", lambda m: "" if m.group(1).strip() == title
+            body = re.sub(r"\A\s*#[ \t]+(\S.*)\n", lambda m: "" if m.group(1).strip() == title
                           else m.group(0), body)
             own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
                                 not hub else title, tags, created, source)
@@ -4084,7 +4085,8 @@ def _claude_project(memory_folder):
     return re.sub(r"^(?:[A-Za-z]--|-)(?:Users|home)-[^-]+-(?=.)|^-root-(?=.)", "", slug)
 
 
-_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(<?([^)>]+?\.md)>?\)|\[\[([^\]|]+)(?:\|[^\]]*)?\]\]")
+_MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by one link only
+    r"\[([^\[\]]+)\]\(<?([^()<>\[\]]+?\.md)>?\)|\[\[([^\[\]|]+)(?:\|[^\[\]]*)?\]\]")
 
 
 def claude_code_records(path, report):

@@ -8777,6 +8777,28 @@ class PeerImportTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(check_problems(self.path), [])
 
+    def test_markdown_is_read_in_time_proportional_to_its_size(self):
+        # Patterns that tried a line of "[" or of spaces from each of its characters took
+        # the square of its length: a 40 KB MEMORY.md of "[" did not finish in 30 s, 60 KB
+        # notes took 5-11 s. At 200 KB such a file would take 20 minutes.
+        n, front = 200_000, "---\ntitle: {}\ntype: note\npermalink: {}\n---\n"
+        for name, text in {"brackets": "[" + "](" * n, "item": "- x" + " " * n + "y",
+                           "links_to": "x" + " " * n + "#bm:links_to y", "heading": "# " + " " * n,
+                           "title": "- [fact] a long title"}.items():
+            with open(self.source("notes", name + ".md"), "w") as f:
+                f.write(front.format("a" + " " * n + "b" if name == "title" else name, name) +
+                        text)
+        claude = os.path.dirname(self.source("claude", "memory", "x"))
+        for name, text in (("MEMORY.md", "[" * n + "[a](" * (n // 4) + "[[" + "|" * n),
+                           ("a.md", "Kim is a data engineer.")):
+            with open(os.path.join(claude, name), "w") as f:
+                f.write(text)
+        for folder, found in ((os.path.dirname(self.source("notes", "x")), "basic-memory's "
+                               "notes: 5 memories"), (claude, "Claude Code's memory folders")):
+            done = self.run_store("import", folder, "--dry-run")
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn(found, done.stderr.decode())
+
     def test_importing_again_adds_nothing_updates_what_changed_and_lists_what_is_gone(self):
         folder = self.basic_memory()
         self.assertEqual(self.imported(folder)[0], 0)
