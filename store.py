@@ -3764,9 +3764,9 @@ def _files(folder, report):
         for entry in entries:
             if entry.name.startswith("."):
                 report["skipped", "hidden file or folder", "hidden files and folders", ""] += 1
-            elif entry.is_dir():
+            elif os.path.isdir(entry.path):  # False, not OSError, for a link that loops
                 stack.append((entry.path, relative + entry.name + "/"))
-            elif entry.is_file():
+            elif os.path.isfile(entry.path):
                 files.append((entry.path, relative + entry.name))
             else:
                 report["skipped", "broken link or special file", "broken links and "

@@ -8724,6 +8724,8 @@ class PeerImportTest(TempDirTest):
         os.utime(self.source("notes", "garden", "Garden Journal.md"), (1715000000, 1715000000))
         if can_symlink():
             os.symlink("..", self.source("notes", "garden", "loop"), target_is_directory=True)
+            # A link to itself: "Too many levels of symbolic links" refused the folder.
+            os.symlink("self.md", self.source("notes", "garden", "self.md"))
         return os.path.dirname(self.source("notes", "x"))
 
     def test_basic_memory_notes_become_observations_linked_by_their_relations(self):
@@ -8734,7 +8736,8 @@ class PeerImportTest(TempDirTest):
         self.assertIn("the folder held 5 notes, 28 observations, 4 relations; skipped: ", err)
         for skipped in ("1 relation to a note not in the folder", "1 memory repeated in the "
                         "source", "3 hidden files and folders", "1 attachment", "1 file not UTF-8 text") + (
-                            ("1 folder reached again through a link",) if can_symlink() else ()):
+                            ("1 folder reached again through a link", "1 broken link or "
+                             "special file") if can_symlink() else ()):
             self.assertIn(skipped, err.splitlines()[-2].split("skipped: ")[1].split("; "))
         by_text = self.by_text()
         self.assertNotIn("secret", " ".join(by_text))
