@@ -3998,7 +3998,8 @@ def _observation(text):
 def basic_memory_records(folder, report):
     """The Records of the basic-memory notes under `folder`, as an iterator."""
     shaper, source = _Shaper(report, "basic-memory"), _source_name("basic-memory", folder)
-    notes, named = [], {}  # [(permalink, title, created, reach, relations)]; name -> note
+    # [(permalink, title, created, reach, relations)]; name -> note; permalink -> suffixes
+    notes, named, taken = [], {}, {}
     for path, relative in _files(folder, report):
         if not relative.lower().endswith(".md"):
             report["skipped", "attachment", "attachments", ""] += 1
@@ -4011,6 +4012,14 @@ def basic_memory_records(folder, report):
         stem = relative[:-3]
         title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
         permalink = _field_text(fields.get("permalink")) or re.sub(r"[\s_]+", "-", stem.lower())
+        if permalink in taken:  # another note's: made unique, as basic-memory makes it
+            report["changed", "note", "notes", "with another's permalink (given one of its "
+                   "own, as basic-memory gives it)"] += 1
+            base = permalink
+            while permalink in taken:
+                taken[base] += 1
+                permalink = f"{base}-{taken[base]}"
+        taken[permalink] = 0
         tags = _field_tags(fields.get("tags"))
         created = _when(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)

@@ -8780,6 +8780,19 @@ class PeerImportTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(check_problems(self.path), [])
 
+    def test_notes_that_share_a_permalink_are_each_imported(self):
+        # The second was "repeated in the source", and not imported: basic-memory gives it a
+        # permalink of its own (-1) when it reads the folder.
+        for name in ("a.md", "b.md", "c.md"):
+            with open(self.source("notes", name), "w") as f:
+                f.write(f"---\ntitle: Note\ntype: note\npermalink: note\n---\nText of {name}\n")
+        code, err = self.imported(os.path.dirname(self.source("notes", "x")))
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 3 memories", err)
+        self.assertIn("changed: 2 notes with another's permalink (given one of its own, as "
+                      "basic-memory gives it)", err)
+        self.assertEqual(sorted(self.by_text()), [f"Note: Text of {n}.md" for n in "abc"])
+
     def test_markdown_is_read_in_time_proportional_to_its_size(self):
         # Patterns that tried a line of "[" or of spaces from each of its characters took
         # the square of its length: a 40 KB MEMORY.md of "[" did not finish in 30 s, 60 KB
