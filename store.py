@@ -2866,7 +2866,9 @@ def _copy_private(source, target):
         shutil.copyfileobj(f, out)
 
 
-_RESTORING = r"\.restore-(\d+)-\w+"  # a restore's work directory: its process's id, then random
+# What a restore leaves if killed: its work directory (its process's id, then random), and
+# the copy of what it replaced that it was writing (see backup and _restore).
+_RESTORING = r"\.(?:restore-|before-restore-[\d-]+\.db\.)(\d+)(?:-\w+|\.part(-journal|-wal|-shm)?)"
 
 
 def _remove_leftovers(directory, pattern):
@@ -3411,7 +3413,8 @@ def _said(content, tags):
     """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
     memory's source, so that importing again tells a change there from one made here."""
     said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
-    return f"{zlib.crc32(chr(0).join([str(len(content)), *tags]).encode('utf-8', 'surrogatepass'), said):08x}"
+    tags = "\0".join([str(len(content)), *tags]).encode("utf-8", "surrogatepass")
+    return f"{zlib.crc32(tags, said):08x}"
 
 
 def _labelled(source):

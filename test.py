@@ -6911,8 +6911,10 @@ class BackupTest(TempDirTest):
             work = os.path.join(self.dir, f".restore-{pid}-x1y2")
             os.mkdir(work, 0o700)
             shutil.copyfile(backup, os.path.join(work, store.DB_NAME))
-            parts = [os.path.join(self.dir, f".backup.db.{pid}.part{end}")
-                     for end in ("", "-journal")]
+            # And the copy of what a restore replaced, being written: only the parts named
+            # after a restore's own time were removed, so a killed one's stayed for ever.
+            parts = [os.path.join(self.dir, f".{name}.{pid}.part{end}") for end in ("", "-journal")
+                     for name in ("backup.db", "before-restore-20261201-101500-123456.db")]
             parts.append(os.path.join(self.dir, f"export.jsonl.{pid}.part"))
             for part in parts:
                 with open(part, "w") as f:
