@@ -2131,15 +2131,13 @@ class Store:
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
         {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}, `differ` the records
-        stored already whose content or tags differ: with `update` True, they take the
-        record's content, tags and source; with "changed" (an import of another server's
-        source, see _Shaper), only those the source changed since it last gave them, and the
-        ones changed here are `kept` as they are. Each record is checked before anything is
-        written (unless `checked`: Records of check_records, or an iterator of them). The
-        records go in batches with `pause` seconds between them (see _Load). A record stored
-        already is skipped, but for its links, so that running a load again completes one
-        that was interrupted; links to ids found nowhere are dropped, with a warning. A
-        `dry_run` writes nothing and counts the same."""
+        stored already whose content or tags differ, which take the record's with `update`
+        (True; "changed": those changed here since their source said what it says are `kept`,
+        see find_differ). Each record is checked before anything is written (unless `checked`:
+        Records of check_records, or an iterator of them). The records go in batches with
+        `pause` seconds between them (see _Load). A record stored already is skipped, but for
+        its links, so that running a load again completes one that was interrupted; links to
+        ids found nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
             records = check_records(records)
         return _Load(self, pause, update, dry_run).run(records)
@@ -2613,9 +2611,9 @@ class _Load:
             stored = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", asked))
             fresh = [r for r in batch if r.id not in stored]
             changes = self.find_differ(db, [r for r in batch if r.id in stored])
+            self.loaded += len(fresh)
+            self.skipped += len(batch) - len(fresh)
             if self.dry_run:
-                self.loaded, self.skipped = self.loaded + len(fresh), self.skipped + len(
-                    batch) - len(fresh)
                 return
             db.executemany("UPDATE nodes SET content = coalesce(?, content), tags = coalesce("
                            "?, tags), source = ? WHERE id = ?", changes)
@@ -2653,8 +2651,6 @@ class _Load:
             self.pairs.setdefault(stored[a], (a, []))[1].append(b)
             self.later[b] = stored[b]
         self.waited += len(later)
-        self.loaded += len(fresh)
-        self.skipped += len(batch) - len(fresh)
         if fresh:
             pace = max(time.monotonic() - started, 1e-3) / len(fresh)
             self.size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
@@ -2717,24 +2713,22 @@ class _Load:
 
     def find_differ(self, db, records):
         """Note the ids of `records` (stored already) whose content or tags differ (see
-        Store.load); the (content or None, tags or None, source, id) to write of them."""
+        Store.load); the (content or None, tags or None, source, id) to write of them. With
+        `update` "changed", a memory takes the record's where it is still what its source
+        said last (_said, kept in the source), and the source is made the record's."""
         stored, changes = {row[0]: row[1:] for row in _select_in(
             db, "SELECT id, CAST(content AS TEXT), tags, source FROM nodes WHERE id IN",
             [r.id for r in records])}, []
         for r in records:
             content, tags, source = stored[r.id]
-            tags = _strings(tags)
-            same = content == r.content and tags == r.tags
-            # What the source said last, kept in the source (_Shaper), is what is here: the
-            # person did not change it since (test_a_source_imported_again_keeps_your_changes).
+            same = content == r.content and _strings(tags) == r.tags
             take = not same and (self.update is True or self.update == "changed" and
-                                 _labelled(source)[1] == _said(content, tags))
-            kept = not (same or take) and self.update == "changed"
-            (self.kept if kept else self.differ if not same else []).append(r.id)
-            if take:
-                changes.append((r.content, _json(r.tags), r.source, r.id))
-            elif self.update == "changed" and source != r.source:
-                changes.append((None, None, r.source, r.id))
+                                 _labelled(source)[1] == _said(content, _strings(tags)))
+            (self.kept if not (same or take) and self.update == "changed" else
+             self.differ if not same else []).append(r.id)
+            if take or self.update == "changed" and source != r.source:
+                changes.append(((r.content, _json(r.tags)) if take else (None, None)) +
+                               (r.source, r.id))
         return changes
 
     def add_links(self, db, group, rowids):
@@ -3084,27 +3078,16 @@ def read_entries(lines):
 
 
 def utf8_lines(source):
-    """The lines of the binary file `source`, as UTF-8 bytes. A file that starts with a UTF-16
-    byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is decoded."""
-    head = source.read(2)
-    if head not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-        yield from itertools.chain(io.BytesIO(head + source.readline()), source)
+    """The lines of the binary file `source` (with peek), as UTF-8 bytes. A file that starts
+    with a UTF-16 byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is
+    decoded (_text_stream)."""
+    if source.peek(2)[:2] not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        yield from source
         return
-    chunks = itertools.chain([head], iter(lambda: source.read(1 << 16), b""))
-    pending = []  # the line read so far, in pieces: one may be long
     try:
-        for text in codecs.iterdecode(chunks, "utf-16"):  # the byte order mark picks LE or BE
-            *ended, rest = text.split("\n")
-            for piece in ended:
-                pending.append(piece)
-                yield ("".join(pending) + "\n").encode("utf-8")
-                pending = []
-            pending.append(rest)
+        yield from (line.encode("utf-8") for line in _text_stream(source))
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
-    last = "".join(pending)
-    if last:
-        yield last.encode("utf-8")
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
@@ -3419,11 +3402,8 @@ def _said(content, tags):
 
 def _labelled(source):
     """(label, what its source said (_said) or None) of the source of an imported memory."""
-    found = _LABELLED.fullmatch(source or "")
+    found = re.fullmatch(r"(.*) @([0-9a-f]{8})", source or "", re.S)
     return found.groups() if found else (source or "", None)
-
-
-_LABELLED = re.compile(r"(.*) @([0-9a-f]{8})", re.S)
 
 
 def _id_number(node_id):
@@ -3559,9 +3539,9 @@ _JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 def _json_members(stream, wanted, keys=None):
     """(key, value) of each member named in `wanted` of the JSON objects in the text stream
     `stream` (one, or several one after another), read a piece at a time; an array gives
-    (key, item) for each item instead. `wanted` maps a key to the fields kept of its objects
-    when one is longer than RECORD_MAX characters (None: it is refused). Other members and
-    fields are skipped, never held past what was read. `keys` gets each key."""
+    (key, item) for each item instead. A value held may have RECORD_MAX characters, but for
+    an object, which then keeps only the fields that `wanted` gives for its key (if not
+    None). What is not kept is skipped, never held past what was read. `keys` gets each key."""
     text, at, base = "", 0, 0  # base: where `text` starts in the stream
 
     def more():  # read on, dropping the text before `at`; False at the end
@@ -3605,30 +3585,24 @@ def _json_members(stream, wanted, keys=None):
                 inside, depth = c == '"' and not inside, depth + (c in "[{") - (c in "]}")
                 if not (depth or inside):
                     return i
-                continue
-            if hold and i - at > RECORD_MAX:
+            elif hold and i - at > RECORD_MAX:
                 return None
-            at = at if hold else i
-            i -= at
-            if not more():  # drops what is before `at`
-                if scalar or hold:
-                    return i  # parsing it says what is wrong
-                raise broken("it ends within a value", i)
+            else:
+                at, i = (at, i - at) if hold else (i, 0)
+                if not more():  # the end: parsing says what is wrong with what is held
+                    if scalar or hold:
+                        return i
+                    raise broken("it ends within a value", i)
 
     def value(what, kept=None):
-        """The value at `at` (`what` names it; None: skipped, None returned); of an object
-        longer than RECORD_MAX, the fields in `kept` only, each taken as a value."""
+        """The value at `at` (`what` names it; None: it is skipped, and None returned)."""
         nonlocal at
         space()
-        try:  # mostly whole in what was read
+        with contextlib.suppress(json.JSONDecodeError, RecursionError):  # mostly whole
             found, stop = _DECODER.raw_decode(text, at)
             if stop < len(text) and (not what or stop - at <= RECORD_MAX):
                 at = stop
                 return found if what else None
-        except json.JSONDecodeError:
-            pass  # or cut by the end of what was read: where it ends tells
-        except RecursionError:
-            raise broken("a value is nested too deeply", at) from None
         stop = end(bool(what))
         if not what:
             at = stop
@@ -3643,6 +3617,8 @@ def _json_members(stream, wanted, keys=None):
             found, at = _DECODER.raw_decode(text, at)
         except json.JSONDecodeError as exc:
             raise broken(exc.msg, exc.pos) from None
+        except RecursionError:
+            raise broken("a value is nested too deeply", at) from None
         return found
 
     def fields():  # the keys of the object at `at`, each with `at` before its value
@@ -3843,11 +3819,12 @@ def _front_matter(text):
     return fields, text[found.end():]
 
 
-def _yaml_value(text):
-    """A YAML scalar or flow list as a string or a list of strings (what notes hold)."""
+def _yaml_value(text, flow=True):
+    """A YAML scalar or flow list as a string or a list of strings (what notes hold); a list
+    in the list is a string (thousands of [ nested overflowed the stack)."""
     text = text.strip()
-    if text[:1] == "[" and text[-1:] == "]":
-        return [v for v in (_yaml_value(p) for p in text[1:-1].split(",")) if v]
+    if flow and text[:1] == "[" and text[-1:] == "]":
+        return [v for v in (_yaml_value(p, False) for p in text[1:-1].split(",")) if v]
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1].replace("''", "'") if text[0] == "'" else text[1:-1]
     return re.sub(r"(?<!\s)\s+#.*", "", text)  # tried at the start of a run of spaces only
@@ -4763,10 +4740,10 @@ def _found(format_name, kind, records, report):
 
 
 def _import(store, args, records, peer):
-    dry = args.dry_run  # then says what an import would do
+    dry = args.dry_run  # then it says what an import would do
     done = store.load(records, checked=True, update=args.update or peer and "changed",
                       dry_run=dry)
-    differ, kept, were = done["differ"], done["kept"], "would be" if dry else "were"
+    differ, kept, left = done["differ"], done["kept"], "would be left" if dry else "left"
     _say(f"flood-memory: {'would import' if dry else 'imported'} {_memories(done['loaded'])}, "
          f"{'skip' if dry else 'skipped'} {done['skipped']:,} stored already" +
          ("" if done["loaded"] or differ else ": nothing new"))
@@ -4774,16 +4751,12 @@ def _import(store, args, records, peer):
         _say(f"flood-memory: {_memories(len(differ))} stored already "
              f"{'would take' if dry else 'took'} the {'source' if peer else 'file'}'s content "
              f"and tags")
-    elif differ:
-        _say(f"flood-memory: {_memories(len(differ))} stored already differ in the file and "
-             f"{were} left as they are: import it again with --update to apply the file's "
-             f"content and tags, or change them one by one with {store_py_command()} edit ID")
-        _say("  " + " ".join(differ[:10]) + (f" and {len(differ) - 10:,} more"
-                                              if len(differ) > 10 else ""))
-    one = len(kept) == 1
+    _listed(store, [] if args.update or peer else differ, f"{_memories(len(differ))} stored "
+            f"already differ in the file, {left} as they are: import it again with --update "
+            f"to apply the file's content and tags, or change them one by one with "
+            f"{store_py_command()} edit ID:")
     _listed(store, kept, f"{_memories(len(kept))} stored already, changed here since the "
-            f"source gave {'it' if one else 'them'}: {'would be ' if dry else ''}left as "
-            f"{'it is' if one else 'they are'} (--update takes the source's):")
+            f"source gave them, {left} as they are (--update takes the source's):")
     if peer:  # what earlier imports of these sources stored that they hold no more is kept
         seen = _Seen(_id_number(record.id) for record in records)
         gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in seen]
