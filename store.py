@@ -3402,8 +3402,10 @@ def _said(content, tags):
 
 def _labelled(source):
     """(label, what its source said (_said) or None) of the source of an imported memory."""
-    found = re.fullmatch(r"(.*) @([0-9a-f]{8})", source or "", re.S)
-    return found.groups() if found else (source or "", None)
+    source, said = source or "", (source or "")[-8:]
+    if source[-10:-8] == " @" and len(said) == 8 and not said.strip("0123456789abcdef"):
+        return source[:-10], said
+    return source, None
 
 
 def _id_number(node_id):
