@@ -3541,9 +3541,9 @@ _JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 def _json_members(stream, wanted, keys=None):
     """(key, value) of each member named in `wanted` of the JSON objects in the text stream
     `stream` (one, or several one after another), read a piece at a time; an array gives
-    (key, item) for each item instead. A value held may have RECORD_MAX characters, but for
-    an object, which then keeps only the fields that `wanted` gives for its key (if not
-    None). What is not kept is skipped, never held past what was read. `keys` gets each key."""
+    (key, item) for each item. A value held has RECORD_MAX characters at most, but for an
+    object, of which only the fields `wanted[key]` names (if any) are then kept. What is not
+    kept is skipped, never held past what was read. `keys` gets each key."""
     text, at, base = "", 0, 0  # base: where `text` starts in the stream
 
     def more():  # read on, dropping the text before `at`; False at the end
@@ -3571,9 +3571,7 @@ def _json_members(stream, wanted, keys=None):
         at += 1
         return found
 
-    def end(hold):
-        """Where the value at `at` ends, read on as need be; what comes before it is dropped
-        on the way, unless `hold`: then None once it is longer than RECORD_MAX."""
+    def end(hold):  # where the value at `at` ends; None for one held past RECORD_MAX
         nonlocal at
         i, depth, inside, scalar = at, 0, False, text[at:at + 1] not in ('"', "[", "{")
         while True:
@@ -3589,7 +3587,7 @@ def _json_members(stream, wanted, keys=None):
                     return i
             elif hold and i - at > RECORD_MAX:
                 return None
-            else:
+            else:  # read on, dropping what was read of a value not held
                 at, i = (at, i - at) if hold else (i, 0)
                 if not more():  # the end: parsing says what is wrong with what is held
                     if scalar or hold:
