@@ -8556,7 +8556,7 @@ class PeerImportTest(TempDirTest):
         self.assertEqual((margaret["tags"], margaret["created_at"],
                           store._labelled(margaret["source"])[0]),
                          (["family", "lisbon"], "2026-11-28T02:51:34.226Z",
-                          f"mcp-memory-service: {path}"))
+                          store._source_name("mcp-memory-service", path)))
         deploys = by_text["Deploys to staging go through the ship-it workflow"]
         self.assertEqual((deploys["tags"], deploys["created_at"]),
                          (["infra", "ci"], "2023-11-14T22:13:20.500Z"))
@@ -8747,7 +8747,7 @@ class PeerImportTest(TempDirTest):
                        "cup #pourover"]
         self.assertEqual((pour["tags"], pour["created_at"], store._labelled(pour["source"])[0]),
                          (["coffee", "brewing", "pourover"], "2025-04-01T10:00:00.000Z",
-                          f"basic-memory: {folder}"))
+                          store._source_name("basic-memory", folder)))
         self.assertIn("Coffee Brewing Methods: Bloom the grounds for thirty seconds (before "
                       "the main pour)", by_text)
         self.assertIn("Coffee Brewing Methods: [12:30] a timecode #transcript", by_text)
@@ -8835,7 +8835,8 @@ class PeerImportTest(TempDirTest):
         after = nodes_table(self.path)
         self.assertEqual([r[:4] + r[5:] for r in after], [r[:4] + r[5:] for r in before])
         self.assertEqual({store._labelled(r[4]) for r in after},
-                         {(f"basic-memory: {moved}", store._labelled(r[4])[1]) for r in before})
+                         {(store._source_name("basic-memory", moved), store._labelled(r[4])[1])
+                          for r in before})
         # Changed since: an observation added, a note's tags changed, a note deleted.
         path = os.path.join(moved, "coffee", "Coffee Bean Origins.md")
         with open(path, encoding="utf-8") as f:
@@ -8848,8 +8849,8 @@ class PeerImportTest(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("imported 1 memory, skipped 30 stored already", err)
         self.assertIn("1 memory stored already took the source's content and tags", err)
-        self.assertIn(f"2 memories imported before from basic-memory: {moved} are no longer "
-                      f"there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn(f"2 memories imported before from {store._source_name('basic-memory', moved)}"
+                      f" are no longer there; kept (forget with python3 store.py forget ID):", err)
         self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
         by_text = self.by_text()
         self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
@@ -8934,13 +8935,19 @@ class PeerImportTest(TempDirTest):
             self.assertNotIn("no longer there", err)
         # A store whose sources name the folder alone, as they did, imports again as it did:
         # nothing new, nothing gone; the memories seen take the new form.
+        # A path under the home folder is given from ~, as the person knows it.
+        home = os.path.join(self.dir, "home")
+        with unittest.mock.patch.object(os.path, "expanduser", lambda p: home if p == "~" else p):
+            self.assertEqual(store._source_name("gemini", os.path.join(home, "app", "GEMINI.md")),
+                             "gemini: " + os.path.join("~", "app", "GEMINI.md"))
+            self.assertEqual(store._source_name("x", home + "2"), f"x: {home}2")
         self.raw_write("UPDATE nodes SET source = 'basic-memory: notes'")
         code, err = self.imported(folders[0])
         self.assertIn("imported 0 memories, skipped 1 stored already: nothing new", err)
         self.assertNotIn("no longer there", err)
         self.assertEqual(sorted(store._labelled(n["source"])[0] for n in
                                 self.open_store().records()),
-                         sorted(["basic-memory: notes", f"basic-memory: {folders[0]}"]))
+                         sorted(["basic-memory: notes", store._source_name("basic-memory", folders[0])]))
 
     def openmemory_zip(self, memories, path=None, names_first=True):
         """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
