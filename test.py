@@ -8926,7 +8926,8 @@ class PeerImportTest(TempDirTest):
     def test_two_folders_of_one_name_are_two_sources(self):
         # Sources were told apart by the folder's name alone: importing home/notes listed
         # the notes of work/notes as no longer there.
-        folders = [os.path.dirname(self.source(place, "notes", "a.md")) for place in ("work", "home")]
+        folders = [os.path.dirname(self.source(place, "notes", "a.md"))
+                   for place in ("work", "home")]
         for folder in folders:
             with open(os.path.join(folder, "a.md"), "w") as f:
                 f.write(f"---\ntitle: A\ntype: note\npermalink: a\n---\n- [fact] {folder}\n")
@@ -8947,7 +8948,8 @@ class PeerImportTest(TempDirTest):
         self.assertNotIn("no longer there", err)
         self.assertEqual(sorted(store._labelled(n["source"])[0] for n in
                                 self.open_store().records()),
-                         sorted(["basic-memory: notes", store._source_name("basic-memory", folders[0])]))
+                         sorted(["basic-memory: notes",
+                                 store._source_name("basic-memory", folders[0])]))
 
     def openmemory_zip(self, memories, path=None, names_first=True):
         """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
