@@ -2860,8 +2860,7 @@ def _copy_private(source, target):
         shutil.copyfileobj(f, out)
 
 
-# What a restore leaves if killed: its work directory (its process's id, then random), and
-# the copy of what it replaced that it was writing (see backup and _restore).
+# What a killed restore leaves: its work directory, the copy of what it replaced being written.
 _RESTORING = r"\.(?:restore-|before-restore-[\d-]+\.db\.)(\d+)(?:-\w+|\.part(-journal|-wal|-shm)?)"
 
 
@@ -3346,9 +3345,8 @@ UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb
 class _Shaper:
     """The Records of one import from another memory server, made by the official import's
     rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, and a key that came before is skipped. Each source
-    is its label (_source_name) and what the source said (_said). A reader yields what
-    `record` gives, None too: _Spool drops it."""
+    was skipped is counted in `report`, a key that came before is skipped, a source ends in
+    what it said (_said). A reader yields what `record` gives, None too: _Spool drops it."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
@@ -3820,8 +3818,7 @@ def _front_matter(text):
 
 
 def _yaml_value(text, flow=True):
-    """A YAML scalar or flow list as a string or a list of strings (what notes hold); a list
-    in the list is a string (thousands of [ nested overflowed the stack)."""
+    """A YAML scalar or flow list (one level deep) as a string or a list of strings."""
     text = text.strip()
     if flow and text[:1] == "[" and text[-1:] == "]":
         return [v for v in (_yaml_value(p, False) for p in text[1:-1].split(",")) if v]
