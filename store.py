@@ -2125,12 +2125,13 @@ class Store:
             yield from map(_node, db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
                                              f"ORDER BY rowid"))
 
-    def ids_from(self, sources):
-        """The ids of the memories whose source is one of `sources`, one by one, from one
-        snapshot: what imports of another memory server's data brought."""
+    def ids_from(self, labels):
+        """The ids of the memories that imports of another memory server's data labelled one
+        of `labels` (see _labelled), one by one, from one snapshot."""
         with self._snapshot() as db:
-            yield from (i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE source IN",
-                                                 sources))
+            yield from (i for i, source in db.execute("SELECT id, source FROM nodes WHERE "
+                                                      "source LIKE '% @%'")
+                        if _labelled(source)[1] and _labelled(source)[0] in labels)
 
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
@@ -2363,18 +2364,19 @@ class Store:
         return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
                                "NULL AND rowid IN", near))
 
-    def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False):
+    def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
         """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
-        {"loaded": n, "skipped": n, "differ": n, "differ_ids": [the first 10]}, `differ`
-        counting the records stored already whose content or tags differ (with `update`, they
-        take the record's). Each record is checked before anything is written (unless
-        `checked`: Records of check_records, or an iterator of them). The records go in
-        batches with `pause` seconds between them (see _Load). A record stored already is
-        skipped, but for its links, so that running a load again completes one that was
-        interrupted; links to ids found nowhere are dropped, with a warning."""
+        {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}, `differ` the records
+        stored already whose content or tags differ, which take the record's with `update`
+        (True; "changed": those changed here since their source said what it says are `kept`,
+        see find_differ). Each record is checked before anything is written (unless `checked`:
+        Records of check_records, or an iterator of them). The records go in batches with
+        `pause` seconds between them (see _Load). A record stored already is skipped, but for
+        its links, so that running a load again completes one that was interrupted; links to
+        ids found nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
             records = check_records(records)
-        return _Load(self, pause, update).run(records)
+        return _Load(self, pause, update, dry_run).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
         """Replace the given fields of a memory, links keeping their back-links in step; the
@@ -2801,9 +2803,9 @@ class _Load:
     stored before, or not stored yet, waits (see link). After every commit each link between
     stored memories has its back-link; running a stopped load again makes the rest."""
 
-    def __init__(self, store, pause, update=False):
+    def __init__(self, store, pause, update=False, dry_run=False):
         self.store, self.db = store, store.db
-        self.pause, self.update = pause, update
+        self.pause, self.update, self.dry_run = pause, update, dry_run
         self.size = LOAD_CHUNK  # records in the next batch
         self.waiting = collections.defaultdict(list)  # id not stored -> ids linking to it
         # Links to make both ways between stored memories: {rowid of the one stored first:
@@ -2812,7 +2814,7 @@ class _Load:
         self.later = {}  # id -> rowid of the memories in pairs' lists
         self.waited = 0  # links in pairs
         self.loaded = self.skipped = 0
-        self.differ = []  # records stored already whose content or tags differ
+        self.differ, self.kept = [], []  # ids stored already that differ (see Store.load)
 
     def run(self, records):
         db = self.db.connection()
@@ -2827,14 +2829,12 @@ class _Load:
                     self.store_batch(batch)
                     time.sleep(self.pause)  # another process's write may be waiting
                 self.link()
-            for record in self.differ if self.update else ():
-                self.store.update(record.id, content=record.content, tags=record.tags)
         finally:
             db.execute(f"PRAGMA cache_size = {int(cache)}")
         _log_skipped("import", [{"id": target, "reason": NO_SUCH_MEMORY}
                                 for target, sources in self.waiting.items() for _ in sources])
-        return {"loaded": self.loaded, "skipped": self.skipped, "differ": len(self.differ),
-                "differ_ids": [record.id for record in self.differ[:10]]}
+        return {"loaded": self.loaded, "skipped": self.skipped, "differ": self.differ,
+                "kept": self.kept}
 
     def store_batch(self, batch):
         """The records of `batch` not stored yet, with the links among them, in one write
@@ -2842,12 +2842,18 @@ class _Load:
         this one's pace, as many records as LOAD_TXN seconds allow, within a quarter and four
         times LOAD_CHUNK."""
         started = time.monotonic()
-        with self.db.write() as db:
+        with self.db.read() if self.dry_run else self.db.write() as db:
             asked = list({i: None for r in batch
                           for i in (r.id, *r.links, *self.waiting.get(r.id, ()))})
             stored = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", asked))
             fresh = [r for r in batch if r.id not in stored]
-            self.find_differ(db, [r for r in batch if r.id in stored])
+            changes = self.find_differ(db, [r for r in batch if r.id in stored])
+            self.loaded += len(fresh)
+            self.skipped += len(batch) - len(fresh)
+            if self.dry_run:
+                return
+            db.executemany("UPDATE nodes SET content = coalesce(?, content), tags = coalesce("
+                           "?, tags), source = ? WHERE id = ?", changes)
             new = {r.id for r in fresh}
             # id -> the links it is stored with, in order: each record's own, then back-links.
             gained = collections.defaultdict(dict)
@@ -2874,6 +2880,7 @@ class _Load:
                     (r.id, r.content, _json(r.tags), _id_list(list(gained.get(r.id, ()))),
                      r.source, r.created_at, r.last_accessed, r.access_count) for r in fresh],
                     collections.Counter(t for r in fresh for t in r.tags))))
+            if fresh or changes:
                 _fold_tags(db)
         for a, b in later:  # kept with the memory stored first (its id once, as a key)
             if stored[a] > stored[b]:
@@ -2881,8 +2888,6 @@ class _Load:
             self.pairs.setdefault(stored[a], (a, []))[1].append(b)
             self.later[b] = stored[b]
         self.waited += len(later)
-        self.loaded += len(fresh)
-        self.skipped += len(batch) - len(fresh)
         if fresh:
             pace = max(time.monotonic() - started, 1e-3) / len(fresh)
             self.size = max(LOAD_CHUNK // 4, min(4 * LOAD_CHUNK, int(LOAD_TXN / pace)))
@@ -2944,11 +2949,24 @@ class _Load:
         return range(first + 1, first + 1 + len(rows))
 
     def find_differ(self, db, records):
-        """Note those of `records` (stored already) whose content or tags differ."""
-        stored = {i: (content, tags) for i, content, tags in _select_in(
-            db, "SELECT id, content, tags FROM nodes WHERE id IN", [r.id for r in records])}
-        self.differ += (r for r in records if stored[r.id][0] != r.content or
-                        _strings(stored[r.id][1]) != r.tags)
+        """Note the ids of `records` (stored already) whose content or tags differ (see
+        Store.load); the (content or None, tags or None, source, id) to write of them. With
+        `update` "changed", a memory takes the record's where it is still what its source
+        said last (_said, kept in the source), and the source is made the record's."""
+        stored, changes = {row[0]: row[1:] for row in _select_in(
+            db, "SELECT id, CAST(content AS TEXT), tags, source FROM nodes WHERE id IN",
+            [r.id for r in records])}, []
+        for r in records:
+            content, tags, source = stored[r.id]
+            same = content == r.content and _strings(tags) == r.tags
+            take = not same and (self.update is True or self.update == "changed" and
+                                 _labelled(source)[1] == _said(content, _strings(tags)))
+            (self.kept if not (same or take) and self.update == "changed" else
+             self.differ if not same else []).append(r.id)
+            if take or self.update == "changed" and source != r.source:
+                changes.append(((r.content, _json(r.tags)) if take else (None, None)) +
+                               (r.source, r.id))
+        return changes
 
     def add_links(self, db, group, rowids):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
@@ -3079,7 +3097,8 @@ def _copy_private(source, target):
         shutil.copyfileobj(f, out)
 
 
-_RESTORING = r"\.restore-(\d+)-\w+"  # a restore's work directory: its process's id, then random
+# What a killed restore leaves: its work directory, the copy of what it replaced being written.
+_RESTORING = r"\.(?:restore-|before-restore-[\d-]+\.db\.)(\d+)(?:-\w+|\.part(-journal|-wal|-shm)?)"
 
 
 def _remove_leftovers(directory, pattern):
@@ -3295,31 +3314,23 @@ def read_entries(lines):
 
 
 def utf8_lines(source):
-    """The lines of the binary file `source`, as UTF-8 bytes. A file that starts with a UTF-16
-    byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is decoded."""
-    head = source.read(2)
-    if head not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
-        yield from itertools.chain(io.BytesIO(head + source.readline()), source)
+    """The lines of the binary file `source` (with peek), as UTF-8 bytes. A file that starts
+    with a UTF-16 byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is
+    decoded (_text_stream)."""
+    if source.peek(2)[:2] not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
+        yield from source
         return
-    chunks = itertools.chain([head], iter(lambda: source.read(1 << 16), b""))
-    pending = []  # the line read so far, in pieces: one may be long
     try:
-        for text in codecs.iterdecode(chunks, "utf-16"):  # the byte order mark picks LE or BE
-            *ended, rest = text.split("\n")
-            for piece in ended:
-                pending.append(piece)
-                yield ("".join(pending) + "\n").encode("utf-8")
-                pending = []
-            pending.append(rest)
+        yield from (line.encode("utf-8") for line in _text_stream(source))
     except UnicodeDecodeError as exc:
         raise InvalidInput(f"the file starts as UTF-16 text but is not: {exc.reason}") from None
-    last = "".join(pending)
-    if last:
-        yield last.encode("utf-8")
 
 
 _JSON_SPACE = re.compile(r"[ \t\n\r]*")
-_DECODER = json.JSONDecoder()
+# An integer of thousands of digits is a number too (int() refuses past 4,300): an import
+# uses none, and reads it as a float rather than refuse the file.
+_DECODER = json.JSONDecoder(parse_int=lambda digits: int(digits) if len(digits) < 4000 else
+                            float(digits))
 
 
 def _json_values(text):
@@ -3571,8 +3582,8 @@ UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb
 class _Shaper:
     """The Records of one import from another memory server, made by the official import's
     rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, and a key that came before is skipped. A reader
-    yields what `record` gives, None too: _Spool drops it."""
+    was skipped is counted in `report`, a key that came before is skipped, a source ends in
+    what it said (_said). A reader yields what `record` gives, None too: _Spool drops it."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
@@ -3611,9 +3622,25 @@ class _Shaper:
             self.report["changed", "memory", "memories", f"with more than {MAX_TAGS} tags "
                         f"(the first kept)"] += 1
         self.seen.add(_id_number(node_id))
-        created = created or _now()
-        return Record(node_id, content, list(made.values())[:MAX_TAGS], list(links),
-                      source[:MAX_SOURCE], created, created, 0)
+        created, tags = created or _now(), list(made.values())[:MAX_TAGS]
+        return Record(node_id, content, tags, list(links),
+                      f"{source[:MAX_SOURCE - 10]} @{_said(content, tags)}", created, created, 0)
+
+
+def _said(content, tags):
+    """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
+    memory's source, so that importing again tells a change there from one made here."""
+    said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
+    tags = "\0".join([str(len(content)), *tags]).encode("utf-8", "surrogatepass")
+    return f"{zlib.crc32(tags, said):08x}"
+
+
+def _labelled(source):
+    """(label, what its source said (_said) or None) of the source of an imported memory."""
+    source, said = source or "", (source or "")[-8:]
+    if source[-10:-8] == " @" and len(said) == 8 and not said.strip("0123456789abcdef"):
+        return source[:-10], said
+    return source, None
 
 
 def _id_number(node_id):
@@ -3654,8 +3681,12 @@ class _Seen:
 
 
 def _source_name(format_name, path):
-    """The source of an import's memories: the format and the file's or folder's name."""
-    return f"{format_name}: {os.path.basename(os.path.normpath(os.path.abspath(path)))}"
+    """The source label of an import's memories: the format and the file's or folder's path,
+    the home folder's part as ~: two folders of one name are two sources."""
+    path, home = os.path.normpath(os.path.abspath(path)), os.path.expanduser("~")
+    if os.path.dirname(home) != home and (path + os.sep).startswith(os.path.join(home, "")):
+        path = "~" + path[len(home):]
+    return f"{format_name}: {path}"
 
 
 def _read_only(path):
@@ -3731,87 +3762,131 @@ def _text_stream(binary):
     return io.TextIOWrapper(binary, encoding="utf-16" if utf16 else "utf-8-sig", newline="")
 
 
-def _json_members(stream, arrays, keys=None):
-    """(key, value) of each member of the JSON object in the text stream `stream`, read a
-    piece at a time; a member named in `arrays` whose value is an array gives (key, item) for
-    each item instead, so that a large one is never whole in memory. `keys` gets each key."""
-    text, at, done, base = "", 0, False, 0  # base: where `text` starts in the stream
+RECORD_MAX = 8 << 20  # characters of one JSON value that an import holds (a memory's text)
+# Where a JSON value ends is found by these, in C, no character looked at more than twice
+# (they are possessive): runs of text, whole strings and brackets holding no bracket; the
+# rest of a string; a number, true, false or null.
+_JSON_TEXT = r'[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+"'
+_JSON_RUN = re.compile(rf"(?:{_JSON_TEXT}|\{{(?:{_JSON_TEXT})*+\}}|\[(?:{_JSON_TEXT})*+\])*+",
+                       re.S)
+_JSON_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+', re.S)
+_JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 
-    def more():
-        nonlocal text, at, done, base
+
+def _json_members(stream, wanted, keys=None):
+    """(key, value) of each member named in `wanted` of the JSON objects in the text stream
+    `stream` (one, or several one after another), read a piece at a time; an array gives
+    (key, item) for each item. A value held has RECORD_MAX characters at most, but for an
+    object, of which only the fields `wanted[key]` names (if any) are then kept. What is not
+    kept is skipped, never held past what was read. `keys` gets each key."""
+    text, at, base = "", 0, 0  # base: where `text` starts in the stream
+
+    def more():  # read on, dropping the text before `at`; False at the end
+        nonlocal text, at, base
         try:
             chunk = stream.read(1 << 20)
         except UnicodeDecodeError:
             raise InvalidInput("the file is not UTF-8 text") from None
-        base += at
-        text, at, done = text[at:] + chunk, 0, not chunk
-        return chunk
+        text, at, base = text[at:] + chunk, 0, base + at
+        return bool(chunk)
+
+    def broken(message, where):
+        return InvalidInput(f"the file is not JSON at character {base + where + 1:,}: {message}")
 
     def space():
         nonlocal at
-        while True:
-            at = _JSON_SPACE.match(text, at).end()
-            if at < len(text) or not more():
-                return text[at:at + 1]
+        while (at := _JSON_SPACE.match(text, at).end()) == len(text) and more():
+            pass
+        return text[at:at + 1]
 
     def expect(marks):
         nonlocal at
-        found = space()
-        if not found or found not in marks:
-            raise InvalidInput(f"the file is not JSON at character {base + at + 1:,}: "
-                               f"expected {' or '.join(repr(m) for m in marks)}")
+        if (found := space()) not in marks or not found:
+            raise broken(f"expected {' or '.join(repr(m) for m in marks)}", at)
         at += 1
         return found
 
-    def value():
+    def end(hold):  # where the value at `at` ends; None for one held past RECORD_MAX
+        nonlocal at
+        i, depth, inside, scalar = at, 0, False, text[at:at + 1] not in ('"', "[", "{")
+        while True:
+            if scalar or inside or depth:
+                i = (_JSON_SCALAR if scalar else _JSON_STRING_REST if inside else
+                     _JSON_RUN).match(text, i).end()
+            if i < len(text) and text[i] != "\\":  # a backslash there: what it escapes is next
+                if scalar:
+                    return i
+                c, i = text[i], i + 1
+                inside, depth = c == '"' and not inside, depth + (c in "[{") - (c in "]}")
+                if not (depth or inside):
+                    return i
+            elif hold and i - at > RECORD_MAX:
+                return None
+            else:  # read on, dropping what was read of a value not held
+                at, i = (at, i - at) if hold else (i, 0)
+                if not more():  # the end: parsing says what is wrong with what is held
+                    if scalar or hold:
+                        return i
+                    raise broken("it ends within a value", i)
+
+    def value(what, kept=None):
+        """The value at `at` (`what` names it; None: it is skipped, and None returned)."""
         nonlocal at
         space()
-        while True:
-            try:
-                item, end = _DECODER.raw_decode(text, at)
-            except json.JSONDecodeError as exc:
-                if done:
-                    raise InvalidInput(f"the file is not JSON at character {base + exc.pos + 1:,}"
-                                       f": {exc.msg}") from None
-                more()  # cut by the end of what was read, or wrong: more text tells
-                continue
-            except RecursionError:
-                raise InvalidInput(f"the JSON value at character {base + at + 1:,} is nested "
-                                   f"too deeply") from None
-            if end < len(text) or done or not more():  # a number may go on in the next piece
-                at = end
-                return item
+        with contextlib.suppress(json.JSONDecodeError, RecursionError):  # mostly whole
+            found, stop = _DECODER.raw_decode(text, at)
+            if stop < len(text) and (not what or stop - at <= RECORD_MAX):
+                at = stop
+                return found if what else None
+        stop = end(bool(what))
+        if not what:
+            at = stop
+            return None
+        if stop is None or stop - at > RECORD_MAX:
+            if kept is None or text[at] != "{":
+                raise InvalidInput(f"{what} is too large to import: more than {RECORD_MAX:,} "
+                                   f"characters")
+            return {field: value(f'{what}\'s "{field}"') for field in fields()
+                    if field in kept or value(None)}  # a field not kept is skipped
+        try:
+            found, at = _DECODER.raw_decode(text, at)
+        except json.JSONDecodeError as exc:
+            raise broken(exc.msg, exc.pos) from None
+        except RecursionError:
+            raise broken("a value is nested too deeply", at) from None
+        return found
 
-    expect("{")
-    if space() == "}":
-        return
-    while True:
-        key = value()
-        if not isinstance(key, str):
-            raise InvalidInput(f"the file is not JSON at character {base + at:,}: a key "
-                               f"must be a string")
-        if keys is not None:
-            keys.add(key)
-        expect(":")
-        if key in arrays and space() == "[":
-            at += 1
-            after = expect("]") if space() == "]" else ","  # "," while an item follows
-            while after == ",":
-                yield key, value()
-                after = expect(",]")
-        else:
-            yield key, value()
-        if expect(",}") == "}":
-            return
+    def fields():  # the keys of the object at `at`, each with `at` before its value
+        after = "," if expect("{") and space() != "}" else expect("}")
+        while after == ",":
+            key = value("a key")
+            if not isinstance(key, str):
+                raise broken("a key must be a string", at)
+            expect(":")
+            yield key
+            after = expect(",}")
+
+    while space():
+        for key in fields():
+            if keys is not None:
+                keys.add(key)
+            if key not in wanted:
+                value(None)
+            elif space() != "[":
+                yield key, value(f'"{key}"', wanted[key])
+            else:
+                after, n = "," if expect("[") and space() != "]" else expect("]"), 0
+                while after == ",":
+                    n += 1
+                    yield key, value(f'item {n:,} of "{key}"', wanted[key])
+                    after = expect(",]")
 
 
-def _json_export_records(binary, name, report):
+def _json_export_records(binary, source, report):
     """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
-    shaper, source = _Shaper(report, "mcp-memory-service"), f"mcp-memory-service: {name}"
-    keys = set()
-    for key, item in _json_members(_text_stream(binary), {"memories"}, keys):
-        if key != "memories":
-            continue
+    shaper, keys = _Shaper(report, "mcp-memory-service"), set()
+    for _, item in _json_members(_text_stream(binary), {"memories": (
+            "content_hash", "content", "tags", "created_at", "created_at_iso")}, keys):
         if not isinstance(item, dict):
             raise InvalidInput("the export's memories must be an array of objects")
         report["memories"] += 1
@@ -3842,14 +3917,16 @@ def openmemory_records(path, report):
                                    f"bytes, more than the {UNZIP_MAX:,} an import reads")
 
             def members():
-                return _json_members(_text_stream(archive.open(member)), {"memories"})
-            names = {"apps": None, "categories": None}  # id -> name, once read
+                return _json_members(_text_stream(archive.open(member)), {
+                    "apps": ("id", "name"), "categories": ("id", "name"), "memories": (
+                        "id", "content", "state", "app_id", "category_ids", "created_at")}, keys)
+            names, keys = {"apps": {}, "categories": {}}, set()  # id -> name
             later = False  # whether the memories came before the names (not as backup.py wrote)
             for key, value in members():
-                if key in names and isinstance(value, list):
-                    names[key] = {i.get("id"): i.get("name") for i in value
-                                  if isinstance(i, dict) and isinstance(i.get("name"), str)}
-                elif key == "memories" and None in names.values():
+                if key in names and isinstance(value, dict) and isinstance(value.get("id"), str) \
+                        and isinstance(value.get("name"), str):  # cut: a tag is no longer
+                    names[key][value["id"]] = value["name"].strip()[:MAX_TAG_LENGTH + 1]
+                elif key == "memories" and not names.keys() <= keys:
                     later = True
                 elif key == "memories":
                     yield _openmemory_record(shaper, value, names, source, report)
@@ -3872,10 +3949,10 @@ def _openmemory_record(shaper, memory, names, source, report):
                            "in no state it knows")
     if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
         return shaper.skip("without id or content")
-    categories = memory.get("category_ids")
-    tags = [(names["categories"] or {}).get(c) for c in categories
+    categories, app = memory.get("category_ids"), memory.get("app_id")
+    tags = [names["categories"].get(c) for c in categories
             if isinstance(c, str)] if isinstance(categories, list) else []
-    tags.append((names["apps"] or {}).get(memory.get("app_id")))
+    tags.append(names["apps"].get(app) if isinstance(app, str) else None)
     return shaper.record((memory["id"],), memory["content"], [t for t in tags if t],
                          _when(memory.get("created_at")), source)
 
@@ -3901,9 +3978,9 @@ def _files(folder, report):
         for entry in entries:
             if entry.name.startswith("."):
                 report["skipped", "hidden file or folder", "hidden files and folders", ""] += 1
-            elif entry.is_dir():
+            elif os.path.isdir(entry.path):  # False, not OSError, for a link that loops
                 stack.append((entry.path, relative + entry.name + "/"))
-            elif entry.is_file():
+            elif os.path.isfile(entry.path):
                 files.append((entry.path, relative + entry.name))
             else:
                 report["skipped", "broken link or special file", "broken links and "
@@ -3977,14 +4054,14 @@ def _front_matter(text):
     return fields, text[found.end():]
 
 
-def _yaml_value(text):
-    """A YAML scalar or flow list as a string or a list of strings (what notes hold)."""
+def _yaml_value(text, flow=True):
+    """A YAML scalar or flow list (one level deep) as a string or a list of strings."""
     text = text.strip()
-    if text[:1] == "[" and text[-1:] == "]":
-        return [v for v in (_yaml_value(p) for p in text[1:-1].split(",")) if v]
+    if flow and text[:1] == "[" and text[-1:] == "]":
+        return [v for v in (_yaml_value(p, False) for p in text[1:-1].split(",")) if v]
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
         return text[1:-1].replace("''", "'") if text[0] == "'" else text[1:-1]
-    return re.sub(r"\s+#.*", "", text)
+    return re.sub(r"(?<!\s)\s+#.*", "", text)  # tried at the start of a run of spaces only
 
 
 def _field_text(value):
@@ -4059,7 +4136,7 @@ _OBSERVATION = re.compile(r"\[([^\[\]()]+)\]\s+(.+)", re.S)
 _CLOCK = re.compile(r"\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?"
                     r"(?:\s+-\s+\d{1,3}:\d{2}(?::\d{2})?(?:[.,]\d{1,3})?)?")
 _WIKI_LINK = re.compile(r"\[\[([^\[\]]+)\]\]")
-_LINKS_TO = re.compile(r"\s+#bm:links_to\s*$")
+_LINKS_TO = re.compile(r"(?<!\s)\s+#bm:links_to\s*$")
 
 
 def _note_parts(body):
@@ -4112,8 +4189,9 @@ def _closes_at_end(text):
 
 def _observation(text):
     """(category, text, context, #tags) of an observation, or None if `text` is none."""
-    if text.startswith(("[ ]", "[x]", "[-]")) or re.fullmatch(r"\[\[.*?\]\]|\[.*?\]\(.*?\)",
-                                                              text, re.S):
+    if text.startswith(("[ ]", "[x]", "[-]")) or len(text) >= 4 and (  # or a link alone
+            text[:2] == "[[" and text[-2:] == "]]" or
+            text[0] == "[" and text[-1] == ")" and "](" in text[1:-1]):
         return None
     found = _OBSERVATION.match(text)
     category = found.group(1).strip() if found else ""
@@ -4134,7 +4212,8 @@ def _observation(text):
 def basic_memory_records(folder, report):
     """The Records of the basic-memory notes under `folder`, as an iterator."""
     shaper, source = _Shaper(report, "basic-memory"), _source_name("basic-memory", folder)
-    notes, named = [], {}  # [(permalink, title, created, reach, relations)]; name -> note
+    # [(permalink, title, created, reach, relations)]; name -> note; permalink -> suffixes
+    notes, named, taken = [], {}, {}
     for path, relative in _files(folder, report):
         if not relative.lower().endswith(".md"):
             report["skipped", "attachment", "attachments", ""] += 1
@@ -4147,6 +4226,14 @@ def basic_memory_records(folder, report):
         stem = relative[:-3]
         title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
         permalink = _field_text(fields.get("permalink")) or re.sub(r"[\s_]+", "-", stem.lower())
+        if permalink in taken:  # another note's: made unique, as basic-memory makes it
+            report["changed", "note", "notes", "with another's permalink (given one of its "
+                   "own, as basic-memory gives it)"] += 1
+            base = permalink
+            while permalink in taken:
+                taken[base] += 1
+                permalink = f"{base}-{taken[base]}"
+        taken[permalink] = 0
         tags = _field_tags(fields.get("tags"))
         created = _when(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)
@@ -4155,7 +4242,7 @@ def basic_memory_records(folder, report):
         own = None
         if hub or not observations:
             # Its text, but for a first heading that only repeats the title.
-            body = re.sub(r"\A\s*#\s+(.*)\n", lambda m: "" if m.group(1).strip() == title
+            body = re.sub(r"\A\s*#[ \t]+(\S.*)\n", lambda m: "" if m.group(1).strip() == title
                           else m.group(0), body)
             own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
                                 not hub else title, tags, created, source)
@@ -4221,7 +4308,8 @@ def _claude_project(memory_folder):
     return re.sub(r"^(?:[A-Za-z]--|-)(?:Users|home)-[^-]+-(?=.)|^-root-(?=.)", "", slug)
 
 
-_MARKDOWN_LINK = re.compile(r"\[([^\]]+)\]\(<?([^)>]+?\.md)>?\)|\[\[([^\]|]+)(?:\|[^\]]*)?\]\]")
+_MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by one link only
+    r"\[([^\[\]]+)\]\(<?([^()<>\[\]]+?\.md)>?\)|\[\[([^\[\]|]+)(?:\|[^\[\]]*)?\]\]")
 
 
 def claude_code_records(path, report):
@@ -4280,7 +4368,7 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    shaper, source, created = _Shaper(report, "gemini"), f"gemini: {project}", _mtime(file)
+    shaper, source, created = _Shaper(report, "gemini"), _source_name("gemini", file), _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
             report["memories"] += 1
@@ -4357,7 +4445,8 @@ def _import_source(args, stack):
                 mcp_memory_service_records(path, report), report)
     if format_name == "mcp-memory-service":
         return (format_name, "mcp-memory-service's export",
-                _json_export_records(source, name, report), report)
+                _json_export_records(source, _source_name(format_name, path) if path != "-"
+                                     else f"{format_name}: {name}", report), report)
     if format_name in ("basic-memory", "claude-code"):
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
     if format_name in ("openmemory", "gemini"):
@@ -4395,12 +4484,12 @@ class _Spool:
     def __init__(self, records, file):
         self.file, self.n = file, 0
         self.first = []  # the first three, for samples
-        self.sources = set()  # the sources they name
+        self.sources = set()  # the labels of the sources they name (see _labelled)
         for self.n, record in enumerate(filter(None, records), 1):
             data = marshal.dumps(tuple(record))
             if self.n <= 3:
                 self.first.append(record)
-            self.sources.add(record.source)
+            self.sources.add(_labelled(record.source)[0])
             try:
                 file.write(len(data).to_bytes(4, "little") + data)
             except OSError as exc:
@@ -4514,7 +4603,7 @@ def _parser():
     sub.add_argument("--update", action="store_true",
                      help="memories stored already that the file gives otherwise take its "
                           "content and tags (skipped otherwise); another memory server's "
-                          "data always updates what changed there")
+                          "data updates what changed there since, unless changed here")
     sub = command("backup", "copy the database, consistently, while servers keep writing")
     sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
@@ -4885,39 +4974,47 @@ def _found(format_name, kind, records, report):
 
 
 def _import(store, args, records, peer):
-    update = args.update or peer  # another server's source says what changed there since
-    done = store.load(records, checked=True, update=update)
-    _say(f"flood-memory: imported {_memories(done['loaded'])}, skipped {done['skipped']:,} "
-         f"stored already" + ("" if done["loaded"] or done["differ"] else ": nothing new"))
-    if done["differ"] and update:
-        _say(f"flood-memory: {_memories(done['differ'])} stored already took the "
-             f"{'source' if peer else 'file'}'s content and tags")
-    elif done["differ"]:
-        shown = done["differ_ids"][:10]
-        _say(f"flood-memory: {_memories(done['differ'])} stored already differ in the file "
-             f"and were left as they are: import it again with --update to apply the file's "
-             f"content and tags, or change them one by one with {store_py_command()} edit ID")
-        _say("  " + " ".join(shown) + (f" and {done['differ'] - len(shown):,} more"
-                                       if done["differ"] > len(shown) else ""))
-    if not peer:
-        return 0
-    # What earlier imports of these sources stored that they hold no more is listed, and kept.
-    kept = _Seen(_id_number(record.id) for record in records)
-    gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in kept]
-    if not gone:
-        return 0
-    shown = store.peek(gone[:10])
+    dry = args.dry_run  # then it says what an import would do
+    done = store.load(records, checked=True, update=args.update or peer and "changed",
+                      dry_run=dry)
+    differ, kept, left = done["differ"], done["kept"], "would be left" if dry else "left"
+    _say(f"flood-memory: {'would import' if dry else 'imported'} {_memories(done['loaded'])}, "
+         f"{'skip' if dry else 'skipped'} {done['skipped']:,} stored already" +
+         ("" if done["loaded"] or differ else ": nothing new"))
+    if differ and (args.update or peer):
+        _say(f"flood-memory: {_memories(len(differ))} stored already "
+             f"{'would take' if dry else 'took'} the {'source' if peer else 'file'}'s content "
+             f"and tags")
+    _listed(store, [] if args.update or peer else differ, f"{_memories(len(differ))} stored "
+            f"already differ in the file, {left} as they are: import it again with --update "
+            f"to apply the file's content and tags, or change them one by one with "
+            f"{store_py_command()} edit ID:")
+    _listed(store, kept, f"{_memories(len(kept))} stored already, changed here since the "
+            f"source gave them, {left} as they are (--update takes the source's):")
+    if peer:  # what earlier imports of these sources stored that they hold no more is kept
+        seen = _Seen(_id_number(record.id) for record in records)
+        gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in seen]
+        _listed(store, gone, f"{_memories(len(gone))} imported before from "
+                f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no "
+                f"longer there; kept (forget with {store_py_command()} forget ID):")
+    if dry:
+        _say("flood-memory: a dry run: nothing was written")
+    return 0
+
+
+def _listed(store, ids, title):
+    """Say `title`, then the first ten of the memories `ids`, by short id and text."""
+    if not ids:
+        return
+    shown = store.peek(ids[:10])
     shorts, width = store.short_ids(list(shown)), _width() - 14
-    _say(f"flood-memory: {_memories(len(gone))} imported before from "
-         f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no longer "
-         f"there; kept (forget with {store_py_command()} forget ID):")
+    _say(f"flood-memory: {title}")
     for node_id, node in shown.items():
         text = _visible(" ".join(node["content"].split()))
         _say(f"  {shorts[node_id]:<10}  " + (text if len(text) <= width else
                                              text[:width - 3] + "..."))
-    if len(gone) > len(shown):
-        _say(f"  and {len(gone) - len(shown):,} more")
-    return 0
+    if len(ids) > len(shown):
+        _say(f"  and {len(ids) - len(shown):,} more")
 
 
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
@@ -4956,7 +5053,8 @@ def main(argv=None, environ=None):
                 format_name, kind, records, report = _import_source(args, stack)
                 records = _Spool(records, spool)
                 _found(format_name, kind, records, report)
-                if args.dry_run:
+                if args.dry_run and not os.path.exists(os.path.join(
+                        os.path.expanduser(directory), DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"

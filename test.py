@@ -7820,8 +7820,10 @@ class BackupTest(TempDirTest):
             work = os.path.join(self.dir, f".restore-{pid}-x1y2")
             os.mkdir(work, 0o700)
             shutil.copyfile(backup, os.path.join(work, store.DB_NAME))
-            parts = [os.path.join(self.dir, f".backup.db.{pid}.part{end}")
-                     for end in ("", "-journal")]
+            # And the copy of what a restore replaced, being written: only the parts named
+            # after a restore's own time were removed, so a killed one's stayed for ever.
+            parts = [os.path.join(self.dir, f".{name}.{pid}.part{end}") for end in ("", "-journal")
+                     for name in ("backup.db", "before-restore-20261201-101500-123456.db")]
             parts.append(os.path.join(self.dir, f"export.jsonl.{pid}.part"))
             for part in parts:
                 with open(part, "w") as f:
@@ -7988,10 +7990,10 @@ class BackupTest(TempDirTest):
                 self.assertEqual(done.returncode, 0, done.stderr)
                 self.assertEqual(self.run_store("export", data_dir=other).stdout, exported)
         # A long line crosses the chunks it is decoded in; a broken file is one line of error.
-        lines = list(store.utf8_lines(io.BytesIO(codecs.BOM_UTF16_LE +
-                                                 ("x" * 200_000 + "\ny\n€").encode("utf-16-le"))))
+        lines = list(store.utf8_lines(io.BufferedReader(io.BytesIO(codecs.BOM_UTF16_LE + (
+            "x" * 200_000 + "\ny\n€").encode("utf-16-le")))))
         self.assertEqual(lines, [b"x" * 200_000 + b"\n", b"y\n", "€".encode()])
-        self.assertEqual(list(store.utf8_lines(io.BytesIO(b'{"a": 1}\n\n2'))),
+        self.assertEqual(list(store.utf8_lines(io.BufferedReader(io.BytesIO(b'{"a": 1}\n\n2')))),
                          [b'{"a": 1}\n', b"\n", b"2"])
         path = os.path.join(self.dir, "broken.jsonl")
         with open(path, "wb") as f:
@@ -8264,8 +8266,8 @@ class LoadTest(TempDirTest):
                 db.close()
 
         with in_batches(s, 5, 2, meddle) as batches:
-            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": 0,
-                                             "differ_ids": []})
+            self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": [],
+                                             "kept": []})
         self.assertEqual(len(batches), 8)
         self.assertEqual(len(nulled), 3)
         self.assertEqual(s.count(), 40)
@@ -9021,10 +9023,10 @@ class CommandLineTest(TempDirTest):
             f.writelines(json.dumps(l) + "\n" for l in lines)
         status, _, err = self.cli("import", path)
         self.assertEqual(status, 0, err)
-        self.assertIn("2 memories stored already differ in the file and were left as they "
-                      "are: import it again with --update", err)
-        self.assertEqual(err.splitlines()[-1].split(), sorted(
-            [self.tea["id"], self.churn["id"]], key=[l["id"] for l in lines].index))
+        self.assertIn("2 memories stored already differ in the file, left as they are: "
+                      "import it again with --update", err)
+        self.assertEqual(sorted(line.split()[0] for line in err.splitlines()[-2:]),
+                         sorted(node["id"][:8] for node in (self.tea, self.churn)))
         self.assertEqual(self.store.get(self.tea["id"])["content"], self.tea["content"])
         status, _, err = self.cli("import", path, "--update")
         self.assertIn("2 memories stored already took the file's content and tags", err)
@@ -9460,9 +9462,10 @@ class PeerImportTest(TempDirTest):
             "Deploys to staging go through the ship-it workflow",
             "a NUL \x00 stays as remember keeps it"})
         margaret = by_text["Margaret lives in Lisbon and teaches marine biology"]
-        self.assertEqual((margaret["tags"], margaret["created_at"], margaret["source"]),
+        self.assertEqual((margaret["tags"], margaret["created_at"],
+                          store._labelled(margaret["source"])[0]),
                          (["family", "lisbon"], "2026-11-28T02:51:34.226Z",
-                          "mcp-memory-service: sqlite_vec.db"))
+                          store._source_name("mcp-memory-service", path)))
         deploys = by_text["Deploys to staging go through the ship-it workflow"]
         self.assertEqual((deploys["tags"], deploys["created_at"]),
                          (["infra", "ci"], "2023-11-14T22:13:20.500Z"))
@@ -9491,8 +9494,9 @@ class PeerImportTest(TempDirTest):
                 self.assertIn("imported 0 memories, skipped 2 stored already: nothing new", err)
 
     def test_a_json_export_is_read_an_item_at_a_time(self):
-        value = {"export_metadata": {"n": [1, 2.5e3, None, True]}, "memories": [
-            {"content": "x" * 50, "n": 1234567, "t": ["a", "b"]}, 12345, "s\\"]}
+        value = {"export_metadata": {"n": [1, 2.5e3, None, True, "]}\\\"[{"]}, "memories": [
+            {"content": "x [y] {z} \\ \" \u00e9" * 5, "n": 1234567, "t": [["a"], {"b": []}]},
+            12345, "s\\"]}
         text = json.dumps(value, indent=2)
 
         class Trickle:  # a stream that gives a few characters at a time
@@ -9505,15 +9509,21 @@ class PeerImportTest(TempDirTest):
                 return piece
         random.seed(44)
         for _ in range(20):
-            got = list(store._json_members(Trickle(text), {"memories"}))
+            got = list(store._json_members(Trickle(text), dict.fromkeys(value)))
             self.assertEqual(got, [("export_metadata", value["export_metadata"])] +
                              [("memories", item) for item in value["memories"]])
+            # Members not asked for are skipped; objects one after another are read in turn
+            # (two exports in one file: the second was left unread).
+            got = list(store._json_members(Trickle(text + "\n" + text), {"memories": ()}))
+            self.assertEqual(got, [("memories", item) for item in value["memories"]] * 2)
         for broken, message in (('{"memories": [1, 2', "expected ',' or ']'"),
                                 ('{"memories": [1, }]}', "Expecting value"),
+                                ('{"memories": []} [1]', "expected '{'"),
+                                ('{"other": [1, "a', "it ends within a value"),
                                 ('[1]', "expected '{'")):
             with self.subTest(broken=broken):
                 with self.assertRaisesRegex(InvalidInput, message):
-                    list(store._json_members(Trickle(broken), {"memories"}))
+                    list(store._json_members(Trickle(broken), {"memories": None}))
         # A file that breaks off, or holds no memories, is refused in one line.
         for text, message in (
                 ('{"export_metadata": {}, "memories": [{"content": "a", "conte',
@@ -9525,6 +9535,61 @@ class PeerImportTest(TempDirTest):
             self.assertEqual((code, len(err.splitlines())), (1, 1), err)
             self.assertIn(message, err)
         self.assertFalse(os.path.exists(self.path))
+
+    def test_a_json_value_is_read_once_and_a_large_one_skipped_or_refused(self):
+        # A value was parsed again from its start after each megabyte read: a memory of 6 MB
+        # took 7 parses, one of 200 MB (in a 204 KB zip) 26 s and 653 MB.
+        text = json.dumps({"export_metadata": {"notes": "n" * 3_000_000}, "memories": [
+            {"content_hash": "h", "content": "6 MB " + "c" * 6_000_000, "tags": "a,b"}]})
+        parsed = []
+
+        class Counting(json.JSONDecoder):  # counts what raw_decode is given to parse
+            def raw_decode(self, s, idx=0):
+                parsed.append(len(s) - idx)
+                return super().raw_decode(s, idx)
+        with unittest.mock.patch.object(store, "_DECODER", Counting()):
+            got = dict(store._json_members(io.StringIO(text), {"memories": None}))
+        self.assertEqual(got["memories"]["content"][:5], "6 MB ")
+        self.assertLess(sum(parsed), 2 * len(text))
+        # Past RECORD_MAX characters, a field not kept is skipped, one kept refused, named.
+        big = {"content_hash": "h2", "content": "kept", "metadata": {"blob": "m" * 5000}}
+        export = {"export_metadata": {"blob": ["e" * 5000]}, "memories": [
+            {"content_hash": "h1", "content": "small", "tags": ["t"]}, big]}
+        path = self.source("export.json")
+        with open(path, "w") as f:
+            json.dump(export, f)
+        with unittest.mock.patch.object(store, "RECORD_MAX", 1000):
+            code, err = self.imported(path)
+            self.assertEqual(code, 0, err)
+            self.assertIn("imported 2 memories", err)
+            big["content"] = "c" * 5000
+            with open(path, "w") as f:
+                json.dump(export, f)
+            code, err = self.imported(path)
+        self.assertEqual((code, err), (1, 'flood-memory: import: item 2 of "memories"\'s '
+                                          '"content" is too large to import: more than 1,000 '
+                                          'characters\n'))
+
+    def test_a_number_of_5000_digits_and_two_exports_in_one_file_are_read(self):
+        # A 5,000-digit integer ended in a ValueError traceback (int() refuses past 4,300
+        # digits); of two exports one after another, the second was left unread, silently.
+        huge = "9" * 5000
+        path = self.source("two.json")
+        with open(path, "w") as f:
+            for n in range(2):
+                f.write(f'{{"export_metadata": {{"total": {huge}}}, "memories": [{{"content_'
+                        f'hash": "h{n}", "content": "memory {n}", "created_at": -{huge}}}]}}\n')
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 2 memories", err)
+        path = self.source("huge.zip")
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("memories.json", f'{{"apps": [], "categories": [], "memories": '
+                             f'[{{"id": "m", "state": "active", "content": "a memory", '
+                             f'"created_at": {huge}, "metadata": {{"n": {huge}}}}}]}}')
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 1 memory", err)
 
     def basic_memory(self):
         """A basic-memory folder as its write_note leaves it, with what else a folder of
@@ -9570,6 +9635,8 @@ class PeerImportTest(TempDirTest):
         os.utime(self.source("notes", "garden", "Garden Journal.md"), (1715000000, 1715000000))
         if can_symlink():
             os.symlink("..", self.source("notes", "garden", "loop"), target_is_directory=True)
+            # A link to itself: "Too many levels of symbolic links" refused the folder.
+            os.symlink("self.md", self.source("notes", "garden", "self.md"))
         return os.path.dirname(self.source("notes", "x"))
 
     def test_basic_memory_notes_become_observations_linked_by_their_relations(self):
@@ -9580,15 +9647,16 @@ class PeerImportTest(TempDirTest):
         self.assertIn("the folder held 5 notes, 28 observations, 4 relations; skipped: ", err)
         for skipped in ("1 relation to a note not in the folder", "1 memory repeated in the "
                         "source", "3 hidden files and folders", "1 attachment", "1 file not UTF-8 text") + (
-                            ("1 folder reached again through a link",) if can_symlink() else ()):
+                            ("1 folder reached again through a link", "1 broken link or "
+                             "special file") if can_symlink() else ()):
             self.assertIn(skipped, err.splitlines()[-2].split("skipped: ")[1].split("; "))
         by_text = self.by_text()
         self.assertNotIn("secret", " ".join(by_text))
         pour = by_text["Coffee Brewing Methods: Pour over with a Hario V60 gives the cleanest "
                        "cup #pourover"]
-        self.assertEqual((pour["tags"], pour["created_at"], pour["source"]),
+        self.assertEqual((pour["tags"], pour["created_at"], store._labelled(pour["source"])[0]),
                          (["coffee", "brewing", "pourover"], "2025-04-01T10:00:00.000Z",
-                          "basic-memory: notes"))
+                          store._source_name("basic-memory", folder)))
         self.assertIn("Coffee Brewing Methods: Bloom the grounds for thirty seconds (before "
                       "the main pour)", by_text)
         self.assertIn("Coffee Brewing Methods: [12:30] a timecode #transcript", by_text)
@@ -9623,6 +9691,43 @@ class PeerImportTest(TempDirTest):
         self.assertTrue(links_are_mutual(self.path))
         self.assertEqual(check_problems(self.path), [])
 
+    def test_notes_that_share_a_permalink_are_each_imported(self):
+        # The second was "repeated in the source", and not imported: basic-memory gives it a
+        # permalink of its own (-1) when it reads the folder.
+        for name in ("a.md", "b.md", "c.md"):
+            with open(self.source("notes", name), "w") as f:
+                f.write(f"---\ntitle: Note\ntype: note\npermalink: note\n---\nText of {name}\n")
+        code, err = self.imported(os.path.dirname(self.source("notes", "x")))
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 3 memories", err)
+        self.assertIn("changed: 2 notes with another's permalink (given one of its own, as "
+                      "basic-memory gives it)", err)
+        self.assertEqual(sorted(self.by_text()), [f"Note: Text of {n}.md" for n in "abc"])
+
+    def test_markdown_is_read_in_time_proportional_to_its_size(self):
+        # Patterns that tried a line of "[" or of spaces from each of its characters took
+        # the square of its length: a 40 KB MEMORY.md of "[" did not finish in 30 s, 60 KB
+        # notes took 5-11 s. At 200 KB such a file would take 20 minutes. Tags of thousands
+        # of [ nested overflowed the stack.
+        n, front = 200_000, "---\ntitle: {}\ntype: note\npermalink: {}\ntags: " + \
+            "[" * 5000 + "t" + "]" * 5000 + "\n---\n"
+        for name, text in {"brackets": "[" + "](" * n, "item": "- x" + " " * n + "y",
+                           "links_to": "x" + " " * n + "#bm:links_to y", "heading": "# " + " " * n,
+                           "title": "- [fact] a long title"}.items():
+            with open(self.source("notes", name + ".md"), "w") as f:
+                f.write(front.format("a" + " " * n + "b" if name == "title" else name, name) +
+                        text)
+        claude = os.path.dirname(self.source("claude", "memory", "x"))
+        for name, text in (("MEMORY.md", "[" * n + "[a](" * (n // 4) + "[[" + "|" * n),
+                           ("a.md", "Kim is a data engineer.")):
+            with open(os.path.join(claude, name), "w") as f:
+                f.write(text)
+        for folder, found in ((os.path.dirname(self.source("notes", "x")), "basic-memory's "
+                               "notes: 5 memories"), (claude, "Claude Code's memory folders")):
+            done = self.run_store("import", folder, "--dry-run")
+            self.assertEqual(done.returncode, 0, done.stderr)
+            self.assertIn(found, done.stderr.decode())
+
     def test_importing_again_adds_nothing_updates_what_changed_and_lists_what_is_gone(self):
         folder = self.basic_memory()
         self.assertEqual(self.imported(folder)[0], 0)
@@ -9630,12 +9735,17 @@ class PeerImportTest(TempDirTest):
         code, err = self.imported(folder)
         self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
         self.assertEqual(nodes_table(self.path), before)
-        # The same folder elsewhere is the same source: no key holds a path.
+        # The same folder elsewhere gives the same memories (no key holds a path), which
+        # now name the place they came from.
         moved = os.path.join(self.dir, "elsewhere", "notes")
         shutil.copytree(folder, moved, symlinks=True)
         code, err = self.imported(moved)
         self.assertIn("imported 0 memories, skipped 32 stored already: nothing new", err)
-        self.assertEqual(nodes_table(self.path), before)
+        after = nodes_table(self.path)
+        self.assertEqual([r[:4] + r[5:] for r in after], [r[:4] + r[5:] for r in before])
+        self.assertEqual({store._labelled(r[4]) for r in after},
+                         {(store._source_name("basic-memory", moved), store._labelled(r[4])[1])
+                          for r in before})
         # Changed since: an observation added, a note's tags changed, a note deleted.
         path = os.path.join(moved, "coffee", "Coffee Bean Origins.md")
         with open(path, encoding="utf-8") as f:
@@ -9648,8 +9758,8 @@ class PeerImportTest(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("imported 1 memory, skipped 30 stored already", err)
         self.assertIn("1 memory stored already took the source's content and tags", err)
-        self.assertIn("2 memories imported before from basic-memory: notes are no longer "
-                      "there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn(f"2 memories imported before from {store._source_name('basic-memory', moved)}"
+                      f" are no longer there; kept (forget with python3 store.py forget ID):", err)
         self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
         by_text = self.by_text()
         self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
@@ -9657,6 +9767,98 @@ class PeerImportTest(TempDirTest):
                          ["coffee", "beans", "ethiopia"])
         self.assertEqual(len(by_text), 33)  # what is gone is kept
         self.assertTrue(links_are_mutual(self.path))
+
+    def test_a_source_imported_again_keeps_your_changes(self):
+        # A memory changed here stays as it was changed, named, whether the source changed
+        # it since or not; one the source changed, and no one here, takes the source's; a
+        # dry run says the same. Gemini CLI's items never change under their key.
+        gemini = self.source("app", "GEMINI.md")
+        items = ["The staging database listens on port 5432.", "Kim drinks tea."]
+
+        def gemini_saved(*more):
+            with open(gemini, "w") as f:
+                f.write("## Gemini Added Memories\n" + "".join(f"- {i}\n" for i in items + [*more]))
+        gemini_saved()
+        self.assertEqual(self.imported(gemini)[0], 0)
+        s = self.open_store()
+        port = next(n["id"] for n in s.records() if "5432" in n["content"])
+        corrected = "The staging database listens on port 6543 (corrected)."
+        s.update(port, content=corrected, tags=["gemini", "app", "database"])
+        gemini_saved("Kim cycles to work.")
+        said = ("1 memory stored already, changed here since the source gave them, {}left as "
+                "they are (--update takes the source's):\n  " + port[:8] + "    " + corrected +
+                "\n")
+        code, err = self.imported(gemini, "--dry-run")
+        self.assertEqual(code, 0, err)
+        self.assertIn("would import 1 memory, skip 2 stored already\nflood-memory: " + said.format(
+            "would be "), err)
+        self.assertTrue(err.endswith("a dry run: nothing was written\n"), err)
+        self.assertEqual(s.count(), 2)
+        for _ in range(2):
+            code, err = self.imported(gemini)
+            self.assertIn(said.format(""), err)
+            self.assertNotIn("took", err)
+            self.assertEqual((s.get(port)["content"], s.get(port)["tags"]),
+                             (corrected, ["gemini", "app", "database"]))
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+        # OpenMemory's memories change there under their ids.
+        mem0 = [m for m in self.MEM0 if m[1] in ("active", "paused")]
+        zip_path = self.openmemory_zip(mem0)
+        self.assertEqual(self.imported(zip_path)[0], 0)
+        ids = {n["content"]: n["id"] for n in s.records()}
+        sister, rust, flight = (ids[m[0]] for m in mem0)
+        s.update(sister, content="Kim's sister Anneliese blows glass in Murano")
+        s.update(rust, tags=["claude", "learning"])
+        changed = [("Anneliese works in Venice now", *mem0[0][1:]), mem0[1],
+                   ("Kim's flight to Reykjavik moved to February", *mem0[2][1:])]
+        self.openmemory_zip(changed, path=zip_path)
+        for options, dry in ((["--dry-run"], "would be "), ([], "")):
+            code, err = self.imported(zip_path, *options)
+            self.assertEqual(code, 0, err)
+            self.assertIn(f"1 memory stored already {'would take' if dry else 'took'} the "
+                          f"source's content and tags", err)
+            self.assertIn(f"2 memories stored already, changed here since the source gave "
+                          f"them, {dry}left as they are", err)
+            self.assertIn("blows glass", err)
+        self.assertEqual(s.get(flight)["content"], changed[2][0])
+        self.assertEqual(s.get(sister)["content"], "Kim's sister Anneliese blows glass in Murano")
+        self.assertEqual(s.get(rust)["tags"], ["claude", "learning"])
+        # --update takes the source's all the same.
+        code, err = self.imported(zip_path, "--update")
+        self.assertIn("2 memories stored already took the source's content and tags", err)
+        self.assertEqual((s.get(sister)["content"], s.get(rust)["tags"]),
+                         (changed[0][0], ["openmemory"]))
+        code, err = self.imported(zip_path)
+        self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
+        self.assertNotIn("left as", err)
+
+    def test_two_folders_of_one_name_are_two_sources(self):
+        # Sources were told apart by the folder's name alone: importing home/notes listed
+        # the notes of work/notes as no longer there.
+        folders = [os.path.dirname(self.source(place, "notes", "a.md"))
+                   for place in ("work", "home")]
+        for folder in folders:
+            with open(os.path.join(folder, "a.md"), "w") as f:
+                f.write(f"---\ntitle: A\ntype: note\npermalink: a\n---\n- [fact] {folder}\n")
+            code, err = self.imported(folder)
+            self.assertIn("imported 1 memory, skipped 0 stored already", err)
+            self.assertNotIn("no longer there", err)
+        # A store whose sources name the folder alone, as they did, imports again as it did:
+        # nothing new, nothing gone; the memories seen take the new form.
+        # A path under the home folder is given from ~, as the person knows it.
+        home = os.path.join(self.dir, "home")
+        with unittest.mock.patch.object(os.path, "expanduser", lambda p: home if p == "~" else p):
+            self.assertEqual(store._source_name("gemini", os.path.join(home, "app", "GEMINI.md")),
+                             "gemini: " + os.path.join("~", "app", "GEMINI.md"))
+            self.assertEqual(store._source_name("x", home + "2"), f"x: {home}2")
+        self.raw_write("UPDATE nodes SET source = 'basic-memory: notes'")
+        code, err = self.imported(folders[0])
+        self.assertIn("imported 0 memories, skipped 1 stored already: nothing new", err)
+        self.assertNotIn("no longer there", err)
+        self.assertEqual(sorted(store._labelled(n["source"])[0] for n in
+                                self.open_store().records()),
+                         sorted(["basic-memory: notes",
+                                 store._source_name("basic-memory", folders[0])]))
 
     def openmemory_zip(self, memories, path=None, names_first=True):
         """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
@@ -9767,8 +9969,8 @@ class PeerImportTest(TempDirTest):
                       "file not in the folder", err)
         by_text = self.by_text()
         role = by_text["User role: Kim is a data engineer working in Python and SQL."]
-        self.assertEqual((role["tags"], role["source"]), (["user", "code-app"],
-                                                           "claude-code: code-app"))
+        self.assertEqual((role["tags"], store._labelled(role["source"])[0]),
+                         (["user", "code-app"], "claude-code: code-app"))
         why = by_text["Testing: **Why:** a mocked migration passed while production failed."]
         self.assertEqual(why["tags"], ["feedback", "code-app"])
         rule = by_text["Testing: Integration tests must hit a real Postgres database."]
