@@ -1225,6 +1225,9 @@ def json_changed(client, text, path, entry, server, bare=False):
     return changed, was, others, alone
 
 
+TOML_MOST = 4 << 20  # characters of a config.toml setup.py reads (see toml_changed)
+
+
 def toml_changed(text, path, table, server, bare=False):
     """What `text`, the config.toml at `path`, becomes with the table of flood-memory set to
     `table` (its text; taken out when None, with mcp_servers too when it was the only
@@ -1233,6 +1236,9 @@ def toml_changed(text, path, table, server, bare=False):
     that start `server`, whether flood-memory is the only server). The new table takes the
     old one's place when that was a [table], else it goes at the end."""
     import tomllib
+    if len(text) > TOML_MOST:  # tomllib holds the whole document, at up to 12x its size
+        raise Refused(f"{path} is {len(text) / 2**20:.1f} MB, more than the {TOML_MOST >> 20} "
+                      f"MB setup.py reads of a config.toml (Codex's own is a few KB)")
     document = _toml_read(text, path)
     servers = document.get("mcp_servers", {})
     # Each block of ours: [start, end, the statement before, the one after, its last] for a

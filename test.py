@@ -4254,6 +4254,18 @@ class InstallTest(TempDirTest):
                                        f"digits, which Codex does not read either; nothing "
                                        f"was changed.\n"), err)
 
+    def test_a_config_toml_too_large_to_read_within_the_bound_is_left_as_it_is(self):
+        # tomllib holds a whole document: a 20 MB array of numbers took 273 MB to change.
+        home, env = self.home()
+        path = self.file_of("codex", env)
+        text = "x = [" + "1, " * (setup.TOML_MOST // 3) + "1]\n"
+        self.write(path, text)
+        status, out, err = self.install("codex", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertTrue(err.startswith(f"setup.py: {path} is 4.0 MB, more than the 4 MB "
+                                       f"setup.py reads of a config.toml"), err)
+        self.assertEqual(self.read(path), text.encode())
+
     def test_a_key_twice_where_setup_py_neither_reads_nor_writes_is_left_as_it_is(self):
         # Read by the client as it always was; setup.py only skips it.
         home, env = self.home()
