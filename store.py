@@ -62,6 +62,44 @@ from datetime import datetime, timedelta, timezone
 
 log = logging.getLogger("flood-memory.store")
 
+# ----------------------------------------------------------------------------- limits
+
+MAX_LIMIT = 100         # recall results per call
+MAX_OFFSET = 1000       # recall results a call may skip, to page past earlier ones
+MAX_DEPTH = 100         # hops a traversal may be asked for
+MAX_NODES = 1000        # memories one connections call returns, nearest first
+TRAVERSAL_CAP = 10_000  # memories a traversal walks and counts; pages reach this far
+MAX_CONTENT = 100_000   # characters in one memory
+MAX_TAGS = 100          # tags on one memory
+MAX_TAG_LENGTH = 200    # characters in one tag
+MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
+MAX_SOURCE = 1_000      # characters in a memory's source label
+MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest are ignored
+CLOSEST_TAGS = 5        # tags a recall that found nothing names...
+MEASURED = 100          # ...found among this many, those closest by their letters
+MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
+MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
+LOAD_CHUNK = 4_000      # memories in a load's first transaction...
+LOAD_TXN = 0.5          # ...and seconds the next aim at (see _Load)
+LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
+LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
+LOAD_CACHE_KIB = 32_768 # SQLite's page cache while loading (2 MB otherwise): random keys
+BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
+BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
+WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
+WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
+WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
+WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
+WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
+WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
+LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
+LITESTREAM_LOOK = 1.0   # seconds a write trusts what it last saw of whether Litestream is there
+
+DEFAULT_DIR = "~/flood/memory"
+DB_NAME = "memory.db"
+PRIVATE_DIR = 0o700     # a data directory this code makes
+PRIVATE_FILE = 0o600    # the database, its -wal and -shm, backups and exports
+
 # ----------------------------------------------------------------------------- schema
 
 # ASCII's spaces, which an exact duplicate may differ in (_exact_duplicate), in SQL and in re.
@@ -90,10 +128,14 @@ _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
 def _tag_array(value):
-    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, else
+    """SQL: the tags column value `value` as the rules read it: a JSON array as it is, else
     '[]' (for an array holding a NUL too, which SQLite's JSON functions cut a string at)."""
-    return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND "
-            f"NOT instr({value}, '\\u0000'), {value}, '[]')")
+    return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND NOT "
+            f"{_NUL_IN.format(value)}, {value}, '[]')")
+
+
+# SQL: whether the JSON text {0} escapes a NUL (`\u0000`, not `\\u0000`: a backslash and u0000).
+_NUL_IN = "instr(replace({0}, '\\\\', ''), '\\u0000')"
 
 
 def _tag_rows(memory, rows=""):
@@ -110,31 +152,89 @@ def _tags_gone(memory):
             f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
 
 
-# What no tool writes, refused whoever writes it, as every reader would read around it; by an
-# update only in a column it changes, so a row an older version let in can be corrected a
-# column at a time. Text not UTF-8 cannot be told in SQL: it is read around (Database.connection).
-_REFUSED = [
-    ("id", "typeof(new.id) <> 'text'", "the id of a memory must be text"),
-    ("content", "typeof(new.content) <> 'text'",
-     "content must be text (not a BLOB: decode bytes first)"),
-    ("tags", "NOT json_valid(new.tags) OR json_type(new.tags) <> 'array'",
-     "tags must be a JSON array of strings"),
-    ("tags", "instr(new.tags, '\\u0000')", "a tag must not hold a NUL character"),
-    ("created_at", "typeof(new.created_at) <> 'text'", "created_at must be text (ISO 8601)"),
-    ("source", "typeof(new.source) NOT IN ('text', 'null')", "source must be text"),
-    ("last_accessed", "typeof(new.last_accessed) <> 'text'",
-     "last_accessed must be text (ISO 8601)"),
-    ("access_count", "typeof(new.access_count) NOT IN ('integer', 'real', 'null')",
-     "access_count must be a number"),
+# What str.strip() strips (str.isspace), which a tag neither starts nor ends with.
+_WHITE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+          "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# The rules of one tag, in SQL (of a json_each row) and in Python (of the string), side by
+# side. SQLite folds no case beyond ASCII, so tags differing only in case are let in (another
+# program's "Work" and "work": a filter finds the memory by either); remember keeps the first.
+_TAG_RULES = [
+    ("type <> 'text'", lambda t: not isinstance(t, str), "tags must be an array of strings"),
+    ("value = ''", lambda t: t == "", "a tag must not be empty"),
+    (f"value <> trim(value, char({', '.join(str(ord(c)) for c in _WHITE)}))",
+     lambda t: t != t.strip(), "a tag must not start or end with space"),
+    (f"value GLOB '*[' || char({', '.join(map(str, [*range(1, 32), 127]))}) || ']*'",
+     _CONTROL.search, "a tag must not hold control characters"),
+    (f"length(value) > {MAX_TAG_LENGTH}", lambda t: len(t) > MAX_TAG_LENGTH,
+     f"a tag may have at most {MAX_TAG_LENGTH} characters"),
+    # GLOB reads a lone surrogate (and U+FFFE, U+FFFF) as U+FFFD.
+    ("replace(replace(replace(value, char(65533), ''), char(65534), ''), char(65535), '') "
+     "GLOB '*' || char(65533) || '*'", _SURROGATE.search,
+     "a tag must be Unicode text (a lone surrogate is not)"),
 ]
 
+# The rules of a row of nodes, whoever writes it, each written once: (column, SQL true of a
+# row breaking the rule, {0} standing for the column, the rule, how check --repair mends it:
+# SQL of the column's new value, "" where Python does, None where it cannot). The triggers
+# refuse a row that breaks a rule of _DOOR (an update, only in a column it changes, so that
+# a row an older version let in can be corrected a column at a time); check names the rows
+# that break any rule (let in before version 10, or with the triggers gone), and repair
+# mends them. What the door lets in (_READ_AROUND) is read around: refusing it would cost
+# every access counted (which fires no trigger) or every link written.
+_DOOR = [
+    ("id", "typeof({0}) <> 'text'", "the id of a memory must be text",
+     "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob("
+     "2)), 2) || '-' || substr('89AB', abs(random()) % 4 + 1, 1) || substr(hex(randomblob(2)),"
+     " 2) || '-' || hex(randomblob(6)))"),  # a uuid4
+    ("content", "typeof({0}) <> 'text'", "content must be text (not a BLOB: decode bytes first)",
+     "CAST({0} AS TEXT)"),
+    ("tags", "typeof({0}) <> 'text' OR NOT json_valid({0}) OR json_type({0}) <> 'array'",
+     "tags must be a JSON array of strings", ""),
+    ("tags", _NUL_IN, "a tag must not hold a NUL character", ""),
+    ("tags", f"json_array_length({_tag_array('{0}')}) > {MAX_TAGS}",
+     f"a memory may have at most {MAX_TAGS} tags", ""),
+    ("created_at", "typeof({0}) <> 'text'", "created_at must be text (ISO 8601)",
+     "CAST({0} AS TEXT)"),
+    ("source", "typeof({0}) NOT IN ('text', 'null')", "source must be text", "CAST({0} AS TEXT)"),
+    ("last_accessed", "typeof({0}) <> 'text'", "last_accessed must be text (ISO 8601)",
+     "CAST({0} AS TEXT)"),
+    ("access_count", "typeof({0}) NOT IN ('integer', 'real', 'null')",
+     "access_count must be a number", "coalesce(CAST({0} AS INTEGER), 0)"),
+    *(("tags", f"EXISTS (SELECT 1 FROM json_each({_tag_array('{0}')}) WHERE {test})", rule, "")
+      for test, _, rule in _TAG_RULES),  # the triggers ask these of each tag at once
+]
+_LINKS_BROKEN = ("links IS NOT NULL AND (NOT json_valid(links) OR json_type(links) <> 'array' "
+                 f"OR EXISTS (SELECT 1 FROM json_each({_LINKS}) WHERE type <> 'text'))")
+_STORED_GLOB = "####-##-##T##:##:##.###Z".replace("#", "[0-9]")  # as _format_time writes
+_READ_AROUND = [
+    ("links", _LINKS_BROKEN, "links must be a JSON array of memory ids", ""),
+    ("id", "{0} NOT GLOB '" + "-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12)) + "'",
+     "an id must be a memory id (a lower-case uuid), or no tool can name it: correct it with "
+     "sqlite3", None),
+    ("created_at", " OR ".join(f"{c} NOT GLOB '{_STORED_GLOB}'" for c in (
+        "created_at", "last_accessed")), "times must be in the stored form "
+     "(2026-11-23T14:00:00.000Z), or they are in no time window: correct them with sqlite3", None),
+    ("rowid", f"rowid > {1 << 62}", "a rowid must leave a load room after it (2^62 at most): "
+     "forget the memory and remember it again", None),
+]
+_ROW_RULES = _DOOR + _READ_AROUND
+_RULES_OF = {c: [r for r in _ROW_RULES if r[0] == c] for c in ("tags", "links")}
 
-def _refuse(columns, update=False):
-    """SQL: a trigger's statement refusing what no tool writes (_REFUSED) in `columns`."""
-    return "SELECT CASE " + " ".join(
-        f"WHEN {f'new.{c} IS NOT old.{c} AND ' if update else ''}({test}) "
-        f"THEN RAISE(ABORT, '{message}')" for c, test, message in _REFUSED if c in columns
-    ) + " END;"
+
+def _refuse(update=False):
+    """SQL: a BEFORE trigger's statements refusing a row that breaks a rule of _DOOR: the rules
+    of a row, then those of each tag (_TAG_RULES) in one pass over them; an update's, in a
+    column it changes (of _REFUSED_ON_UPDATE)."""
+    changed = "new.{0} IS NOT old.{0} AND " if update else ""
+    return "SELECT CASE " + "\n        ".join(
+        f"WHEN {changed.format(c)}({test.format(f'new.{c}')}) THEN RAISE(ABORT, '{rule}')"
+        for c, test, rule, _ in _DOOR[:-len(_TAG_RULES)]
+        if not update or c in _REFUSED_ON_UPDATE) + " END;\n    SELECT CASE " + " ".join(
+        f"WHEN {test} THEN RAISE(ABORT, '{rule}')" for test, _, rule in _TAG_RULES
+    ) + f" END FROM json_each({_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};"
 
 
 def _changed(*columns):
@@ -149,12 +249,12 @@ def _changed(*columns):
 # (test_an_outside_replace_leaves_nothing_of_the_old_row_behind).
 _DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, content, tags FROM "
               "nodes WHERE (id = new.id OR rowid = new.rowid){};")
-_DISPLACED_GONE = f"""
-    INSERT INTO nodes_fts(nodes_fts, rowid, content)
+_DISPLACED_GONE = f"""INSERT INTO nodes_fts(nodes_fts, rowid, content)
         SELECT 'delete', rowid, content FROM replaced WHERE id = new.id OR rowid = new.rowid;
     DELETE FROM node_tags WHERE (tag, node) IN (SELECT j.value, r.rowid FROM replaced r,
         json_each({_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
-_UPDATED = ("id", "content", "tags", "created_at")
+_UPDATED = ("id", "content", "tags", "created_at")  # what the derived tables are made of
+_REFUSED_ON_UPDATE = (*_UPDATED, "source")
 
 SCHEMA = f"""
 -- One row per memory: the one source of truth. `rowid` is implicit; the full-text index and
@@ -195,13 +295,18 @@ CREATE INDEX node_tags_created ON node_tags (tag, created_at);
 -- The rows a write is about to displace (see _DISPLACED): empty but within one statement.
 CREATE TABLE replaced (rowid INTEGER PRIMARY KEY, id, content, tags);
 
--- The full-text index and node_tags follow the table through these triggers, which also
--- refuse what no tool would write (_REFUSED).
+-- The full-text index and node_tags follow the table through these triggers; the BEFORE
+-- ones also refuse a row that breaks a rule of the door (_DOOR). One trigger an event, its
+-- statements in the order they must run: SQLite fires the triggers of one event newest
+-- first, _Load drops and makes three of them again at every batch (which would reverse that
+-- order), and a REPLACE with an explicit rowid drifts the index unless what it displaces
+-- leaves the index before the new row enters it (test_one_trigger_an_event).
 CREATE TRIGGER nodes_bi BEFORE INSERT ON nodes BEGIN
+    {_refuse()}
     {_DISPLACED.format("")}
 END;
 CREATE TRIGGER nodes_ai AFTER INSERT ON nodes BEGIN
-    {_refuse([c for c, _, _ in _REFUSED])}{_DISPLACED_GONE}
+    {_DISPLACED_GONE}
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
     INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")};
 END;
@@ -209,12 +314,15 @@ CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
     INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
     {_tags_gone("old")};
 END;
--- Counting an access or editing links fires neither: they change nothing derived.
-CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
+-- Counting an access or editing links fires neither: they change nothing derived, and a
+-- trigger a row counted cost a recall 6% (an odd count or time there is read around, named
+-- by check, and mended by the next access).
+CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_REFUSED_ON_UPDATE)}, rowid ON nodes BEGIN
+    {_refuse(update=True)}
     {_DISPLACED.format(" AND rowid <> old.rowid")}
 END;
 CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
-    {_refuse(_UPDATED, update=True)}{_DISPLACED_GONE}
+    {_DISPLACED_GONE}
     INSERT INTO nodes_fts(nodes_fts, rowid, content) SELECT 'delete', old.rowid, old.content
         WHERE {_changed("content")};
     INSERT INTO nodes_fts(rowid, content) SELECT new.rowid, new.content
@@ -222,11 +330,6 @@ CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BE
     {_tags_gone("old")} AND {_changed("tags", "created_at")};
     INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")}
         AND {_changed("tags", "created_at")};
-END;
--- Not on access counts: a trigger a row counted cost a recall 6%. An odd count or time there
--- is read around, named by check, and mended by the next access.
-CREATE TRIGGER nodes_refuse BEFORE UPDATE OF source ON nodes BEGIN
-    {_refuse(("source",), update=True)}
 END;
 
 -- Every tag in use, with how many memories carry it: a tag filter looks up the tag's
@@ -260,7 +363,9 @@ END;
 #    a moved rowid takes its index entries along, rows no tool writes are refused (_REFUSED),
 #    tags are folded into a plain column (tags.folded), one trigger a kind.
 # 9: counting an access fires no trigger (nodes_refuse).
-SCHEMA_VERSION = 9
+# 10: the door refuses every tags value check would name (_TAG_RULES), and NULL tags; the
+#     BEFORE triggers refuse (nodes_refuse gone).
+SCHEMA_VERSION = 10
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
@@ -271,15 +376,18 @@ _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_ref
           "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
           "tags_folded", "tags_used", "tags_wide", "terms", "hot_terms", "hot_postings",
           "hot_postings_node", "pending", "fingerprints", "loaded_links", "owed", "replaced"}
+# The triggers on nodes (version 8 on): an upgrade from 8 on makes only these again.
+_TRIGGERED = ("nodes_bi", "nodes_ai", "nodes_ad", "nodes_bu", "nodes_au")
 # Litestream's own, in any file it replicates: never a sign of another program's database.
 _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
 
 def _statements(script):
-    """(name, statement) of each statement of a schema script (a trigger's holds `;` to END)."""
+    """(name, statement) of each statement of a schema script (a trigger's holds `;` to END),
+    with the comments within it (a column's goes on over lines), not those between them."""
     statements, current = [], ""
     for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
+        if not current.strip() and line.lstrip().startswith("--"):
             continue
         current += line
         if sqlite3.complete_statement(current):
@@ -298,9 +406,16 @@ def _upgrade(db, version):
     6 load cut short left some one-way). All derived from it is made again, but for this
     module's full-text index (version 2 on; version 1's may be anyone's, or empty).
     """
-    if version == 8:  # only nodes_refuse changed: nothing to derive again
-        db.execute("DROP TRIGGER IF EXISTS nodes_refuse")
-        db.execute(dict(_statements(SCHEMA))["nodes_refuse"])
+    if version >= 8:  # only the triggers changed: nothing to derive again
+        statements = dict(_statements(SCHEMA))
+        for name in ("nodes_refuse", *_TRIGGERED):
+            db.execute(f"DROP TRIGGER IF EXISTS {name}")
+        for name in _TRIGGERED:
+            db.execute(statements[name])
+        # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
+        db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
+                   f"{_tag_rows('n', 'nodes n, ')} AND instr(n.tags, '\\u0000')")
+        _fold_tags(db)
         return
     links_owed = version == 1 or version == 6 and db.execute(
         "SELECT count(*) FROM sqlite_master WHERE name = 'owed'").fetchone()[0] and \
@@ -367,7 +482,9 @@ def _repair_links(db, changed=None):
 def _links_to_repair(db):
     """[(links as they should be, id, links as they are)] of the memories whose links are
     one-way, lead nowhere or to themselves, or are not a JSON array of ids."""
-    text = dict(db.execute("SELECT id, links FROM nodes WHERE id IS NOT NULL"))
+    rows = db.execute(f"SELECT id, links, {_breaking(*_RULES_OF['links'])} FROM nodes "
+                      f"WHERE id IS NOT NULL").fetchall()
+    text, broken = {i: t for i, t, _ in rows}, {i for i, _, b in rows if b}
     links = {node_id: _strings(value) for node_id, value in text.items()}
     repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
                 for i, ts in links.items()}
@@ -376,46 +493,8 @@ def _links_to_repair(db):
             if node_id not in repaired[target]:
                 repaired[target].append(node_id)
     return [(_json(ts), i, text[i]) for i, ts in repaired.items()
-            if ts != links[i] or not _string_array(text[i])]
+            if ts != links[i] or i in broken]
 
-
-# ----------------------------------------------------------------------------- limits
-
-MAX_LIMIT = 100         # recall results per call
-MAX_OFFSET = 1000       # recall results a call may skip, to page past earlier ones
-MAX_DEPTH = 100         # hops a traversal may be asked for
-MAX_NODES = 1000        # memories one connections call returns, nearest first
-TRAVERSAL_CAP = 10_000  # memories a traversal walks and counts; pages reach this far
-MAX_CONTENT = 100_000   # characters in one memory
-MAX_TAGS = 100          # tags on one memory
-MAX_TAG_LENGTH = 200    # characters in one tag
-MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
-MAX_SOURCE = 1_000      # characters in a memory's source label
-MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest are ignored
-CLOSEST_TAGS = 5        # tags a recall that found nothing names...
-MEASURED = 100          # ...found among this many, those closest by their letters
-MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
-MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
-LOAD_CHUNK = 4_000      # memories in a load's first transaction...
-LOAD_TXN = 0.5          # ...and seconds the next aim at (see _Load)
-LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
-LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
-LOAD_CACHE_KIB = 32_768 # SQLite's page cache while loading (2 MB otherwise): random keys
-BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
-BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
-WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
-WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
-WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
-WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
-WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
-WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
-LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
-LITESTREAM_LOOK = 1.0   # seconds a write trusts what it last saw of whether Litestream is there
-
-DEFAULT_DIR = "~/flood/memory"
-DB_NAME = "memory.db"
-PRIVATE_DIR = 0o700     # a data directory this code makes
-PRIVATE_FILE = 0o600    # the database, its -wal and -shm, backups and exports
 
 # ----------------------------------------------------------------------------- errors
 
@@ -727,8 +806,8 @@ def _window_end(value, name):
 
 
 def _strings(text):
-    """The strings of a `tags` or `links` column value, as the one rule reads tags (_tag_array):
-    none unless a JSON array without a NUL, and no string holding a lone surrogate."""
+    """The strings of a `tags` or `links` column value, as _tag_array reads tags: none unless
+    a JSON array without a NUL (_NUL_IN), and no string holding a lone surrogate."""
     if not isinstance(text, str):
         return []  # NULL, or a BLOB another program wrote
     try:
@@ -739,13 +818,9 @@ def _strings(text):
         return []
     if "\\u" not in text:  # no escape: no NUL, no lone surrogate (UTF-8 holds none)
         return [t for t in value if isinstance(t, str)]
-    if "\\u0000" in text:
+    if "\\u0000" in text.replace("\\\\", ""):
         return []
-    return [t for t in value if isinstance(t, str) and
-            (t.isascii() or not _SURROGATE.search(t))]
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
+    return [t for t in value if isinstance(t, str) and (t.isascii() or not _SURROGATE.search(t))]
 
 
 # The JSON name of each type, for messages: bool before int, which it is a kind of.
@@ -799,29 +874,22 @@ def _content(value):
 
 
 def _tags(values):
-    """Tags stripped of space, in order, each once whatever its case (the first spelling kept)."""
+    """Tags stripped of space, in order, each once whatever its case (the first spelling
+    kept); InvalidInput at one that breaks a rule (_TAG_RULES)."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
     tags = {}  # in order, each once (a dict: asking a list grows with the square)
     for value in values:
-        if not isinstance(value, str):
-            raise InvalidInput(f"tags must be an array of strings, and holds {_kind(value)}")
-        tag = _text(value, "each tag").strip()
-        if not tag:
-            raise InvalidInput("tags must not be empty strings")
-        if _CONTROL.search(tag):
-            # SQLite's JSON functions cut a string at NUL: the tag index would lose it.
-            raise InvalidInput(f"a tag must not hold control characters, got {_shorten(tag)}")
-        if len(tag) > MAX_TAG_LENGTH:
-            raise InvalidInput(f"a tag may have at most {MAX_TAG_LENGTH} characters, "
-                               f"got one of {len(tag)}")
+        tag = value.strip() if isinstance(value, str) else value
+        for _, broken, rule in _TAG_RULES:
+            if broken(tag):
+                raise InvalidInput(rule + (f", got {_shorten(tag)}" if isinstance(tag, str) else
+                                           f", and holds {_kind(tag)}"))
         tags.setdefault(tag.casefold(), tag)
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"a memory may have at most {MAX_TAGS} tags, got {len(tags)}")
     return list(tags.values())
 
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 NOT_AN_ID = "not a memory id"
 NO_SUCH_MEMORY = "no memory has this id"
@@ -990,41 +1058,25 @@ def _carrying(tags, column):
 # ----------------------------------------------------------------------------- checking
 #
 # What another program may write into `nodes` that this one would not (a link to a missing
-# memory, an exact duplicate, text that is not UTF-8), or wrote before version 8 refused it
-# (_REFUSED), is stored as written, read around, and named by `store.py check`.
+# memory, an exact duplicate, text that is not UTF-8), or wrote before the door refused it
+# (_ROW_RULES), is stored as written, read around, and named by `store.py check`.
 
 
-def _clean_tags(text):
-    """The tags of a tags column value as remember stores them; those it would refuse (empty,
-    with control characters, too long, not Unicode text) left out."""
-    try:
-        values = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        values = []
-    kept = []
-    for tag in values if isinstance(values, list) else ():
-        with contextlib.suppress(InvalidInput):
-            kept += _tags([tag])
-    return _tags(kept[:MAX_TAGS]) if kept else []
+def _fitted_tags(values):
+    """`values` (another program's) made tags that every rule takes: control characters made
+    spaces, each cut to MAX_TAG_LENGTH (_as_tag), what is then empty or not Unicode text or
+    not a string left out, each once whatever its case, MAX_TAGS at most."""
+    made = {}
+    for value in values if isinstance(values, list) else ():
+        tag = _as_tag(value) if isinstance(value, str) else ""
+        if tag and not _SURROGATE.search(tag):
+            made.setdefault(tag.casefold(), tag)
+    return list(made.values())[:MAX_TAGS]
 
 
-def _string_array(text):
-    """Whether a tags or links column value is NULL or a JSON array of strings."""
-    try:
-        value = json.loads(text) if text is not None else []
-    except (ValueError, TypeError):
-        return False
-    return isinstance(value, list) and all(isinstance(t, str) for t in value)
-
-
-def _tag_trouble(text):
-    """What is wrong with a tags column value, in words; None if remember could have written it."""
-    if not _string_array(text):
-        return "are not a JSON array of strings"
-    if text is not None and _clean_tags(text) != json.loads(text):
-        return ("are not as remember stores them (empty or too long, with surrounding space, "
-                "control characters or a lone surrogate, or repeated in another case)")
-    return None
+def _as_tag(text):
+    """`text` made a tag that remember takes: control characters made spaces, cut to length."""
+    return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
 def _derived_problems(db):
@@ -1044,51 +1096,29 @@ def _derived_problems(db):
     return problems
 
 
-# What check names of a row no tool would write, asked of SQLite; what to do follows.
-_ODD_ROWS = {
-    "memories without an id, which no tool can name (check --repair gives them one)":
-        "id IS NULL",
-    "memories whose content is not text but a BLOB (check --repair makes it text)":
-        "typeof(content) = 'blob'",
-    "memories whose source, times or access count are of another type (check --repair "
-    "mends them)": "typeof(source) NOT IN ('text', 'null') OR typeof(created_at) <> 'text' "
-    "OR typeof(last_accessed) <> 'text' OR typeof(access_count) NOT IN ('integer', 'real', "
-    "'null')",
-    f"memories at a rowid past 2^62, which leaves a load no room after them: forget them and "
-    f"remember them again": f"rowid > {1 << 62}",
-}
-
-
 def _rule_breakers(db):
     """What another program wrote into nodes that remember would not have, in words: the
     kind, how many memories, the first ids, and what to do where check --repair cannot."""
     found = collections.defaultdict(list)  # what is wrong -> ids of the memories
+    for rowid, node_id, *which in db.execute(  # one pass over the memories
+            f"SELECT rowid, CAST(id AS TEXT), {', '.join(_breaking(r) for r in _ROW_RULES)} "
+            f"FROM nodes WHERE {_breaking(*_ROW_RULES)}"):
+        for (_, _, rule, mend), hit in zip(_ROW_RULES, which):
+            if hit:
+                found[f'memories that break "{rule}"' + (" (check --repair mends them)" if
+                      mend is not None else "")].append(node_id or f"rowid {rowid}")
     links = {}
-    for rowid, node_id, tags, text, created, accessed, content in db.execute(
-            "SELECT rowid, CAST(id AS TEXT), CAST(tags AS TEXT), CAST(links AS TEXT), "
-            "created_at, last_accessed, CAST(content AS BLOB) FROM nodes"):
-        name = node_id if node_id is not None else f"rowid {rowid}"
-        if trouble := _tag_trouble(tags):
-            found[f"memories whose tags {trouble}"].append(name)
-        if not _string_array(text):
-            found["memories whose links are not a JSON array of ids"].append(name)
+    for rowid, node_id, text, content in db.execute(
+            "SELECT rowid, CAST(id AS TEXT), CAST(links AS TEXT), CAST(content AS BLOB) "
+            "FROM nodes"):
         try:
             content.decode("utf-8")
         except UnicodeDecodeError:
             found["memories whose content is not UTF-8 text (read with replacement "
-                  "characters: correct them with edit, or forget them)"].append(name)
-        if node_id is None:
-            continue
-        links[node_id] = _strings(text)
-        if not all(isinstance(t, str) and _STORED_TIME.fullmatch(t) for t in (created, accessed)):
-            found["memories whose times are not in the stored form (2026-11-23T14:00:00.000Z), "
-                  "so outside every time window: correct them with sqlite3"].append(name)
-        if not _CANONICAL_ID.fullmatch(node_id):
-            found["memories whose id is not a memory id (a lower-case uuid), so that no tool "
-                  "can name them: correct them with sqlite3"].append(name)
-    for what, where in _ODD_ROWS.items():
-        found[what] += (i if i is not None else f"rowid {r}" for r, i in db.execute(
-            f"SELECT rowid, CAST(id AS TEXT) FROM nodes WHERE {where}"))
+                  "characters: correct them with edit, or forget them)"].append(
+                node_id or f"rowid {rowid}")
+        if node_id is not None:
+            links[node_id] = _strings(text)
     for node_id, targets in links.items():
         if node_id in targets:
             found["memories linking to themselves"].append(node_id)
@@ -1111,19 +1141,18 @@ def _rule_breakers(db):
             for what, ids in found.items() if ids]
 
 
+def _breaking(*rules):
+    """SQL: 1 if a row of nodes breaks one of `rules` (of _ROW_RULES), else NULL (a CASE: a
+    test such as json_type's may fail unless the one before it is false)."""
+    return f"CASE {' '.join(f'WHEN {t.format(c)} THEN 1' for c, t, _, _ in rules)} END"
+
+
 def _mend_rows(db):
-    """What check --repair makes right of the rows no tool would write (_ODD_ROWS): an id for
-    a memory without one, text for a BLOB, a time or a count of the right type."""
-    db.executemany("UPDATE nodes SET id = ? WHERE rowid = ?", [
-        (str(uuid.uuid4()), rowid) for (rowid,) in db.execute(
-            "SELECT rowid FROM nodes WHERE id IS NULL").fetchall()])
-    db.execute("UPDATE nodes SET content = CAST(content AS TEXT) WHERE typeof(content) = 'blob'")
-    db.execute("UPDATE nodes SET access_count = coalesce(CAST(access_count AS INTEGER), 0) "
-               "WHERE typeof(access_count) NOT IN ('integer', 'real', 'null')")
-    for column, kinds in (("source", "'text', 'null'"), ("created_at", "'text'"),
-                          ("last_accessed", "'text'")):
-        db.execute(f"UPDATE nodes SET {column} = CAST({column} AS TEXT) "
-                   f"WHERE typeof({column}) NOT IN ({kinds})")
+    """What check --repair mends in SQL of the rows that break a rule (_ROW_RULES)."""
+    for rule in _ROW_RULES:
+        if rule[3]:
+            db.execute(f"UPDATE nodes SET {rule[0]} = {rule[3].format(rule[0])} "
+                       f"WHERE {_breaking(rule)}")
 
 
 # ----------------------------------------------------------------------------- connections
@@ -2231,8 +2260,13 @@ class Store:
             with self.db.write() as db:
                 _mend_rows(db)
             with self.db.read() as db:
-                tags = [(_json(_clean_tags(text)), rowid, text) for rowid, text in db.execute(
-                    "SELECT rowid, tags FROM nodes") if _tag_trouble(text)]
+                tags = []
+                for rowid, text in db.execute(f"SELECT rowid, tags FROM nodes WHERE "
+                                              f"{_breaking(*_RULES_OF['tags'])}"):
+                    with contextlib.suppress(TypeError, ValueError):
+                        tags.append((_json(_fitted_tags(json.loads(text))), rowid, text))
+                    if not tags or tags[-1][1] != rowid:  # not JSON at all
+                        tags.append(("[]", rowid, text))
                 derived = _derived_problems(db)
                 links = _links_to_repair(db)
             with self.db.write() as db:
@@ -3514,11 +3548,6 @@ def _official_memories(entities, relations, source, report):
                      _content(f"{start} {kind.replace('_', ' ')} {end}"),
                      tags_of(start, end, kind), list(dict.fromkeys(links)), source,
                      created or now, created or now, 0)
-
-
-def _as_tag(text):
-    """`text` made a tag that remember takes: control characters made spaces, cut to length."""
-    return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
 def _official_name(value, key):
