@@ -229,12 +229,12 @@ def _refuse(update=False):
     of a row, then those of each tag (_TAG_RULES) in one pass over them; an update's, in a
     column it changes (of _REFUSED_ON_UPDATE)."""
     changed = "new.{0} IS NOT old.{0} AND " if update else ""
-    return "SELECT CASE " + "\n        ".join(
+    rows = "\n        ".join(
         f"WHEN {changed.format(c)}({test.format(f'new.{c}')}) THEN RAISE(ABORT, '{rule}')"
-        for c, test, rule, _ in _DOOR[:-len(_TAG_RULES)]
-        if not update or c in _REFUSED_ON_UPDATE) + " END;\n    SELECT CASE " + " ".join(
-        f"WHEN {test} THEN RAISE(ABORT, '{rule}')" for test, _, rule in _TAG_RULES
-    ) + f" END FROM json_each({_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};"
+        for c, test, rule, _ in _DOOR[:-len(_TAG_RULES)] if not update or c in _REFUSED_ON_UPDATE)
+    tags = " ".join(f"WHEN {test} THEN RAISE(ABORT, '{rule}')" for test, _, rule in _TAG_RULES)
+    return (f"SELECT CASE {rows} END;\n    SELECT CASE {tags} END FROM json_each("
+            f"{_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};")
 
 
 def _changed(*columns):
@@ -1205,13 +1205,13 @@ def _count_connections(path, change):
         _connected[os.path.realpath(path)] += change
 
 
-def replicated(path):
-    """Whether Litestream replicates the database at `path`: FLOOD_MEMORY_LITESTREAM says so
-    (1 or 0); unset, the directory Litestream keeps beside the file does (.memory.db-litestream,
-    made by 0.3.x and 0.5.x alike on their first sync; it stays after Litestream stops)."""
-    value = os.environ.get(LITESTREAM_ENV, "").strip()
-    if value in ("0", "1"):
-        return value == "1"
+def replicated(path, litestream=None):
+    """Whether Litestream replicates the database at `path`: `litestream` says so (True or
+    False, as FLOOD_MEMORY_LITESTREAM sets it: see data_settings); None, the directory
+    Litestream keeps beside the file does (.memory.db-litestream, made by 0.3.x and 0.5.x alike
+    on their first sync; it stays after Litestream stops)."""
+    if litestream is not None:
+        return litestream
     if path == ":memory:" or path.startswith("file:"):
         return False
     directory, name = os.path.split(os.path.abspath(path))
@@ -1251,8 +1251,8 @@ class Database:
     """The SQLite file as this process uses it: a connection per thread, set up alike, the read
     and write transactions, SQLite's errors in words (compare coverage.py's SqliteDb)."""
 
-    def __init__(self, path, timeout=BUSY_TIMEOUT):
-        self.path, self.timeout = path, timeout
+    def __init__(self, path, timeout=BUSY_TIMEOUT, litestream=None):
+        self.path, self.timeout, self.litestream = path, timeout, litestream  # see replicated
         self._local = threading.local()
         self._open, self._lock = set(), threading.Lock()  # the connections open; guards them
         self.queue = WriteQueue()       # one writer at a time within this process
@@ -1284,7 +1284,7 @@ class Database:
                 # table, so made before anything can make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
-                self._set_log(db, replicated(self.path))
+                self._set_log(db, replicated(self.path, self.litestream))
                 db.execute(f"PRAGMA busy_timeout = {int(BUSY_POLL * 1000)}")
             except sqlite3.Error as exc:
                 raise _translated(exc, "open the memory database", self.timeout,
@@ -1326,7 +1326,8 @@ class Database:
         directory outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting."""
         if time.monotonic() >= self._looked + LITESTREAM_LOOK:
             # A stat at every write costs too much for what changes once in a long while.
-            self._looked, self._replicated = time.monotonic(), replicated(self.path)
+            self._looked = time.monotonic()
+            self._replicated = replicated(self.path, self.litestream)
         now = self._replicated
         if now != self._local.replicated:  # Litestream came, or went, since db was opened
             self._set_log(db, now)
@@ -2024,11 +2025,12 @@ class Store:
     command line call. It owns the links (each written with its back-link), the traversal
     and access counting, and hands ranking to Search, SQLite to Database. Threads may share
     it; processes may open the same file, and their writes wait for each other up to
-    `timeout` seconds."""
+    `timeout` seconds. `litestream` says whether Litestream replicates the file (see
+    replicated)."""
 
-    def __init__(self, path, *, timeout=BUSY_TIMEOUT):
+    def __init__(self, path, *, timeout=BUSY_TIMEOUT, litestream=None):
         self.path = os.fspath(path)
-        self.db = Database(self.path, timeout)
+        self.db = Database(self.path, timeout, litestream)
         # Accesses not written yet, as {id: (how many, the last one's time, rowid)}: written
         # with the next count that finds the write lock free (see count_accesses).
         self._uncounted = {}
@@ -3057,12 +3059,31 @@ def _with_skipped(node, doing, skipped):
     return node
 
 
-def open_directory(directory):
-    """The store in `directory` (`~` expanded), creating the directory if need be. A directory
-    made here is private, as is a database made in it (SQLite gives its -wal and -shm files
-    the database's mode); one that other users of the machine can read is warned about, with
-    the command that fixes it."""
-    directory = os.path.expanduser(directory)
+def data_settings(environ, paths=os.path):
+    """(the data directory, whether Litestream replicates the file) that the environment
+    `environ` sets: the one reader of both, for the servers, store.py and setup.py alike.
+    FLOOD_MEMORY_DIR (DEFAULT_DIR unset), `~` expanded by `paths` (os.path, or ntpath and
+    posixpath to play a system), must be an absolute path: a client starts the server in a
+    folder of its own choosing, and Claude Desktop on Windows may give it no USERPROFILE (`~`
+    then stayed, and the memories went to a folder named `~` there). FLOOD_MEMORY_LITESTREAM
+    is 1 or 0 (None otherwise: see replicated). InvalidInput says what is wrong."""
+    value = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    directory = paths.expanduser(value)
+    if directory.startswith("~"):
+        raise InvalidInput(f"FLOOD_MEMORY_DIR is {value}, and this process cannot expand ~ (it "
+                           f"has no {'USERPROFILE' if paths.sep == chr(92) else 'HOME'}): set "
+                           f"FLOOD_MEMORY_DIR to an absolute path")
+    if not paths.isabs(directory):
+        raise InvalidInput(f"FLOOD_MEMORY_DIR is {value}, a relative path: set it to an absolute "
+                           f"path (a client starts the server in a folder of its own choosing)")
+    return directory, {"1": True, "0": False}.get(environ.get(LITESTREAM_ENV, "").strip())
+
+
+def open_directory(directory, litestream=None):
+    """The store in `directory`, creating the directory if need be; `litestream` as Store
+    takes it. A directory made here is private, as is a database made in it (SQLite gives its
+    -wal and -shm files the database's mode); one that other users of the machine can read is
+    warned about, with the command that fixes it."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StoreError(f"the data directory {directory} is a file, not a directory; set "
                          f"FLOOD_MEMORY_DIR to a directory")
@@ -3075,7 +3096,7 @@ def open_directory(directory):
                              f"{exc.strerror}") from exc
     path = os.path.join(directory, DB_NAME)
     _remove_leftovers(directory, _RESTORING)
-    store = Store(path)
+    store = Store(path, litestream=litestream)
     exposed = [p for p in (path, path + "-wal", path + "-shm") if _shared_mode(p)]
     if exposed:
         log.warning("%s can be read by other users of this machine; to make it private, run: "
@@ -4947,7 +4968,7 @@ KEPT = 3  # copies of what restores replaced, kept in the data directory
 
 
 def _restore(store, args, directory):
-    source, directory = args.file, os.path.expanduser(directory)
+    source = args.file
     copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
 
     def confirm(count):  # once the backup has passed its checks
@@ -5057,15 +5078,14 @@ def main(argv=None, environ=None):
     environ = os.environ if environ is None else environ
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="flood-memory: %(levelname)s: %(message)s")
-    directory = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
     command, failed = args.command, "read"
     if command in PRINTING and hasattr(sys.stdout, "reconfigure"):
         # A redirect or pipe on Windows writes in the ANSI code page: a character it does not
         # hold is written as an escape (\u65e5) rather than ending the command.
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        if command != "import" and not os.path.exists(
-                os.path.join(os.path.expanduser(directory), DB_NAME)):
+        directory, litestream = data_settings(environ)
+        if command != "import" and not os.path.exists(os.path.join(directory, DB_NAME)):
             raise StoreError(f"there is no memory database in {directory}")
         with contextlib.ExitStack() as stack:
             if command == "import":
@@ -5082,12 +5102,11 @@ def main(argv=None, environ=None):
                 format_name, kind, records, report = _import_source(args, stack)
                 records = _Spool(records, spool)
                 _found(format_name, kind, records, report)
-                if args.dry_run and not os.path.exists(os.path.join(
-                        os.path.expanduser(directory), DB_NAME)):
+                if args.dry_run and not os.path.exists(os.path.join(directory, DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"
-            store = stack.enter_context(open_directory(directory))
+            store = stack.enter_context(open_directory(directory, litestream))
             failed = "write"
             if command == "import":
                 return _import(store, args, records, format_name not in ("flood", "official"))

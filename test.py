@@ -2401,13 +2401,22 @@ class LitestreamTest(TempDirTest):
         s.add("written once Litestream replicates")
         self.assertEqual(self.settings(s), (store.WAL_BOUND // 4096, -1))
         self.assertTrue(store.replicated(self.path))
+        # FLOOD_MEMORY_LITESTREAM is read by data_settings alone, and passed in.
         os.environ[store.LITESTREAM_ENV] = "0"
-        self.assertFalse(store.replicated(self.path))
-        s.add("written once told otherwise")
-        self.assertEqual(self.settings(s), (store.WAL_PAGES, store.WAL_BYTES))
+        self.assertTrue(store.replicated(self.path))
+        self.assertEqual(store.data_settings(os.environ)[1], False)
+        self.assertFalse(store.replicated(self.path, False))
+        told = store.open_directory(self.dir, store.data_settings(os.environ)[1])
+        self.addCleanup(told.close)
+        told.add("written once told otherwise")
+        self.assertEqual(self.settings(told), (store.WAL_PAGES, store.WAL_BYTES))
         os.rmdir(self.sign)
         os.environ[store.LITESTREAM_ENV] = "1"
-        self.assertTrue(store.replicated(self.path))
+        self.assertTrue(store.data_settings(os.environ)[1])
+        self.assertTrue(store.replicated(self.path, True))
+        for value in ("", "yes", " 0 "):
+            os.environ[store.LITESTREAM_ENV] = value
+            self.assertEqual(store.data_settings(os.environ)[1], {" 0 ": False}.get(value))
 
     def test_under_litestream_the_store_does_not_checkpoint_a_short_log(self):
         os.mkdir(self.sign)
@@ -3640,14 +3649,16 @@ class SetupTest(TempDirTest):
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
         # FLOOD_MEMORY_DIR is printed absolute, ~ expanded: clients start the server
-        # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~.
+        # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~
+        # (a relative one is refused: test_a_data_directory_that_is_not_absolute_is_refused).
         home = os.path.join(self.dir, "home")
         os.mkdir(home)
+        data = os.path.join(self.dir, "data")
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              cwd=self.dir, env=home_env(home, FLOOD_MEMORY_DIR="relative-data"),
+                              cwd=self.dir, env=home_env(home, FLOOD_MEMORY_DIR=data),
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
-        data = os.path.join(os.path.realpath(self.dir), "relative-data")
+        data = os.path.realpath(data)
         self.assertTrue(os.path.exists(os.path.join(data, store.DB_NAME)))
         after = done.stdout.split("claude_desktop_config.json", 1)[1]
         config, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
@@ -5057,28 +5068,34 @@ class PlatformTest(TempDirTest):
         self.assertIn(f"{sys.executable} is Python 3.10.13", done.stderr)
 
     def test_a_data_directory_that_is_not_absolute_is_refused(self):
+        def directory(value, paths):
+            return store.data_settings({"FLOOD_MEMORY_DIR": value}, paths)[0]
+
         with unittest.mock.patch.dict(os.environ, clear=True):  # no USERPROFILE, no HOME
-            with self.assertRaises(ValueError) as cm:
-                server.data_directory("~/flood/memory", ntpath)
+            with self.assertRaises(store.InvalidInput) as cm:
+                directory("~/flood/memory", ntpath)
             self.assertIn("cannot expand ~ (it has no USERPROFILE)", str(cm.exception))
         with unittest.mock.patch.dict(os.environ, {"USERPROFILE": r"C:\Users\bob"}, clear=True):
-            self.assertEqual(ntpath.normpath(server.data_directory("~/flood/memory", ntpath)),
+            self.assertEqual(ntpath.normpath(directory("~/flood/memory", ntpath)),
                              r"C:\Users\bob\flood\memory")
         for paths, relative in ((ntpath, r"flood\memory"), (posixpath, "flood/memory")):
-            with self.subTest(paths=paths.__name__), self.assertRaises(ValueError) as cm:
-                server.data_directory(relative, paths)
+            with self.subTest(paths=paths.__name__), self.assertRaises(store.InvalidInput) as cm:
+                directory(relative, paths)
             self.assertIn("a relative path", str(cm.exception))
-        self.assertEqual(server.data_directory("/srv/flood", posixpath), "/srv/flood")
-        # Both servers refuse to start with it, in one line, and make nothing.
+        self.assertEqual(directory("/srv/flood", posixpath), "/srv/flood")
+        # Every entry point reads it alike (store.data_settings): both servers, the command
+        # line and setup.py refuse it in the same one line, and make nothing.
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
-        for script in ("server.py", "server_remote.py"):
-            with self.subTest(script=script):
-                done = subprocess.run([sys.executable, os.path.join(HERE, script)], input=b"",
-                                      env=dict(env, FLOOD_MEMORY_DIR="relative-data"),
+        for script, *args in (("server.py",), ("server_remote.py",), ("store.py", "list"),
+                              ("store.py", "import", "-"), ("setup.py", "--no-tests")):
+            with self.subTest(script=script, args=args):
+                done = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
+                                      input=b"", env=dict(env, FLOOD_MEMORY_DIR="relative-data"),
                                       cwd=self.dir, capture_output=True, timeout=60)
                 self.assertEqual(done.returncode, 1, done.stderr)
                 self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
-                self.assertIn(b"FLOOD_MEMORY_DIR is relative-data, a relative path", done.stderr)
+                self.assertIn(b"FLOOD_MEMORY_DIR is relative-data, a relative path: set it to "
+                              b"an absolute path", done.stderr)
                 self.assertEqual(os.listdir(self.dir), [])
 
     def test_a_data_directory_on_a_share_or_in_a_synced_folder_is_warned_about(self):
