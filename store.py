@@ -5,58 +5,54 @@ graph. Only this module speaks SQL.
 and lists back. The `nodes` table is the one source of truth: every other table and index is
 derived from it by SQLite itself, in the same transaction (triggers, and indexes over built-in
 functions only), so that a program writing `nodes` without this module keeps them right too.
-What SQL cannot compute is computed when asked for. The module reads top down:
+What SQL cannot compute is computed when asked for. The module reads top down, the engine
+the servers use first:
 
-- schema: `SCHEMA`, its version, and the upgrade of a file of an older version
 - limits: how much one memory or one call may hold
+- schema: `SCHEMA`, the rules of a row (`_DOOR`), its version, and the upgrade of a file of
+  an older version
 - errors: `StoreError` and its kinds, and `_translated`, the one place where SQLite's errors
   become messages a user can act on
 - words: what FTS5's `porter` tokenizer makes of a text (unicode61 splitting and folding,
   then Porter stemming), so that a search knows which terms the index holds for it
 - values: the checks every argument passes before anything is written
+- checking: what `store.py check` names, and `check --repair` mends
 - connections: `Database`, the per-thread connections, the read and write transactions
   (writers of a process take turns, first come first served), and the checkpoints
 - search: `Search`, FTS5's bm25 (stage one) re-scored from what FTS5 holds (stage two)
 - store: `Store`, links both ways, traversal, access counting, checking, loads, backup and
-  restore
+  restore; `data_settings` and `open_directory`, which the servers start with
+
+then, past one marked boundary, what uses the engine only through its names:
+
 - command line: `python3 store.py list | search | show | edit | forget | tags | stats |
   check | export | import | backup | restore`, the official memory server's format, and
   what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory, Claude Code,
   Gemini CLI)
 """
 
-import argparse
-import array
 import codecs
 import collections
 import concurrent.futures
 import contextlib
 import errno
 import functools
-import gc
-import glob
-import hashlib
 import heapq
 import io
 import itertools
 import json
 import logging
-import marshal
 import math
 import os
 import re
-import shlex
 import shutil
 import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 import uuid
-import zipfile
 import zlib
 from datetime import datetime, timedelta, timezone
 
@@ -554,6 +550,12 @@ def _translated(exc, doing, timeout, path=None):
     return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
 
+def store_py_command(system=None):
+    """store.py as a message gives it to type: after the py launcher on Windows (`system`,
+    os.name, says "nt"), where python3 is often the Microsoft Store's alias, else python3."""
+    return ("py" if (system or os.name) == "nt" else "python3") + " store.py"
+
+
 def _write_trouble(path):
     """Why the database at `path` and its companions cannot be written, when the reason can
     be seen: a full disk, this process's file-size limit, a read-only directory or file."""
@@ -968,6 +970,22 @@ def _record(value, number):
                       _timestamp(value.get("last_accessed") or created, "last_accessed"), count)
     except InvalidInput as exc:
         raise InvalidInput(f"record {number}: {exc}") from None
+
+
+def _said(content, tags):
+    """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
+    memory's source, so that importing again tells a change there from one made here."""
+    said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
+    tags = "\0".join([str(len(content)), *tags]).encode("utf-8", "surrogatepass")
+    return f"{zlib.crc32(tags, said):08x}"
+
+
+def _labelled(source):
+    """(label, what its source said (_said) or None) of the source of an imported memory."""
+    source, said = source or "", (source or "")[-8:]
+    if source[-10:-8] == " @" and len(said) == 8 and not said.strip("0123456789abcdef"):
+        return source[:-10], said
+    return source, None
 
 
 def check_records(values):
@@ -3298,7 +3316,14 @@ def _check_file(path):
                          f"holds {size} (truncated); restore it from a backup")
 
 
+# =============================================================================================
+# The boundary. Above: the engine, which the servers use. Below: the command line and the
+# importers, which use the engine only through its names (Store, open_directory, Record, _tags,
+# ...) and import the modules only they need where they need them: a server's start loads none.
+# =============================================================================================
+
 # ----------------------------------------------------------------------------- command line
+
 
 def reader_gone(exc, system=None):
     """Whether `exc`, raised by a write to standard output, says that its reader has gone:
@@ -3450,13 +3475,20 @@ OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the
 def _official_id(key):
     """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
     one a memory): the namespace is hashed once, the version and variant set in hex digits."""
-    digest = _OFFICIAL_SHA1.copy()
+    digest = _official_namespace().copy()
     digest.update(key.encode("utf-8"))
     h = digest.hexdigest()
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
-_OFFICIAL_SHA1 = hashlib.sha1(OFFICIAL.bytes)
+
+
+@functools.cache
+def _official_namespace():
+    import hashlib  # here, as every module of the command line: servers need none
+    return hashlib.sha1(OFFICIAL.bytes)
+
+
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # RFC 4122's, in one digit
 
 
@@ -3637,7 +3669,7 @@ class _Shaper:
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
-        self.seen = _Seen()  # the ids made so far, as _id_numbers
+        self.seen = set()  # the ids made so far, as _id_numbers
 
     def skip(self, why):
         """Count a memory skipped, and why; None, as `record` gives for it."""
@@ -3677,57 +3709,9 @@ class _Shaper:
                       f"{source[:MAX_SOURCE - 10]} @{_said(content, tags)}", created, created, 0)
 
 
-def _said(content, tags):
-    """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
-    memory's source, so that importing again tells a change there from one made here."""
-    said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
-    tags = "\0".join([str(len(content)), *tags]).encode("utf-8", "surrogatepass")
-    return f"{zlib.crc32(tags, said):08x}"
-
-
-def _labelled(source):
-    """(label, what its source said (_said) or None) of the source of an imported memory."""
-    source, said = source or "", (source or "")[-8:]
-    if source[-10:-8] == " @" and len(said) == 8 and not said.strip("0123456789abcdef"):
-        return source[:-10], said
-    return source, None
-
-
 def _id_number(node_id):
-    """60 bits of a memory id as a number, never 0 (see _Seen)."""
+    """60 bits of a memory id as a number: a set of them takes half the memory of the ids."""
     return int(node_id[:8] + node_id[9:13] + node_id[15:18], 16) | 1
-
-
-class _Seen:
-    """A set of the _id_numbers of an import, in an array (open addressing): a Python set
-    takes four times the memory, and a source of short memories may hold millions."""
-
-    def __init__(self, numbers=()):
-        self.slots, self.n = array.array("Q", bytes(8 * 1024)), 0
-        for number in numbers:
-            self.add(number)
-
-    def _slot(self, number):
-        """Where `number` is, or else the empty slot where it goes."""
-        slots, mask = self.slots, len(self.slots) - 1
-        i = number & mask
-        while slots[i] and slots[i] != number:
-            i = (i + 1) & mask
-        return i
-
-    def __contains__(self, number):
-        return self.slots[self._slot(number)] == number
-
-    def add(self, number):
-        if 2 * (self.n + 1) > len(self.slots):  # at most half full: probes stay short
-            old = self.slots
-            self.slots, self.n = array.array("Q", bytes(16 * len(old))), 0
-            for kept in old:
-                if kept:
-                    self.add(kept)
-        i = self._slot(number)
-        self.n += not self.slots[i]
-        self.slots[i] = number
 
 
 def _source_name(format_name, path):
@@ -3741,6 +3725,7 @@ def _source_name(format_name, path):
 
 def _read_only(path):
     """A read-only connection to the SQLite file `path`; bytes for text, not UTF-8 as it is."""
+    import urllib.parse
     where = os.path.abspath(path).replace(os.sep, "/")
     where = where if where.startswith("/") else "/" + where  # C:/... on Windows
     db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
@@ -3953,6 +3938,7 @@ def _json_export_records(binary, source, report):
 
 def openmemory_records(path, report):
     """The Records of the OpenMemory export zip at `path`, as an iterator."""
+    import zipfile
     shaper, source = _Shaper(report, "openmemory"), _source_name("openmemory", path)
     try:
         with zipfile.ZipFile(path) as archive:
@@ -4336,6 +4322,7 @@ def is_basic_memory(folder):
 def claude_code_folders(path):
     """The Claude Code memory folders at `path`: itself when it holds MEMORY.md, its memory
     folder (a project's), or those of the projects under it (~/.claude/projects, ~/.claude)."""
+    import glob
     for pattern in ("", "memory", os.path.join("*", "memory"),
                     os.path.join("projects", "*", "memory")):
         found = [p for p in glob.glob(os.path.join(glob.escape(path), pattern))
@@ -4364,6 +4351,7 @@ _MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by on
 
 def claude_code_records(path, report):
     """The Records of the Claude Code memory folders at `path`, as an iterator."""
+    import urllib.parse
     shaper = _Shaper(report, "claude-code")
     for folder in claude_code_folders(path) or [path]:
         project = _claude_project(folder)
@@ -4532,7 +4520,8 @@ class _Spool:
     A None among `records` (see _Shaper) is dropped."""
 
     def __init__(self, records, file):
-        self.file, self.n = file, 0
+        import marshal
+        self.file, self.n, self.loads = file, 0, marshal.loads
         self.first = []  # the first three, for samples
         self.sources = set()  # the labels of the sources they name (see _labelled)
         for self.n, record in enumerate(filter(None, records), 1):
@@ -4549,7 +4538,7 @@ class _Spool:
         self.file.seek(0)
         read = self.file.read
         for _ in range(self.n):
-            yield Record(*marshal.loads(read(int.from_bytes(read(4), "little"))))
+            yield Record(*self.loads(read(int.from_bytes(read(4), "little"))))
 
 
 def _export_to(store, target):
@@ -4572,16 +4561,15 @@ def _export_to(store, target):
             os.remove(partial)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a mistake said in one line."""
-
-    def error(self, message):
-        self.exit(2, f"flood-memory: {self.prog.removeprefix('store.py ')}: {message} (see "
-                     f"{self.prog} --help)\n")
-
-
 def _parser():
-    parser = _Parser(prog="store.py", description=(
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # in one line
+            self.exit(2, f"flood-memory: {self.prog.removeprefix('store.py ')}: {message} (see "
+                         f"{self.prog} --help)\n")
+
+    parser = Parser(prog="store.py", description=(
         "Your memories, from the terminal: look through them, correct them, forget them, "
         "and copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default "
         "~/flood/memory); every command is safe while servers run, and looking is not an "
@@ -4673,12 +4661,6 @@ def _json_out(value, **options):
     except (UnicodeEncodeError, LookupError):
         return json.dumps(value, **options)
     return text
-
-
-def store_py_command(system=None):
-    """store.py as a message gives it to type: after the py launcher on Windows (`system`,
-    os.name, says "nt"), where python3 is often the Microsoft Store's alias, else python3."""
-    return ("py" if (system or os.name) == "nt" else "python3") + " store.py"
 
 
 def _say(text=""):
@@ -4786,6 +4768,7 @@ def split_command(text, system=None):
     are literal except before a quote, so that "C:\\Program Files\\x.exe" -n is two words.
     ValueError for a quote left open."""
     if (system or os.name) != "nt":
+        import shlex
         return shlex.split(text)
     words, word, quoted = [], None, False  # word: None between words
     tokens = re.finditer(r'(\\*)"|\\+|[ \t]|[^\\" \t]+', text)
@@ -4857,6 +4840,7 @@ def _edit(store, args, environ):
         store.update(node_id, content=args.content, tags=tags)
         _say(f"flood-memory: edit: saved {node_id}")
         return 0
+    import subprocess
     command = editor_command(environ)
     handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
     kept = False  # whether the file stays, holding what the person wrote
@@ -4984,6 +4968,7 @@ def _restore(store, args, directory):
         _say("flood-memory: restore: nothing was restored")
         return 1
     _say(f"flood-memory: restored {_memories(n)} from {source}; what it replaced is in {copy}")
+    import glob
     older = sorted(glob.glob(os.path.join(glob.escape(directory), "before-restore-*.db")))
     for path in older[:-KEPT]:
         with contextlib.suppress(OSError):
@@ -5042,7 +5027,7 @@ def _import(store, args, records, peer):
     _listed(store, kept, f"{_memories(len(kept))} stored already, changed here since the "
             f"source gave them, {left} as they are (--update takes the source's):")
     if peer:  # what earlier imports of these sources stored that they hold no more is kept
-        seen = _Seen(_id_number(record.id) for record in records)
+        seen = {_id_number(record.id) for record in records}
         gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in seen]
         _listed(store, gone, f"{_memories(len(gone))} imported before from "
                 f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no "
@@ -5091,6 +5076,7 @@ def main(argv=None, environ=None):
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
                 # cycles: the collector's passes over them would find nothing to free.
+                import gc
                 gc.disable()
                 stack.callback(gc.enable)
                 # The whole source is read and checked before the store is opened, so that
