@@ -123,7 +123,7 @@ def _collapsed(content):
 _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
-def _tag_array(value):
+def _sql_tag_array(value):
     """SQL: the tags column value `value` as the rules read it: a JSON array as it is, else
     '[]' (for an array holding a NUL too, which SQLite's JSON functions cut a string at)."""
     return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND NOT "
@@ -134,18 +134,18 @@ def _tag_array(value):
 _NUL_IN = "instr(replace({0}, '\\\\', ''), '\\u0000')"
 
 
-def _tag_rows(memory, rows=""):
+def _sql_tag_rows(memory, rows=""):
     """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old",
     or an alias that `rows`, the start of a FROM clause, defines), one a string of its tags:
     the one rule making node_tags from nodes.tags (triggers, loads, repair and check)."""
     return (f"SELECT j.value, {memory}.rowid, {memory}.created_at FROM {rows}json_each("
-            f"{_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
+            f"{_sql_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
 
 
-def _tags_gone(memory):
-    """SQL: delete the node_tags rows of the memory `memory` (see _tag_rows)."""
+def _sql_untag(memory):
+    """SQL: delete the node_tags rows of the memory `memory` (see _sql_tag_rows)."""
     return (f"DELETE FROM node_tags WHERE node = {memory}.rowid AND tag IN "
-            f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
+            f"(SELECT value FROM json_each({_sql_tag_array(memory + '.tags')}))")
 
 
 # What str.strip() strips (str.isspace), which a tag neither starts nor ends with.
@@ -190,7 +190,7 @@ _DOOR = [
     ("tags", "typeof({0}) <> 'text' OR NOT json_valid({0}) OR json_type({0}) <> 'array'",
      "tags must be a JSON array of strings", ""),
     ("tags", _NUL_IN, "a tag must not hold a NUL character", ""),
-    ("tags", f"json_array_length({_tag_array('{0}')}) > {MAX_TAGS}",
+    ("tags", f"json_array_length({_sql_tag_array('{0}')}) > {MAX_TAGS}",
      f"a memory may have at most {MAX_TAGS} tags", ""),
     ("created_at", "typeof({0}) <> 'text'", "created_at must be text (ISO 8601)",
      "CAST({0} AS TEXT)"),
@@ -199,7 +199,7 @@ _DOOR = [
      "CAST({0} AS TEXT)"),
     ("access_count", "typeof({0}) NOT IN ('integer', 'real', 'null')",
      "access_count must be a number", "coalesce(CAST({0} AS INTEGER), 0)"),
-    *(("tags", f"EXISTS (SELECT 1 FROM json_each({_tag_array('{0}')}) WHERE {test})", rule, "")
+    *(("tags", f"EXISTS (SELECT 1 FROM json_each({_sql_tag_array('{0}')}) WHERE {test})", rule, "")
       for test, _, rule in _TAG_RULES),  # the triggers ask these of each tag at once
 ]
 _LINKS_BROKEN = ("links IS NOT NULL AND (NOT json_valid(links) OR json_type(links) <> 'array' "
@@ -230,7 +230,7 @@ def _refuse(update=False):
         for c, test, rule, _ in _DOOR[:-len(_TAG_RULES)] if not update or c in _REFUSED_ON_UPDATE)
     tags = " ".join(f"WHEN {test} THEN RAISE(ABORT, '{rule}')" for test, _, rule in _TAG_RULES)
     return (f"SELECT CASE {rows} END;\n    SELECT CASE {tags} END FROM json_each("
-            f"{_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};")
+            f"{_sql_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};")
 
 
 def _changed(*columns):
@@ -248,7 +248,7 @@ _DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, cont
 _DISPLACED_GONE = f"""INSERT INTO nodes_fts(nodes_fts, rowid, content)
         SELECT 'delete', rowid, content FROM replaced WHERE id = new.id OR rowid = new.rowid;
     DELETE FROM node_tags WHERE (tag, node) IN (SELECT j.value, r.rowid FROM replaced r,
-        json_each({_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
+        json_each({_sql_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
 _UPDATED = ("id", "content", "tags", "created_at")  # what the derived tables are made of
 _REFUSED_ON_UPDATE = (*_UPDATED, "source")
 
@@ -304,11 +304,11 @@ END;
 CREATE TRIGGER nodes_ai AFTER INSERT ON nodes BEGIN
     {_DISPLACED_GONE}
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
-    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")};
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_sql_tag_rows("new")};
 END;
 CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
     INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
-    {_tags_gone("old")};
+    {_sql_untag("old")};
 END;
 -- Counting an access or editing links fires neither: they change nothing derived, and a
 -- trigger a row counted cost a recall 6% (an odd count or time there is read around, named
@@ -323,8 +323,8 @@ CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BE
         WHERE {_changed("content")};
     INSERT INTO nodes_fts(rowid, content) SELECT new.rowid, new.content
         WHERE {_changed("content")};
-    {_tags_gone("old")} AND {_changed("tags", "created_at")};
-    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")}
+    {_sql_untag("old")} AND {_changed("tags", "created_at")};
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_sql_tag_rows("new")}
         AND {_changed("tags", "created_at")};
 END;
 
@@ -410,7 +410,7 @@ def _upgrade(db, version):
             db.execute(statements[name])
         # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                   f"{_tag_rows('n', 'nodes n, ')} AND instr(n.tags, '\\u0000')")
+                   f"{_sql_tag_rows('n', 'nodes n, ')} AND instr(n.tags, '\\u0000')")
         _fold_tags(db)
         return
     links_owed = version == 1 or version == 6 and db.execute(
@@ -454,7 +454,7 @@ def _fill_tags(db):
     db.execute("DELETE FROM node_tags")
     db.execute("DELETE FROM tags")
     db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-               f"{_tag_rows('n', 'nodes n, ')}")
+               f"{_sql_tag_rows('n', 'nodes n, ')}")
     _fold_tags(db)
 
 
@@ -481,7 +481,7 @@ def _links_to_repair(db):
     rows = db.execute(f"SELECT id, links, {_breaking(*_RULES_OF['links'])} FROM nodes "
                       f"WHERE id IS NOT NULL").fetchall()
     text, broken = {i: t for i, t, _ in rows}, {i for i, _, b in rows if b}
-    links = {node_id: _strings(value) for node_id, value in text.items()}
+    links = {node_id: _column_strings(value) for node_id, value in text.items()}
     repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
                 for i, ts in links.items()}
     for node_id, targets in list(repaired.items()):
@@ -807,8 +807,8 @@ def _window_end(value, name):
     return None if value is None else _timestamp(value, name, "; got")
 
 
-def _strings(text):
-    """The strings of a `tags` or `links` column value, as _tag_array reads tags: none unless
+def _column_strings(text):
+    """The strings of a `tags` or `links` column value, as _sql_tag_array reads tags: none unless
     a JSON array without a NUL (_NUL_IN), and no string holding a lone surrogate."""
     if not isinstance(text, str):
         return []  # NULL, or a BLOB another program wrote
@@ -1026,8 +1026,8 @@ def _node(row):
     # BLOB, by another program (refused in a new row since version 8, not in an update).
     if not isinstance(count, (int, float)) or count != count:
         count = 0
-    return {"id": row[0], "content": row[1], "tags": _strings(row[2]),
-            "links": _strings(row[3]), "source": row[4] or "", "created_at": row[5],
+    return {"id": row[0], "content": row[1], "tags": _column_strings(row[2]),
+            "links": _column_strings(row[3]), "source": row[4] or "", "created_at": row[5],
             "last_accessed": row[6], "access_count": int(max(0, min(count, MAX_INT)))}
 
 
@@ -1047,9 +1047,9 @@ def _folded(tags):
 
 
 @functools.lru_cache(maxsize=1024)
-def _folded_tags(tags_json):
+def _column_folded_tags(tags_json):
     """The tags of a `tags` column value, folded (see _folded)."""
-    return _folded(_strings(tags_json))
+    return _folded(_column_strings(tags_json))
 
 
 def _chunks(items, size=500):
@@ -1057,19 +1057,19 @@ def _chunks(items, size=500):
         yield items[start:start + size]
 
 
-def _marks(items):
+def _qmarks(items):
     return ",".join("?" * len(items))
 
 
-def _carrying(tags, column):
+def _sql_tag_filter(tags, column):
     """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
     tag of `tags` (each the list of its spellings: Store._spellings) remain. Three are joined,
     the rest asked in the last join's condition: many joins exhaust SQLite's planner and MATCH."""
     joined, rest = tags[:3], tags[3:]
-    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_marks(s)})"
+    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_qmarks(s)})"
                   for i, s in enumerate(joined))
     sql += "".join(f" AND EXISTS (SELECT 1 FROM node_tags x{i} WHERE x{i}.tag IN "
-                   f"({_marks(s)}) AND x{i}.node = {column})" for i, s in enumerate(rest))
+                   f"({_qmarks(s)}) AND x{i}.node = {column})" for i, s in enumerate(rest))
     return sql, [t for spellings in (*joined, *rest) for t in spellings]
 
 
@@ -1082,17 +1082,17 @@ def _carrying(tags, column):
 
 def _fitted_tags(values):
     """`values` (another program's) made tags that every rule takes: control characters made
-    spaces, each cut to MAX_TAG_LENGTH (_as_tag), what is then empty or not Unicode text or
+    spaces, each cut to MAX_TAG_LENGTH (_fitted_tag), what is then empty or not Unicode text or
     not a string left out, each once whatever its case, MAX_TAGS at most."""
     made = {}
     for value in values if isinstance(values, list) else ():
-        tag = _as_tag(value) if isinstance(value, str) else ""
+        tag = _fitted_tag(value) if isinstance(value, str) else ""
         if tag and not _SURROGATE.search(tag):
             made.setdefault(tag.casefold(), tag)
     return list(made.values())[:MAX_TAGS]
 
 
-def _as_tag(text):
+def _fitted_tag(text):
     """`text` made a tag that remember takes: control characters made spaces, cut to length."""
     return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
@@ -1100,7 +1100,7 @@ def _as_tag(text):
 def _derived_problems(db):
     """Where node_tags and tags disagree with the memories' tags, in words."""
     problems = []
-    expected = _tag_rows("n", "nodes n, ")
+    expected = _sql_tag_rows("n", "nodes n, ")
     kept = "SELECT tag, node, created_at FROM node_tags"
     if db.execute(f"SELECT EXISTS ({expected} EXCEPT {kept}) OR "
                   f"EXISTS ({kept} EXCEPT {expected})").fetchone()[0]:
@@ -1136,7 +1136,7 @@ def _rule_breakers(db):
                   "characters: correct them with edit, or forget them)"].append(
                 node_id or f"rowid {rowid}")
         if node_id is not None:
-            links[node_id] = _strings(text)
+            links[node_id] = _column_strings(text)
     for node_id, targets in links.items():
         if node_id in targets:
             found["memories linking to themselves"].append(node_id)
@@ -1150,7 +1150,7 @@ def _rule_breakers(db):
         for node_id, content, tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes WHERE rowid "
                 f"IN ({rowids}) AND id IS NOT NULL ORDER BY rowid"):
-            key = (_collapsed(content), _folded_tags(tags))
+            key = (_collapsed(content), _column_folded_tags(tags))
             if key in first:
                 found[f"memories repeating an older one exactly: forget them "
                       f"({store_py_command()} forget ID)"].append(node_id)
@@ -1498,7 +1498,7 @@ def _asks_when(query):
 # "recently"). "May" and "March" count only next to a number (they are words too), and
 # month abbreviations only before one. For lowered text (cheaper than asking the expression
 # to ignore case). Asked when, the answer is likely a memory that gives a time: stage two
-# weighs those WHEN more.
+# weighs those SAYS_WHEN_WEIGHT more.
 _SAYS_WHEN = re.compile(
     r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
@@ -1633,18 +1633,18 @@ SUPERSEDED = 15                 # the best memories compared for restating an ol
 SAME_STATE = 0.2                # ...when this share of their terms is the same
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
 PRECEDER = 0.2                  # ...and to the one memory stored just before it
-WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
+SAYS_WHEN_WEIGHT = 0.3          # stage two: asked "when", one that says when weighs this much more
 LENDERS = 10                    # stage-two matches that lend
 RARE = 16                       # a word held by this many memories or fewer is rare...
-NEAR_PROBES = 4                 # ...and remember's hint asks FTS5 about this many words at most
+SIMILAR_PROBES = 4              # ...and remember's similar list asks FTS5 about this many words
 COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones,
 COMMON_RENEWED = 1_000          # ...found anew every this many remembers (forgets make words rare)
-NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
-NEAR_SHARED = 2                 # ...and at least this many of them in common
-NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
-NEAR_CANDIDATES = 3             # ...and the memories sharing the most of them that are
-NEAR_LISTED = 3                 # similar memories listed at most...
-NEAR_SHOWN = 120                # ...each with this many characters of its content
+SIMILAR_JACCARD = 0.42          # similar memories: distinctive terms this similar...
+SIMILAR_SHARED = 2              # ...and at least this many of them in common
+SIMILAR_RARE = 2                # rare terms a memory must share to be compared at all...
+SIMILAR_CANDIDATES = 3          # ...and the memories sharing the most of them that are
+SIMILAR_LISTED = 3              # similar memories listed at most...
+SIMILAR_SHOWN = 120             # ...each with this many characters of its content
 
 
 def _idf(df, n, name=False):
@@ -1686,7 +1686,7 @@ def _select_in(db, sql, keys):
     as SQLite limits the parameters of a statement."""
     keys = list(keys)
     for chunk in _chunks(keys):
-        yield from db.execute(f"{sql} ({_marks(chunk)})", chunk)
+        yield from db.execute(f"{sql} ({_qmarks(chunk)})", chunk)
 
 
 def _window(since, until, column="created_at"):
@@ -1702,11 +1702,11 @@ def _doc_counts(db, terms):
     return dict(_select_in(db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN", terms))
 
 
-def _similar(near, n, words):
+def _most_similar(near, n, words):
     """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
     characters and `words`, closest first: [{"id", "content"}], the content cut to
-    NEAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms (those of their
-    words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common,
+    SIMILAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms (those of their
+    words that are not stopwords) is SIMILAR_JACCARD or more, with SIMILAR_SHARED terms in common,
     and neither is four times as long as the other. Compared after the new memory is written,
     outside its transaction: comparing may read long texts."""
     mine = set(stems(list(_distinctive(words)))) if near else set()  # none: nothing to stem
@@ -1719,18 +1719,18 @@ def _similar(near, n, words):
             continue
         words = _distinctive(tokenize(text))
         common = len(mine.intersection(stems([w for w in words if w.startswith(prefixes)])))
-        if common < NEAR_SHARED:
+        if common < SIMILAR_SHARED:
             continue
         # Their distinct words bound their distinct terms from above: stem them all only
         # when the bound cannot tell.
-        most = common * (1 + NEAR_JACCARD) / NEAR_JACCARD - len(mine)
+        most = common * (1 + SIMILAR_JACCARD) / SIMILAR_JACCARD - len(mine)
         size = len(words) if len(words) <= most else len(set(stems(list(words))))
         similarity = common / (len(mine) + size - common)
-        if similarity >= NEAR_JACCARD:
+        if similarity >= SIMILAR_JACCARD:
             close.append((similarity, node_id, text))
     close.sort(reverse=True)
-    return [{"id": node_id, "content": text[:NEAR_SHOWN]}
-            for _, node_id, text in close[:NEAR_LISTED]]
+    return [{"id": node_id, "content": text[:SIMILAR_SHOWN]}
+            for _, node_id, text in close[:SIMILAR_LISTED]]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1741,9 +1741,9 @@ def _tag_terms(tag):
 
 
 @functools.lru_cache(maxsize=4096)
-def _labels(tags_json):
+def _column_tag_terms(tags_json):
     """The terms of each tag of a tags column value (_tag_terms)."""
-    return tuple(map(_tag_terms, _strings(tags_json)))
+    return tuple(map(_tag_terms, _column_strings(tags_json)))
 
 
 def _moment(text):
@@ -1813,7 +1813,7 @@ class Search:
         memories carrying such a tag for each term, among those carrying the tags and created
         in the window)."""
         counts, rowids = {}, []
-        joins, parameters = _carrying(self.tags, "a.node")
+        joins, parameters = _sql_tag_filter(self.tags, "a.node")
         window, ends = _window(self.since, self.until, "a.created_at")
         for term in self.terms:
             found = _tags_holding(self.db, term)
@@ -1821,14 +1821,14 @@ class Search:
                 counts[term] = sum(n for _, n in found)
                 rowids += [r for (r,) in self.db.execute(
                     f"SELECT DISTINCT a.node FROM node_tags a{joins} WHERE a.tag IN "
-                    f"({_marks(found)}){window} ORDER BY a.created_at DESC LIMIT ?",
+                    f"({_qmarks(found)}){window} ORDER BY a.created_at DESC LIMIT ?",
                     (*parameters, *(tag for tag, _ in found), *ends, RERANK_DEPTH))]
         return counts, rowids
 
     def dated(self):
         """(how many memories were created in the time the question names, the rowids of the
         newest RERANK_DEPTH of them carrying the tags and created in the window)."""
-        joins, parameters = _carrying(self.tags, "n.rowid")
+        joins, parameters = _sql_tag_filter(self.tags, "n.rowid")
         window, ends = _window(self.since, self.until, "n.created_at")
         held = self.db.execute("SELECT count(*) FROM nodes WHERE created_at >= ? AND "
                                "created_at < ?", self.times).fetchone()[0]
@@ -1840,7 +1840,7 @@ class Search:
     def _where(self, column):
         """(SQL, parameters) of joins that keep only the memories at `column` that carry the
         tags and were created in the window."""
-        sql, parameters = _carrying(self.tags, column)
+        sql, parameters = _sql_tag_filter(self.tags, column)
         if self.since is not None or self.until is not None:
             window, ends = _window(self.since, self.until, "w.created_at")
             sql += f" JOIN nodes w ON w.rowid = {column}{window} AND {column} BETWEEN ? AND ?"
@@ -1888,7 +1888,7 @@ class Search:
         wanted = set(terms)
         for rowid, words, length, tagged, *rest in read:
             counted = collections.Counter(itertools.islice(found, len(words)))
-            labels = _labels(tagged)
+            labels = _column_tag_terms(tagged)
             for label in labels:
                 for term in label & wanted if not label.isdisjoint(wanted) else ():
                     counted[term] += TAG_WEIGHT
@@ -1923,7 +1923,7 @@ class Search:
     def rank(self, limit):
         """Stage two: score stage one's candidates with RERANK_K1/B, a tag holding a query
         word counting as TAG_WEIGHT occurrences of it, and one created in the time named as
-        holding a term of TIME_WEIGHT; those saying when weigh WHEN more if asked when
+        holding a term of TIME_WEIGHT; those saying when weigh SAYS_WHEN_WEIGHT more if asked
         (_SAYS_WHEN), and the newer more (NEWER, NEWER_NOW). Then the LENDERS best lend
         FOLLOWERS and PRECEDER of their score to the memories stored next to them that carry
         the same tags: memories stored together share a context (after a matching question,
@@ -1963,7 +1963,7 @@ class Search:
                 if moment and self.anchor:
                     age = max(0, (self.anchor - moment).days)  # a day apart at least
                     weight *= 1 + newer * 0.5 ** (age / NEWER_DAYS)
-                scores[r] = weight * (1 + WHEN if r in says_when else 1)
+                scores[r] = weight * (1 + SAYS_WHEN_WEIGHT if r in says_when else 1)
             return scores, features
 
         scores, features = score(candidates)
@@ -1989,11 +1989,11 @@ class Search:
                                        (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
-            context, asks = _folded_tags(features[lender].tags), features[lender].asks
+            context, asks = _column_folded_tags(features[lender].tags), features[lender].asks
             neighbours = [(share, r, asks) for share, r in zip(FOLLOWERS, following)]
             neighbours += [(PRECEDER, r, False) for r in before]
             for share, rowid, answer in neighbours:
-                if _folded_tags(stored[rowid]) == context:
+                if _column_folded_tags(stored[rowid]) == context:
                     lent[rowid] += share * scores[lender]
                     # Just below the lender: one stored after it must not pass it on the
                     # tie-break (newer first) either.
@@ -2024,7 +2024,7 @@ class Search:
         best = heapq.nsmallest(SUPERSEDED, scores, key=lambda r: (-scores[r], r))
         contents = self._contents(best)
         terms = {r: set(stems(list(_distinctive(tokenize(contents[r]))))).union(
-            *_labels(features[r].tags)) for r in best}
+            *_column_tag_terms(features[r].tags)) for r in best}
         moments = {r: _moment(features[r].created) for r in best}
         best = sorted((r for r in best if moments[r]), key=moments.get)
         for i, newer in enumerate(best):
@@ -2054,8 +2054,9 @@ class Store:
         self._uncounted = {}
         self._uncounted_lock = threading.Lock()
         self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
-        self._hints, self._hints_asked, self._hints_lock = None, 0, threading.Lock()  # _hinter
-        self._common = set()  # words the hint found held by more than RARE memories (_near)
+        self._similar_threads, self._similar_lock = None, threading.Lock()  # _similar_pool
+        self._similar_asked = 0
+        self._common = set()  # words held by more than RARE memories (_similar_candidates)
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -2080,10 +2081,10 @@ class Store:
         Using the store again reopens it."""
         if self._uncounted:
             self.count_accesses()
-        with self._hints_lock:
-            hints, self._hints = self._hints, None
-        if hints is not None:
-            hints.shutdown()
+        with self._similar_lock:
+            threads, self._similar_threads = self._similar_threads, None
+        if threads is not None:
+            threads.shutdown()
         self.db.close()
 
     def close_thread(self):
@@ -2217,7 +2218,7 @@ class Store:
         tags, limit = _tags(tags), _int(limit, "limit", 1, 1_000_000)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         with self.db.errors("list the memories"):
-            return self._read_counted("rowid", self._newest(tags, since, until, limit, 0),
+            return self._read_counted("rowid", self._newest_rowids(tags, since, until, limit, 0),
                                       count=False)
 
     def tag_counts(self):
@@ -2317,11 +2318,11 @@ class Store:
         An exact duplicate (the same content once runs of spaces are collapsed, the same tags
         in any order and case) is not stored again: the stored one comes back, marked
         "already_remembered" and given the links. Stored memories very close to a new one
-        are listed under "similar" (see _similar), never merged."""
+        are listed under "similar" (see _most_similar), never merged."""
         content, tags, skipped = _content(content), _tags(tags), []
         links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
-        words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
+        words = tokenize(content)  # here: a thread holding the GIL stalls another
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
@@ -2340,31 +2341,32 @@ class Store:
             _fold_tags(db)
             # Asked now, to read while the commit syncs: asked before, its Python held up
             # this thread's statements.
-            hint = self._hinter().submit(self._hint, words)
+            similar = self._similar_pool().submit(self._look_for_similar, words)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         try:
-            similar = _similar([(i, text) for i, text in hint.result() if i != node_id],
-                               len(content), words)
+            similar = _most_similar([(i, text) for i, text in similar.result()
+                                     if i != node_id], len(content), words)
             if similar:
                 node["similar"] = similar
         except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
-            _warn_once(f"remember's hint of similar memories failed: {exc}")
+            _warn_once(f"remember's look for similar memories failed: {exc}")
         return _with_skipped(node, "remember", skipped)
 
-    def _hinter(self):
-        """The threads that look for the memories a new one is very close to (see _hint)."""
-        with self._hints_lock:
-            if self._hints is None:
-                self._hints = concurrent.futures.ThreadPoolExecutor(2, "flood-memory-hint")
-            return self._hints
+    def _similar_pool(self):
+        """The threads that look for the memories a new one is very close to."""
+        with self._similar_lock:
+            if self._similar_threads is None:
+                self._similar_threads = concurrent.futures.ThreadPoolExecutor(
+                    2, "flood-memory-similar")
+            return self._similar_threads
 
-    def _hint(self, words):
-        """_near, in a thread and a read transaction of its own while the new memory's commit
-        syncs: FTS5's lookups of its words (each opens every segment) then cost a remember
-        little. The snapshot may already hold the new memory (add leaves it out)."""
+    def _look_for_similar(self, words):
+        """_similar_candidates, in a thread and a read transaction of its own while the new
+        memory's commit syncs: FTS5's lookups of its words (each opens every segment) then
+        cost a remember little. The snapshot may hold the new memory (add leaves it out)."""
         with self.db.errors("look for similar memories"), self.db.read() as db:
-            return self._near(db, words)
+            return self._similar_candidates(db, words)
 
     def _exact_duplicate(self, db, content, tags):
         """The id of the oldest stored memory that `content` and `tags` duplicate exactly
@@ -2374,7 +2376,7 @@ class Store:
         for node_id, stored, stored_tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes "
                 f"WHERE {_SAME_KEY} ORDER BY rowid", (content,)):
-            if _collapsed(stored) == text and _folded_tags(stored_tags) == tagged:
+            if _collapsed(stored) == text and _column_folded_tags(stored_tags) == tagged:
                 return node_id
         return None
 
@@ -2391,29 +2393,31 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-    def _near(self, db, words):
+    def _similar_candidates(self, db, words):
         """[(id, content)] of the stored memories that a new one of `words` may be very close
-        to (see _similar): the NEAR_CANDIDATES sharing the most rare words with it (held by
-        RARE memories or fewer), NEAR_RARE at least, asked of FTS5 for its NEAR_PROBES longest
-        distinctive words not known to be common (those held by more than RARE are kept as
-        such). Words, not terms: most remembers find nothing near, and then stem nothing."""
+        to (see _most_similar): the SIMILAR_CANDIDATES sharing the most rare words with it
+        (held by RARE memories or fewer), SIMILAR_RARE at least, asked of FTS5 for its
+        SIMILAR_PROBES longest distinctive words not known to be common (those held by more
+        than RARE are kept as such). Words, not terms: most remembers find nothing near, and
+        then stem nothing."""
         distinct = _distinctive(words)
-        if len(distinct) < NEAR_SHARED:
+        if len(distinct) < SIMILAR_SHARED:
             return []
-        probes = sorted(distinct - self._common, key=lambda w: (-len(w), w))[:NEAR_PROBES]
+        probes = sorted(distinct - self._common, key=lambda w: (-len(w), w))[:SIMILAR_PROBES]
         asked = " UNION ALL ".join(f"SELECT {i}, rowid FROM (SELECT rowid FROM nodes_fts "
                                    f"WHERE nodes_fts MATCH ? LIMIT {RARE + 1})"
                                    for i in range(len(probes)))
         holders = collections.defaultdict(list)
         for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
             holders[probe].append(holder)
-        self._hints_asked += 1
-        if len(self._common) > COMMON_KEPT or self._hints_asked % COMMON_RENEWED == 0:
+        self._similar_asked += 1
+        if len(self._common) > COMMON_KEPT or self._similar_asked % COMMON_RENEWED == 0:
             self._common.clear()  # whoever deleted or changed memories since, it is right again
         self._common.update(probes[i] for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)
-        near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
+        near = heapq.nlargest(SIMILAR_CANDIDATES, [r for r, k in shared.items()
+                                                   if k >= SIMILAR_RARE],
                               key=lambda r: (shared[r], r))
         return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
                                "NULL AND rowid IN", near))
@@ -2489,7 +2493,7 @@ class Store:
         read into Python: a memory thousands link to holds a long list."""
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?1) "
-                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND id IN ({_marks(chunk)})",
+                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND id IN ({_qmarks(chunk)})",
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):
@@ -2498,7 +2502,7 @@ class Store:
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
-                       f"json_valid(links) AND id IN ({_marks(chunk)})",
+                       f"json_valid(links) AND id IN ({_qmarks(chunk)})",
                        (node_id, f'"{node_id}"', *chunk))
 
     # -- search
@@ -2526,7 +2530,7 @@ class Store:
                 rowids = [rowid for _, rowid in self.rank(
                     words, tags, offset + limit, since, until, question)][offset:]
             else:
-                rowids = self._newest(tags, since, until, limit, offset)
+                rowids = self._newest_rowids(tags, since, until, limit, offset)
             return self._read_counted("rowid", rowids, fit, count=count)
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, question=Question()):
@@ -2582,7 +2586,7 @@ class Store:
             out["tags"] = []
             for n, (tag, spellings) in enumerate(zip(tags, self._spellings(db, tags))):
                 held = db.execute(f"SELECT total(memories) FROM tags WHERE tag IN "
-                                  f"({_marks(spellings)})", spellings).fetchone()[0]
+                                  f"({_qmarks(spellings)})", spellings).fetchone()[0]
                 closest = [] if held or n >= CLOSEST_TAGS else self._closest_tags(db, tag)
                 out["tags"].append({"tag": tag, "memories": int(held), "closest": closest})
         return out
@@ -2613,7 +2617,7 @@ class Store:
             named.setdefault(spelling.casefold(), spelling)
         return list(named.values())[:CLOSEST_TAGS]
 
-    def _newest(self, tags, since, until, limit, offset):
+    def _newest_rowids(self, tags, since, until, limit, offset):
         """The rowids of the newest memories carrying every tag, created in the window: from
         the rarest tag's entries in node_tags (the other tags checked per memory), or from
         nodes_created without tags, both ordered by time, so neither reads outside the window."""
@@ -2626,13 +2630,13 @@ class Store:
         spellings = self._spellings(db, tags)
         if not all(spellings):
             return []
-        counts = sorted((db.execute(f"SELECT sum(memories) FROM tags WHERE tag IN ({_marks(s)})",
+        counts = sorted((db.execute(f"SELECT sum(memories) FROM tags WHERE tag IN ({_qmarks(s)})",
                                     s).fetchone()[0], s) for s in spellings)
         first, others = counts[0][1], [s for _, s in counts[1:]]
         sql = (f"SELECT DISTINCT node, created_at FROM node_tags a WHERE tag IN "
-               f"({_marks(first)}){window}" +
+               f"({_qmarks(first)}){window}" +
                "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.node = a.node "
-                       f"AND t{i}.tag IN ({_marks(s)}))" for i, s in enumerate(others)) +
+                       f"AND t{i}.tag IN ({_qmarks(s)}))" for i, s in enumerate(others)) +
                " ORDER BY created_at DESC, node DESC LIMIT ? OFFSET ?")
         return [r for r, _ in db.execute(sql, (*first, *bounds, *(t for s in others for t in s),
                                                limit, offset))]
@@ -2667,7 +2671,7 @@ class Store:
         for distance in range(1, depth + 1):
             met = []
             for links in frontier:
-                for target in _strings(links):
+                for target in _column_strings(links):
                     if target not in distances:
                         distances[target] = distance
                         met.append(target)
@@ -2994,7 +2998,7 @@ class _Load:
         # In the order of the index: inserted in the order of the memories, each row went
         # somewhere else in it (three times as long).
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                   f"{_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
+                   f"{_sql_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
         db.executemany("INSERT INTO tags (tag, memories) VALUES (?, ?) ON CONFLICT (tag) DO "
                        "UPDATE SET memories = memories + excluded.memories", tags.items())
         for name, statement in _statements(SCHEMA):
@@ -3012,9 +3016,9 @@ class _Load:
             [r.id for r in records])}, []
         for r in records:
             content, tags, source = stored[r.id]
-            same = content == r.content and _strings(tags) == r.tags
+            same = content == r.content and _column_strings(tags) == r.tags
             take = not same and (self.update is True or self.update == "changed" and
-                                 _labelled(source)[1] == _said(content, _strings(tags)))
+                                 _labelled(source)[1] == _said(content, _column_strings(tags)))
             (self.kept if not (same or take) and self.update == "changed" else
              self.differ if not same else []).append(r.id)
             if take or self.update == "changed" and source != r.source:
@@ -3051,7 +3055,7 @@ class _Load:
 def _extended(text, ids):
     """The links column value `text` with those of `ids` it lacks after its own, or None if
     it lacks none. Without a backslash in it, no id needs escaping: _id_list writes it."""
-    had = _strings(text) if text != "[]" else []  # "[]": most memories a load links to
+    had = _column_strings(text) if text != "[]" else []  # "[]": most memories a load links to
     there = set(had)
     more = [i for i in ids if i not in there]
     plain = not isinstance(text, str) or "\\" not in text
@@ -3481,8 +3485,6 @@ def _official_id(key):
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
-
-
 @functools.cache
 def _official_namespace():
     import hashlib  # here, as every module of the command line: servers need none
@@ -3518,7 +3520,7 @@ def official_records(entries, source, report):
                 if name in entities:
                     report["skipped", "entity line", "entity lines",
                            "repeating a name (observations merged)"] += 1
-                created = _when(value.get("createdAt"))
+                created = _foreign_time(value.get("createdAt"))
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
@@ -3537,7 +3539,7 @@ def official_records(entries, source, report):
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:
                     report["skipped", "repeated relation", "repeated relations", ""] += 1
-                relations.setdefault(key, _when(value.get("createdAt")))
+                relations.setdefault(key, _foreign_time(value.get("createdAt")))
             else:
                 report["skipped", "line", "lines", "with no type" if kind is None else
                        f"of another type ({_shorten(kind, 30)})"] += 1
@@ -3563,7 +3565,7 @@ def _official_memories(entities, relations, source, report):
         # (counted, once a name) rather than refusing the file for them.
         for name in names:
             if name not in seen:
-                seen[name] = _as_tag(name)  # the names are stripped: changed only if it must be
+                seen[name] = _fitted_tag(name)  # stripped names: changed only if it must be
                 if seen[name] != name:
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
@@ -3618,7 +3620,7 @@ def _official_name(value, key):
     return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
-def _when(created):
+def _foreign_time(created):
     """A time another program wrote (ISO 8601 text, or seconds or milliseconds since 1970),
     in the stored form, or None: a field in another form is not ours to refuse a file for."""
     if created is None or isinstance(created, bool):
@@ -3661,11 +3663,11 @@ def _when(created):
 UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
 
 
-class _Shaper:
+class _RecordMaker:
     """The Records of one import from another memory server, made by the official import's
     rules: content too long is cut with a note, tags are cleaned, what was changed and what
     was skipped is counted in `report`, a key that came before is skipped, a source ends in
-    what it said (_said). A reader yields what `record` gives, None too: _Spool drops it."""
+    what it said (_said). A reader yields what `record` gives, None too (then dropped)."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
@@ -3694,7 +3696,7 @@ class _Shaper:
                         f"with a note"] += 1
         made = {}
         for tag in tags:
-            cleaned = _as_tag(tag)
+            cleaned = _fitted_tag(tag)
             if cleaned != tag.strip():
                 self.report["changed", "tag", "tags", "made shorter, or without control "
                             "characters"] += 1
@@ -3758,7 +3760,7 @@ def _split_tags(value):
 
 def mcp_memory_service_records(path, report):
     """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
-    shaper = _Shaper(report, "mcp-memory-service")
+    maker = _RecordMaker(report, "mcp-memory-service")
     source = _source_name("mcp-memory-service", path)
     try:
         with contextlib.closing(_read_only(path)) as db:
@@ -3776,16 +3778,16 @@ def mcp_memory_service_records(path, report):
                     report["memories"] += 1
                     texts = [_decoded(v) for v in (key, content, tags)]
                     if deleted is not None:
-                        shaper.skip("deleted there")
+                        maker.skip("deleted there")
                     elif newer:
-                        shaper.skip("replaced there by a newer version")
+                        maker.skip("replaced there by a newer version")
                     elif None in texts[:2] or tags is not None and texts[2] is None:
-                        shaper.skip("with no content_hash or content, or text that is not "
-                                    "UTF-8")
+                        maker.skip("with no content_hash or content, or text that is not "
+                                   "UTF-8")
                     else:
-                        yield shaper.record((texts[0],), texts[1], _split_tags(texts[2]),
-                                            _when(created) or _when(_decoded(created_iso)),
-                                            source)
+                        yield maker.record((texts[0],), texts[1], _split_tags(texts[2]),
+                                           _foreign_time(created) or
+                                           _foreign_time(_decoded(created_iso)), source)
     except sqlite3.Error as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
                            f"database: {exc}") from None
@@ -3919,7 +3921,7 @@ def _json_members(stream, wanted, keys=None):
 
 def _json_export_records(binary, source, report):
     """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
-    shaper, keys = _Shaper(report, "mcp-memory-service"), set()
+    maker, keys = _RecordMaker(report, "mcp-memory-service"), set()
     for _, item in _json_members(_text_stream(binary), {"memories": (
             "content_hash", "content", "tags", "created_at", "created_at_iso")}, keys):
         if not isinstance(item, dict):
@@ -3927,11 +3929,11 @@ def _json_export_records(binary, source, report):
         report["memories"] += 1
         tags, content_hash = item.get("tags"), item.get("content_hash")
         if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
-            shaper.skip("without content_hash or content")
+            maker.skip("without content_hash or content")
             continue
-        yield shaper.record((content_hash,), item["content"], _split_tags(tags),
-                            _when(item.get("created_at")) or _when(item.get("created_at_iso")),
-                            source)
+        yield maker.record((content_hash,), item["content"], _split_tags(tags),
+                           _foreign_time(item.get("created_at")) or
+                           _foreign_time(item.get("created_at_iso")), source)
     if "memories" not in keys:
         raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s export')
 
@@ -3939,7 +3941,7 @@ def _json_export_records(binary, source, report):
 def openmemory_records(path, report):
     """The Records of the OpenMemory export zip at `path`, as an iterator."""
     import zipfile
-    shaper, source = _Shaper(report, "openmemory"), _source_name("openmemory", path)
+    maker, source = _RecordMaker(report, "openmemory"), _source_name("openmemory", path)
     try:
         with zipfile.ZipFile(path) as archive:
             member = next((i for i in archive.infolist() if not i.is_dir() and
@@ -3965,32 +3967,32 @@ def openmemory_records(path, report):
                 elif key == "memories" and not names.keys() <= keys:
                     later = True
                 elif key == "memories":
-                    yield _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(maker, value, names, source, report)
             for key, value in members() if later else ():
                 if key == "memories":
-                    yield _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(maker, value, names, source, report)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
             NotImplementedError, RuntimeError) as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
 
 
-def _openmemory_record(shaper, memory, names, source, report):
+def _openmemory_record(maker, memory, names, source, report):
     """The Record of one memory of memories.json, or None if it is not kept."""
     if not isinstance(memory, dict):
         raise InvalidInput("memories.json's memories must be an array of objects")
     report["memories"] += 1
     state = memory.get("state")
     if state not in ("active", "paused"):
-        return shaper.skip(f"{state} there" if state in ("archived", "deleted") else
-                           "in no state it knows")
+        return maker.skip(f"{state} there" if state in ("archived", "deleted") else
+                          "in no state it knows")
     if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
-        return shaper.skip("without id or content")
+        return maker.skip("without id or content")
     categories, app = memory.get("category_ids"), memory.get("app_id")
     tags = [names["categories"].get(c) for c in categories
             if isinstance(c, str)] if isinstance(categories, list) else []
     tags.append(names["apps"].get(app) if isinstance(app, str) else None)
-    return shaper.record((memory["id"],), memory["content"], [t for t in tags if t],
-                         _when(memory.get("created_at")), source)
+    return maker.record((memory["id"],), memory["content"], [t for t in tags if t],
+                        _foreign_time(memory.get("created_at")), source)
 
 
 def _files(folder, report):
@@ -4247,7 +4249,7 @@ def _observation(text):
 
 def basic_memory_records(folder, report):
     """The Records of the basic-memory notes under `folder`, as an iterator."""
-    shaper, source = _Shaper(report, "basic-memory"), _source_name("basic-memory", folder)
+    maker, source = _RecordMaker(report, "basic-memory"), _source_name("basic-memory", folder)
     # [(permalink, title, created, reach, relations)]; name -> note; permalink -> suffixes
     notes, named, taken = [], {}, {}
     for path, relative in _files(folder, report):
@@ -4271,7 +4273,7 @@ def basic_memory_records(folder, report):
                 permalink = f"{base}-{taken[base]}"
         taken[permalink] = 0
         tags = _field_tags(fields.get("tags"))
-        created = _when(_field_text(fields.get("created"))) or _mtime(path)
+        created = _foreign_time(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)
         report["observations"] += len(observations)
         hub = len(observations) > OFFICIAL_LINKED
@@ -4280,12 +4282,12 @@ def basic_memory_records(folder, report):
             # Its text, but for a first heading that only repeats the title.
             body = re.sub(r"\A\s*#[ \t]+(\S.*)\n", lambda m: "" if m.group(1).strip() == title
                           else m.group(0), body)
-            own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
-                                not hub else title, tags, created, source)
-            yield own  # None if skipped (_Spool drops it)
+            own = maker.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
+                               not hub else title, tags, created, source)
+            yield own  # None if skipped (_SpooledRecords drops it)
         reach = {}
         for category, content, context, own_tags in observations:
-            record = shaper.record((permalink, category, content), f"{title}: {content}" + (
+            record = maker.record((permalink, category, content), f"{title}: {content}" + (
                 f" ({context})" if context else ""), tags + own_tags, created, source,
                 [own.id] if own else ())
             if record:
@@ -4303,9 +4305,9 @@ def basic_memory_records(folder, report):
             if other is None:
                 report["skipped", "relation", "relations", "to a note not in the folder"] += 1
                 continue
-            yield shaper.record((permalink, kind, other[0]),
-                                f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
-                                created, source, dict.fromkeys(reach + other[3]))
+            yield maker.record((permalink, kind, other[0]),
+                               f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
+                               created, source, dict.fromkeys(reach + other[3]))
 
 
 def is_basic_memory(folder):
@@ -4352,7 +4354,7 @@ _MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by on
 def claude_code_records(path, report):
     """The Records of the Claude Code memory folders at `path`, as an iterator."""
     import urllib.parse
-    shaper = _Shaper(report, "claude-code")
+    maker = _RecordMaker(report, "claude-code")
     for folder in claude_code_folders(path) or [path]:
         project = _claude_project(folder)
         source = f"claude-code: {project}"
@@ -4378,14 +4380,14 @@ def claude_code_records(path, report):
             metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
             kind = _field_text(fields.get("type")) or _field_text(metadata.get("type"))
             title = _field_text(fields.get("name")) or titles.get(relative) or relative[:-3]
-            created = _when(_field_text(fields.get("created"))) or _mtime(file)
+            created = _foreign_time(_field_text(fields.get("created"))) or _mtime(file)
             statements = [s for kind_of, s in _blocks(body) if s.strip()] or \
                 [_field_text(fields.get("description")) or ""]
             first = None
             for statement in statements:
-                record = shaper.record((project, relative, statement.strip()),
-                                       f"{title}: {statement.strip()}", [kind or "", project],
-                                       created, source, [first] if first else ())
+                record = maker.record((project, relative, statement.strip()),
+                                      f"{title}: {statement.strip()}", [kind or "", project],
+                                      created, source, [first] if first else ())
                 if record:
                     report["memories"] += 1
                     first = first or record.id
@@ -4406,12 +4408,13 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    shaper, source, created = _Shaper(report, "gemini"), _source_name("gemini", file), _mtime(file)
+    maker, source = _RecordMaker(report, "gemini"), _source_name("gemini", file)
+    created = _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
             report["memories"] += 1
-            yield shaper.record((project, os.path.basename(file), item.strip()), item,
-                                ["gemini"] + [project] * (project != "global"), created, source)
+            yield maker.record((project, os.path.basename(file), item.strip()), item,
+                               ["gemini"] + [project] * (project != "global"), created, source)
 
 
 _GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
@@ -4514,10 +4517,10 @@ def _memories(n):
     return f"{n:,} memory" if n == 1 else f"{n:,} memories"
 
 
-class _Spool:
+class _SpooledRecords:
     """Records kept in the binary file `file` (in marshal's form, faster to read back than
     JSON) and read back once: an import's checked records wait on disk rather than in memory.
-    A None among `records` (see _Shaper) is dropped."""
+    A None among `records` (see _RecordMaker) is dropped."""
 
     def __init__(self, records, file):
         import marshal
@@ -4679,7 +4682,7 @@ def _asked(question, undone):
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def _one(store, given):
+def _one_id(store, given):
     """The id of the one memory `given` (an id or its start) names, else StoreError saying why."""
     found = store.resolve(given)
     if not found:
@@ -4734,7 +4737,7 @@ def _forgotten_meanwhile(node_id):
 
 
 def _show(store, args):
-    node_id = _one(store, args.id)
+    node_id = _one_id(store, args.id)
     node = store.peek([node_id]).get(node_id)
     if node is None:
         raise NotFound(_forgotten_meanwhile(node_id))
@@ -4830,7 +4833,7 @@ def editor_command(environ, system=None, which=shutil.which):
 
 
 def _edit(store, args, environ):
-    node_id = _one(store, args.id)
+    node_id = _one_id(store, args.id)
     before = store.get(node_id)["content"]
     if args.content is not None or args.tag is not None or args.no_tags:
         tags = [] if args.no_tags else args.tag
@@ -4899,7 +4902,7 @@ def _edit(store, args, environ):
 
 
 def _forget(store, args):
-    ids = list(dict.fromkeys(_one(store, given) for given in args.ids))
+    ids = list(dict.fromkeys(_one_id(store, given) for given in args.ids))
     nodes = store.peek(ids)
     for node_id in ids:
         if node_id not in nodes:
@@ -4985,7 +4988,7 @@ _HELD = {  # format: where an import read, and what its report counts as held
 }
 
 
-def _found(format_name, kind, records, report):
+def _say_what_was_read(format_name, kind, records, report):
     """Say what an import read: its kind, how many memories, three samples, what was held,
     and what was skipped, changed or kept as text only, each counted in `report` under
     ("skipped", "changed" or "kept as text only", singular, plural, the rest of the why)."""
@@ -5086,8 +5089,8 @@ def main(argv=None, environ=None):
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
                 format_name, kind, records, report = _import_source(args, stack)
-                records = _Spool(records, spool)
-                _found(format_name, kind, records, report)
+                records = _SpooledRecords(records, spool)
+                _say_what_was_read(format_name, kind, records, report)
                 if args.dry_run and not os.path.exists(os.path.join(directory, DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0

@@ -938,8 +938,8 @@ class RankingTest(StoreTestCase):
             return max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)
 
         with unittest.mock.patch.multiple(store, RERANK_K1=BM25_K1, RERANK_B=BM25_B,
-                                          WHEN=0.0, NEWER=0.0, TAG_WEIGHT=0.0, RERANK_DEPTH=400,
-                                          _idf=fts5_idf):
+                                          SAYS_WHEN_WEIGHT=0.0, NEWER=0.0, TAG_WEIGHT=0.0,
+                                          RERANK_DEPTH=400, _idf=fts5_idf):
             for i in range(40):
                 words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
                 with self.subTest(words=words), self.store.db.read() as db:
@@ -1207,7 +1207,7 @@ class RankingTest(StoreTestCase):
         # when if a time weighs nothing more.
         self.assertEqual([n["id"] for n in self.store.search("Did Nate get turtles?")][:2],
                          [plain, dated])
-        with unittest.mock.patch.object(store, "WHEN", 0.0):
+        with unittest.mock.patch.object(store, "SAYS_WHEN_WEIGHT", 0.0):
             self.assertEqual([n["id"] for n in self.store.search(
                 "When did Nate get his turtles?")][:2], [plain, dated])
         says = ["in 2022", "the 1990s", "on 7 May 2023", "March 15", "21st of March",
@@ -1800,7 +1800,7 @@ class OutsideWriteTest(StoreTestCase):
         db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
         db.execute("DELETE FROM node_tags")
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                   f"{store._tag_rows('n', 'nodes n, ')}")
+                   f"{store._sql_tag_rows('n', 'nodes n, ')}")
         return rowid
 
     def test_one_bad_row_never_takes_recall_away(self):
@@ -6915,12 +6915,12 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
         with unittest.mock.patch.object(store, "COMMON_KEPT", 2):
             self.store.add(f"Nate: {common}")
-            self.assertLessEqual(len(self.store._common), 2 + store.NEAR_PROBES)
+            self.assertLessEqual(len(self.store._common), 2 + store.SIMILAR_PROBES)
         # Forgotten memories can make a common term rare again, whoever forgot them: the set
         # is found anew every COMMON_RENEWED remembers.
         for name in ("Ivy", "Otto"):
             self.store.add(f"{name}: {common}")
-        self.assertGreater(len(self.store._common), store.NEAR_PROBES)
+        self.assertGreater(len(self.store._common), store.SIMILAR_PROBES)
         with unittest.mock.patch.object(store, "COMMON_RENEWED", 1):
             self.store.add("Pia lost her keys")
         self.assertEqual(self.store._common, set())
@@ -6951,7 +6951,7 @@ class TimeAndDuplicatesTest(StoreTestCase):
                           f"{w} and the weather", "created_at": "2026-01-01"}
                          for i, w in enumerate(["rain", "snow", "wind", "fog"] * 10)])
         kept = self.store.add("Gina lost her job at Door Dash.")
-        near, committed = store.Store._near, threading.Event()
+        near, committed = store.Store._similar_candidates, threading.Event()
         write = store.Database.write
 
         @contextlib.contextmanager
@@ -6966,7 +6966,7 @@ class TimeAndDuplicatesTest(StoreTestCase):
             db.execute("BEGIN")
             return near(self_, db, words)
 
-        with unittest.mock.patch.object(store.Store, "_near", late), \
+        with unittest.mock.patch.object(store.Store, "_similar_candidates", late), \
                 unittest.mock.patch.object(store.Database, "write", marked):
             close = self.store.add("Gina lost her job at Door Dash during the month of June.")
         self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
@@ -11375,7 +11375,7 @@ def relevance(argv):
                         help="a ranking constant of store.py for this run (repeatable)")
     parser.add_argument("--hint", action="store_true",
                         help="instead: how often remember's near-duplicate hint fires asking "
-                             "FTS5 about NEAR_PROBES words, against every word")
+                             "FTS5 about SIMILAR_PROBES words, against every word")
     args = parser.parse_args(argv)
     settings = ranking_settings(args.set)
     try:
@@ -11516,9 +11516,10 @@ def newest_first(ranked, question):
 
 
 def hint_agreement(samples, facts):
-    """Store the samples' memories one by one, and before each is stored ask the near-duplicate
-    hint about it (Store._near, then store._similar) with NEAR_PROBES words and with every
-    word: how often each lists similar memories, and how often the two lists are the same."""
+    """Store the samples' memories one by one, and before each is stored ask for memories
+    similar to it (Store._similar_candidates, then store._most_similar) with SIMILAR_PROBES
+    words and with every word: how often each lists similar memories, and how often the two
+    lists are the same."""
     work = tempfile.mkdtemp(prefix="flood-hint-")
     s = Store(os.path.join(work, store.DB_NAME))
     fired, same, stored = collections.Counter(), 0, 0
@@ -11531,10 +11532,10 @@ def hint_agreement(samples, facts):
                 found = []
                 # Asked as remember asks, knowing the common terms (a copy: the add below
                 # learns them), and asking every word, knowing none.
-                for probes, common in ((store.NEAR_PROBES, set(s._common)), (len(words), set())):
-                    with unittest.mock.patch.object(store, "NEAR_PROBES", probes), \
+                for probes, common in ((store.SIMILAR_PROBES, set(s._common)), (len(words), set())):
+                    with unittest.mock.patch.object(store, "SIMILAR_PROBES", probes), \
                             unittest.mock.patch.object(s, "_common", common), s.db.read() as db:
-                        found.append(store._similar(s._near(db, words), len(content), words))
+                        found.append(store._most_similar(s._similar_candidates(db, words), len(content), words))
                 fired.update(i for i, similar in enumerate(found) if similar)
                 same += found[0] == found[1]
                 stored += not s.add(content, [sample["sample_id"], f"session-{session}"]).get(
@@ -11543,7 +11544,7 @@ def hint_agreement(samples, facts):
         s.close()
         shutil.rmtree(work, ignore_errors=True)
     print(f"hint: {stored:,} {'observations' if facts else 'turns'} stored; the hint fired on "
-          f"{fired[0] / stored:.2%} of them asking about {store.NEAR_PROBES} words, "
+          f"{fired[0] / stored:.2%} of them asking about {store.SIMILAR_PROBES} words, "
           f"{fired[1] / stored:.2%} asking about every word; the same memories listed on "
           f"{same / stored:.2%}")
     return 0
