@@ -135,9 +135,8 @@ _NUL_IN = "instr(replace({0}, '\\\\', ''), '\\u0000')"
 
 
 def _sql_tag_rows(memory, rows=""):
-    """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old",
-    or an alias that `rows`, the start of a FROM clause, defines), one a string of its tags:
-    the one rule making node_tags from nodes.tags (triggers, loads, repair and check)."""
+    """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old", or
+    an alias that `rows`, the start of a FROM clause, defines): one a string of its tags."""
     return (f"SELECT j.value, {memory}.rowid, {memory}.created_at FROM {rows}json_each("
             f"{_sql_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
 
@@ -172,14 +171,13 @@ _TAG_RULES = [
      "a tag must be Unicode text (a lone surrogate is not)"),
 ]
 
-# The rules of a row of nodes, whoever writes it, each written once: (column, SQL true of a
-# row breaking the rule, {0} standing for the column, the rule, how check --repair mends it:
-# SQL of the column's new value, "" where Python does, None where it cannot). The triggers
-# refuse a row that breaks a rule of _DOOR (an update, only in a column it changes, so that
-# a row an older version let in can be corrected a column at a time); check names the rows
-# that break any rule (let in before version 10, or with the triggers gone), and repair
-# mends them. What the door lets in (_READ_AROUND) is read around: refusing it would cost
-# every access counted (which fires no trigger) or every link written.
+# The rules of a row of nodes, whoever writes it, each written once: (column, SQL true of a row
+# breaking it with {0} for the column, the rule, how check --repair mends it: SQL of the
+# column's new value, "" where Python does, None where it cannot). The triggers refuse a row
+# breaking a rule of _DOOR (an update, only in a column it changes: an older row can be put
+# right a column at a time); check names the rows breaking any (let in before version 10, or
+# past the triggers), repair mends them. _READ_AROUND's are let in and read around: refusing
+# them would cost every access counted (which fires no trigger) or every link written.
 _DOOR = [
     ("id", "typeof({0}) <> 'text'", "the id of a memory must be text",
      "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob("
@@ -221,9 +219,8 @@ _RULES_OF = {c: [r for r in _ROW_RULES if r[0] == c] for c in ("tags", "links")}
 
 
 def _refuse(update=False):
-    """SQL: a BEFORE trigger's statements refusing a row that breaks a rule of _DOOR: the rules
-    of a row, then those of each tag (_TAG_RULES) in one pass over them; an update's, in a
-    column it changes (of _REFUSED_ON_UPDATE)."""
+    """SQL: a BEFORE trigger's statements refusing a row that breaks a rule of _DOOR (those of
+    each tag in one pass over them); an update's, in a column it changes."""
     changed = "new.{0} IS NOT old.{0} AND " if update else ""
     rows = "\n        ".join(
         f"WHEN {changed.format(c)}({test.format(f'new.{c}')}) THEN RAISE(ABORT, '{rule}')"
@@ -356,7 +353,7 @@ END;
 # 7: FTS5 ranks and nodes_text finds duplicates (terms, hot_terms, hot_postings, pending, owed
 #    and fingerprints gone); tags that are not a JSON array refused; tags folded when asked.
 # 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi, nodes_bu),
-#    a moved rowid takes its index entries along, rows no tool writes are refused (_REFUSED),
+#    a moved rowid takes its index entries along, rows no tool writes are refused (_DOOR),
 #    tags are folded into a plain column (tags.folded), one trigger a kind.
 # 9: counting an access fires no trigger (nodes_refuse).
 # 10: the door refuses every tags value check would name (_TAG_RULES), and NULL tags; the
@@ -394,14 +391,11 @@ def _statements(script):
 
 
 def _upgrade(db, version):
-    """Bring a file of schema `version` to this one, inside the caller's write transaction.
-
-    What this module made before is dropped by name first, so that none of its old triggers
-    fires on what follows; all else in the file is kept. `nodes` keeps its rows, times put in
-    the stored form (before version 5) and links made two-way (version 1's tools and a version
-    6 load cut short left some one-way). All derived from it is made again, but for this
-    module's full-text index (version 2 on; version 1's may be anyone's, or empty).
-    """
+    """Bring a file of schema `version` to this one, in the caller's write transaction. What
+    this module made is dropped by name first (no old trigger fires), the rest kept; `nodes`
+    keeps its rows, times put in the stored form (before 5), links made two-way (version 1's
+    tools and a version 6 load cut short left some one-way); all else is derived again, but
+    for the full-text index from version 2 on (version 1's may be anyone's, or empty)."""
     if version >= 8:  # only the triggers changed: nothing to derive again
         statements = dict(_statements(SCHEMA))
         for name in ("nodes_refuse", *_TRIGGERED):
@@ -606,8 +600,7 @@ yourselves s t d ll m re ve
 
 def _tokenized(text, tokenizer):
     """The terms FTS5's tokenizer `tokenizer` ("unicode61" or "porter") indexes for `text`, in
-    order, asked of SQLite (its Unicode tables and stemmer are the only faithful source) in a
-    database in memory, in a transaction rolled back: nothing to delete."""
+    order, asked of SQLite (the only faithful source) in memory, in a transaction rolled back."""
     with _tokenizer_lock:
         if not _tokenizer:
             db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -630,10 +623,9 @@ _tokenizer, _tokenizer_lock = [], threading.Lock()  # the one database _tokenize
 
 
 class _Folds(dict):
-    """Code point -> what unicode61 makes of that character inside a word: its folded form
-    ('' when it is a diacritic it drops), or a space when it separates words. A text's new
-    characters are looked up together (one a character held writers up), and kept; a full
-    table starts again from ASCII."""
+    """Code point -> what unicode61 makes of the character in a word: its folded form ('' for
+    a diacritic it drops), or a space. A text's new characters are looked up together (one a
+    character held writers up); a full table starts again from ASCII."""
 
     _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
 
@@ -1062,9 +1054,9 @@ def _qmarks(items):
 
 
 def _sql_tag_filter(tags, column):
-    """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
-    tag of `tags` (each the list of its spellings: Store._spellings) remain. Three are joined,
-    the rest asked in the last join's condition: many joins exhaust SQLite's planner and MATCH."""
+    """(SQL, parameters) joining node_tags so that only memories at `column` carrying every tag
+    of `tags` (its spellings each) remain: three joined, the rest asked in the last join's
+    condition (many joins exhaust SQLite's planner and MATCH)."""
     joined, rest = tags[:3], tags[3:]
     sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_qmarks(s)})"
                   for i, s in enumerate(joined))
@@ -1080,16 +1072,19 @@ def _sql_tag_filter(tags, column):
 # (_ROW_RULES), is stored as written, read around, and named by `store.py check`.
 
 
-def _fitted_tags(values):
-    """`values` (another program's) made tags that every rule takes: control characters made
-    spaces, each cut to MAX_TAG_LENGTH (_fitted_tag), what is then empty or not Unicode text or
-    not a string left out, each once whatever its case, MAX_TAGS at most."""
+def _fitted_tags(values, most=MAX_TAGS):
+    """`values` (another program's: a list, or a tags column's JSON) made tags that every rule
+    takes: each cut and cleaned (_fitted_tag), what is then empty, not Unicode text or not a
+    string left out, each once whatever its case, `most` at most."""
+    if isinstance(values, str):
+        with contextlib.suppress(ValueError):
+            values = json.loads(values)
     made = {}
     for value in values if isinstance(values, list) else ():
         tag = _fitted_tag(value) if isinstance(value, str) else ""
         if tag and not _SURROGATE.search(tag):
             made.setdefault(tag.casefold(), tag)
-    return list(made.values())[:MAX_TAGS]
+    return list(made.values())[:most]
 
 
 def _fitted_tag(text):
@@ -1177,10 +1172,9 @@ def _mend_rows(db):
 
 
 class WriteQueue:
-    """The writers of this process, first come first served. A plain lock lets the thread that
-    releases it take it again at once, and SQLite's own wait polls with sleeps: under many
-    HTTP clients either let some writes wait past any bound. Each waiting thread blocks on a
-    lock of its own, so that a turn wakes the first alone, not every thread waiting."""
+    """The writers of this process, first come first served (a plain lock, or SQLite's own
+    polling wait, let some writes of many HTTP clients wait past any bound). Each waiting
+    thread blocks on a lock of its own: a turn wakes the first alone."""
 
     def __init__(self):
         self._lock = threading.Lock()          # guards the fields below
@@ -1224,10 +1218,9 @@ def _count_connections(path, change):
 
 
 def replicated(path, litestream=None):
-    """Whether Litestream replicates the database at `path`: `litestream` says so (True or
-    False, as FLOOD_MEMORY_LITESTREAM sets it: see data_settings); None, the directory
-    Litestream keeps beside the file does (.memory.db-litestream, made by 0.3.x and 0.5.x alike
-    on their first sync; it stays after Litestream stops)."""
+    """Whether Litestream replicates the database at `path`: as `litestream` says (data_settings)
+    or, None, as the directory it keeps beside the file does (.memory.db-litestream, made by
+    0.3.x and 0.5.x at their first sync; it stays after Litestream stops)."""
     if litestream is not None:
         return litestream
     if path == ":memory:" or path.startswith("file:"):
@@ -1237,10 +1230,9 @@ def replicated(path, litestream=None):
 
 
 def _log_bytes(path):
-    """How long the log of the database at `path` is, in bytes (0 without one): the frames
-    since it last started over, which carry its header's salt (older ones after them, older
-    salts: sqlite.org/fileformat2.html#walformat); the -wal's size is how long it ever was.
-    Read from the -wal, never the -shm: closing a file SQLite locks here drops its locks."""
+    """How long the log of the database at `path` is, in bytes: the frames since it last
+    started over, which carry its header's salt (sqlite.org/fileformat2.html#walformat); the
+    -wal's size is how long it ever was. Never from the -shm (closing it drops SQLite's locks)."""
     try:
         with open(path + "-wal", "rb") as f:
             header = f.read(32)
@@ -1294,12 +1286,11 @@ class Database:
                     # macOS's fsync leaves what was written in the drive's own cache, which a
                     # power cut loses; F_FULLFSYNC flushes it (see README, Backups).
                     db.execute("PRAGMA fullfsync=ON")
-                # A statement's undo (an import's over many rows) and sorts in memory, not
-                # in temporary files: the dense import of issue 42 wrote 3 GB to them. Set
-                # before any temporary table, which a change of it would drop.
+                # A statement's undo and sorts in memory (issue 42's import wrote 3 GB of
+                # temporary files); set before any temporary table, which it would drop.
                 db.execute("PRAGMA temp_store=MEMORY")
-                # FTS5's vocabulary, the df of a search's terms (_doc_counts): a temporary
-                # table, so made before anything can make the connection read-only.
+                # FTS5's vocabulary (_doc_counts): a temporary table, made before anything can
+                # make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
                 self._set_log(db, replicated(self.path, self.litestream))
@@ -1314,21 +1305,19 @@ class Database:
         return db
 
     def _set_durable(self, db, durable):
-        """Whether `db`'s commits reach the disk before they return. FULL syncs the log at
-        every commit, so that what a reply says is stored survives a power cut or an OS
-        crash; NORMAL syncs it only at checkpoints, which a killed process survives but a
-        power cut does not (test_what_is_acknowledged_is_synced_before_the_reply)."""
+        """Whether `db`'s commits reach the disk before they return: FULL, so that what a reply
+        says is stored survives a power cut; NORMAL syncs at checkpoints only, which a killed
+        process survives (test_what_is_acknowledged_is_synced_before_the_reply)."""
         if getattr(self._local, "durable", None) != durable:
             db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._local.durable = durable
 
     def _set_log(self, db, replicated):
-        """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into
-        the file, so that the log starts over (a checkpoint from another thread, racing a
-        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes).
-        Under Litestream, checkpoints are its own and the log is never cut short, which loses
-        frames 0.3.x has not copied (corrupt replicas) or starts a new generation; a commit
-        still checkpoints past WAL_BOUND, in case the sign of Litestream is stale."""
+        """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into the
+        file (another thread's checkpoint, racing writes, never finished:
+        test_the_log_stays_bounded_under_back_to_back_writes). Under Litestream, checkpoints
+        are its own and the log is never cut (0.3.x's replicas lost frames, or a generation
+        began), but past WAL_BOUND, in case the sign of Litestream is stale."""
         if replicated:
             page = db.execute("PRAGMA page_size").fetchone()[0]
             db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_BOUND // page)}")
@@ -1378,16 +1367,12 @@ class Database:
 
     @contextlib.contextmanager
     def write(self, doing="write to the memory database", durable=True, wait=True):
-        """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
-        rolled back if a statement in it fails; on the disk once it is committed.
-
-        Threads of this process take turns first (WriteQueue), so SQLite's wait of `timeout`
-        seconds is only for other processes; a thread not given its turn in twice that long
-        gives up, blaming this server's load. A durable write lets Litestream shorten the log
-        (_make_room) before its turn, so that no writer waits behind it. Not `durable` (access
-        counts), the commit waits for neither the disk nor Litestream: a lost count harms no
-        one. Without `wait`, Busy at once if another writer holds the lock: recall must not wait.
-        """
+        """One write transaction: IMMEDIATE (it waits for other writers up front), all rolled
+        back if a statement fails, on the disk once committed. Threads take turns first
+        (WriteQueue), so SQLite's `timeout` is for other processes; a thread not given its turn
+        in twice that long gives up. A `durable` one lets Litestream shorten the log before its
+        turn (_make_room); not `durable` (access counts), it waits for neither the disk nor
+        Litestream. Without `wait`, Busy at once if another writer holds the lock."""
         db = self.connection()
         if durable:
             self._make_room(db)
@@ -1409,9 +1394,8 @@ class Database:
             self.queue.give()
 
     def _begin(self, db, timeout):
-        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end, in
-        tries of BUSY_POLL at most: SQLite's own wait sleeps longer and longer between tries,
-        and could wait out its timeout between the gaps of a process writing in bursts."""
+        """BEGIN IMMEDIATE, waiting up to `timeout` in tries of BUSY_POLL: SQLite's own wait
+        sleeps longer and longer, and missed the gaps of a process writing in bursts."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -1434,9 +1418,8 @@ class Database:
             raise _translated(exc, doing, self.timeout, self.path) from exc
 
     def use_wal(self, db):
-        """WAL, so that readers never block the writer; the mode persists in the file.
-        Switching needs a moment of sole use and does not wait for it as other statements do:
-        while another process opens the same new file, try again until `timeout`."""
+        """WAL, so that readers never block the writer (it persists in the file). Switching
+        needs sole use and does not wait for it: tried again until `timeout`."""
         deadline = time.monotonic() + self.timeout
         while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             try:
@@ -1469,10 +1452,9 @@ class Database:
 
 # ----------------------------------------------------------------------------- search
 
-# What a search reads of one memory: occurrences of each of its terms (in Search.terms
-# order), in its content and, TAG_WEIGHT each, in its tags; its length in tokens, its tags'
-# words counting TAG_WEIGHT each; its tags column (JSON); its created_at; whether it asks
-# something (holds a "?").
+# What a search reads of a memory: occurrences of each term (Search.terms order) in its content
+# and, TAG_WEIGHT each, its tags; its length in tokens (a tag's word TAG_WEIGHT); its tags
+# column; its created_at; whether it asks something (holds a "?").
 Features = collections.namedtuple("Features", "counts length tags created asks")
 
 # A question that asks when, in English: "when" asking ("when did", "when's"; not "what to do
@@ -1493,12 +1475,10 @@ def _asks_when(query):
         query.lstrip(" \t\n\"'(¿").startswith("when ") and not _OTHER_QUESTION.search(query))
 
 
-# What says when something happened, in English: a year or decade, a date, a month, a day of
-# the week, a time of day, or a time relative to now ("last week", "two days ago",
-# "recently"). "May" and "March" count only next to a number (they are words too), and
-# month abbreviations only before one. For lowered text (cheaper than asking the expression
-# to ignore case). Asked when, the answer is likely a memory that gives a time: stage two
-# weighs those SAYS_WHEN_WEIGHT more.
+# What says when something happened, in English, in lowered text: a year or decade, a date, a
+# month ("May" and "March" only next to a number, abbreviations only before one), a weekday,
+# a time of day, or one relative to now ("last week", "two days ago", "recently"). Asked when,
+# the answer likely gives a time: stage two weighs those SAYS_WHEN_WEIGHT more.
 _SAYS_WHEN = re.compile(
     r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
@@ -1512,15 +1492,13 @@ _SAYS_WHEN = re.compile(
     r"(?:days|weeks|months|years)"
     r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
 
-# A question asking for the present state of something that changed ("where do I live now?",
-# "who's my boss at the moment?"): the newest memory about it most likely answers. These
-# words are not searched for ("days" of "these days" is not what the answer says).
+# A question asking for the present state of something that changed ("where do I live now?"):
+# the newest memory about it most likely answers. These words are not searched for.
 _PRESENT = re.compile(r"\b(?:right now|now|nowadays|currently|current|these days|at (?:the )?"
                       r"moment|at present|presently|latest|still|any ?more)\b", re.I)
 
-# What a question asks beside its words: whether it asks when (_asks_when) or for the
-# present state (_PRESENT), its words in order (for the times it names: _times), and those
-# it writes with a capital: names, which no ordinary word outweighs in a small store (_idf).
+# What a question asks beside its words: when (_asks_when), the present state (_PRESENT), its
+# words in order (for _times), and the names it writes with a capital (see _idf).
 Question = collections.namedtuple("Question", "when present said names",
                                   defaults=(False, False, (), frozenset()))
 
@@ -1607,16 +1585,11 @@ def _times(words, anchor):
     return min(s for s, _ in spans), max(e for _, e in spans), relative - {""}
 
 
-# The words of ranking:
-#
-# - term: what the index holds for a word, its porter stem. df: how many memories hold a
-#   term, in their content (FTS5's fts5vocab counts them) or tags (the tags table counts
-#   them); N: how many memories there are; idf = log(1 + (N - df + 0.5) / (df + 0.5)): never
-#   0, so that no memory holding a query word is lost because half the memories hold it.
-# - impact: BM25's term-frequency part for one term in one memory (_impact). A memory's
-#   score is the sum, over the query's terms, of idf times impact.
-# - lender, follower: in stage two, one of the best matches lends a share of its score to
-#   the memories stored right after it (its followers).
+# The words of ranking: a term is what the index holds for a word, its porter stem; df, how
+# many memories hold it in their content (fts5vocab) or tags (the tags table); idf = log(1 +
+# (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency part for one term in
+# one memory (_impact). A score sums idf times impact over the query's terms. In stage two, a
+# lender is one of the best matches, which lends a share of its score to its followers.
 
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores, and memories
@@ -1648,10 +1621,9 @@ SIMILAR_SHOWN = 120             # ...each with this many characters of its conte
 
 
 def _idf(df, n, name=False):
-    """Inverse document frequency, as BM25 has it but never 0, of a term `df` of `n` memories
-    hold; fewer than PRIOR tell too little of which words are rare, so a store is as if it
-    held PRIOR, the others holding the term as an ordinary word (WORD_SHARE of them) or a
-    `name` (NAME_SHARE) is held."""
+    """BM25's inverse document frequency, never 0, of a term `df` of `n` memories hold; a store
+    of fewer than PRIOR is as if it held PRIOR, the others holding the term as often as an
+    ordinary word (WORD_SHARE) or a `name` (NAME_SHARE) is held."""
     more = max(0, PRIOR - n)
     df, n = min(df, n) + more * (NAME_SHARE if name else WORD_SHARE), n + more
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
@@ -1704,11 +1676,9 @@ def _doc_counts(db, terms):
 
 def _most_similar(near, n, words):
     """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
-    characters and `words`, closest first: [{"id", "content"}], the content cut to
-    SIMILAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms (those of their
-    words that are not stopwords) is SIMILAR_JACCARD or more, with SIMILAR_SHARED terms in common,
-    and neither is four times as long as the other. Compared after the new memory is written,
-    outside its transaction: comparing may read long texts."""
+    characters and `words`, closest first: [{"id", "content"}], cut to SIMILAR_SHOWN. Very
+    close: SIMILAR_JACCARD of their distinctive terms (not stopwords) in common, SIMILAR_SHARED
+    at least, neither four times as long as the other. Asked outside the write transaction."""
     mine = set(stems(list(_distinctive(words)))) if near else set()  # none: nothing to stem
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
@@ -1764,12 +1734,10 @@ def _tags_holding(db, term):
 
 
 class Search:
-    """One search, inside one read transaction. Stage one finds candidates: FTS5's own bm25()
-    best (`top`), with the tag filter and the time window in the same query, and the newest
-    memories carrying a tag that a word of the query names or created in the time it names.
-    Stage two (`rank`) scores them from what FTS5 holds (each term's df from its vocabulary,
-    each memory's length from its docsize record, the average from its averages record) and
-    what the tags table counts, the newer weighing a little more."""
+    """One search, in one read transaction. Stage one finds candidates: FTS5's bm25() best with
+    the tag filter and window in the same query (`top`), and the newest memories carrying a
+    tag a query word names or created in the time it names. Stage two (`rank`) scores them
+    from what FTS5 holds (df, lengths, their average) and the tags table counts."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, question=Question()):
         self.db, self.question = db, question
@@ -1786,9 +1754,8 @@ class Search:
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
-        # In ASCII text a word is a run of [a-z0-9] once lowered (as tokenize has it): the
-        # words starting like a term are found by one regular expression, in C, instead of
-        # splitting every word out and asking each.
+        # In ASCII text a word is a run of [a-z0-9] once lowered: one regular expression
+        # finds the words starting like a term, in C, rather than asking each word.
         ascii_prefixes = sorted({re.escape(p) for p in self.prefixes if p.isascii()})
         self.ascii_words = re.compile(
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
@@ -1799,9 +1766,8 @@ class Search:
     # -- stage one
 
     def top(self, n):
-        """FTS5's best `n` by bm25() of the words OR-ed, ties to the older memory, among the
-        memories carrying the tags and created in the window, as [(score, rowid)] (the score
-        is -bm25, larger is better)."""
+        """FTS5's best `n` by bm25() of the words OR-ed, ties to the older, among the memories
+        carrying the tags and created in the window: [(-bm25, rowid)]."""
         joins, parameters = self._where("nodes_fts.rowid")
         return self.db.execute(
             f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
@@ -1848,9 +1814,8 @@ class Search:
         return sql, parameters
 
     def _span(self):
-        """(first, last) rowid of the memories created in the window. FTS5 skips to the range
-        instead of scoring every memory that holds a word and then dropping those of other
-        times; memories are mostly stored in time order, so the range is narrow."""
+        """(first, last) rowid of the memories created in the window, which FTS5 skips to
+        (memories are mostly stored in time order: the range is narrow)."""
         if self.span is None:
             window, ends = _window(self.since, self.until)
             self.span = self.db.execute(
@@ -1906,9 +1871,8 @@ class Search:
             self.capital.add(word)
 
     def _names(self):
-        """The terms that are names: those the question writes with a capital or, if it is
-        all in lower case, those the memories read write with one within a sentence and
-        never in lower case."""
+        """The terms that are names: those the question writes with a capital or, all in lower
+        case, those the memories read write with one within a sentence and never without."""
         if self.question.names:
             return self.names
         return set(stems(list(self.capital))) - set(stems(list(self.lower)))
@@ -1921,17 +1885,13 @@ class Search:
     # -- stage two
 
     def rank(self, limit):
-        """Stage two: score stage one's candidates with RERANK_K1/B, a tag holding a query
-        word counting as TAG_WEIGHT occurrences of it, and one created in the time named as
-        holding a term of TIME_WEIGHT; those saying when weigh SAYS_WHEN_WEIGHT more if asked
-        (_SAYS_WHEN), and the newer more (NEWER, NEWER_NOW). Then the LENDERS best lend
-        FOLLOWERS and PRECEDER of their score to the memories stored next to them that carry
-        the same tags: memories stored together share a context (after a matching question,
-        often its answer). Only a memory holding a query term that fewer than half the
-        memories hold gains, or one right after a memory that asks something ("?"). Lent
-        weight lifts a memory to just below its strongest lender at most: a neighbour never
-        overtakes the memory it is next to. Returns [(score, rowid)], best first, ties to
-        the newer."""
+        """Stage two: [(score, rowid)] of stage one's candidates, best first, ties to the newer,
+        scored with RERANK_K1/B, a tag holding a query word as TAG_WEIGHT occurrences of it, the
+        time named as a term of TIME_WEIGHT, SAYS_WHEN_WEIGHT more if asked when, the newer
+        more (NEWER). Then the LENDERS best lend FOLLOWERS and PRECEDER of their score to the
+        memories stored next to them with the same tags (stored together, they share a
+        context): only one holding a query term fewer than half the memories hold gains, or
+        one right after a question ("?"), and never past its lender."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -2017,10 +1977,8 @@ class Search:
                                key=lambda sr: (-sr[0], -sr[1]))
 
     def _supersede(self, scores, features):
-        """The newest state first: of the SUPERSEDED best, a memory much like an older one
-        (SAME_STATE of their distinctive terms and tags' terms in common, Jaccard) and
-        created a day or more after it ranks just above it, the fact it restates having
-        likely changed."""
+        """The newest state first: of the SUPERSEDED best, one much like an older one (SAME_STATE
+        of their terms in common) and a day newer or more ranks just above it."""
         best = heapq.nsmallest(SUPERSEDED, scores, key=lambda r: (-scores[r], r))
         contents = self._contents(best)
         terms = {r: set(stems(list(_distinctive(tokenize(contents[r]))))).union(
@@ -2039,12 +1997,10 @@ class Search:
 
 
 class Store:
-    """The memories in one SQLite database file: the public API the transports and the
-    command line call. It owns the links (each written with its back-link), the traversal
-    and access counting, and hands ranking to Search, SQLite to Database. Threads may share
-    it; processes may open the same file, and their writes wait for each other up to
-    `timeout` seconds. `litestream` says whether Litestream replicates the file (see
-    replicated)."""
+    """The memories in one SQLite file: the API the transports and the command line call. It
+    owns the links (each with its back-link), traversal and access counting, and hands ranking
+    to Search, SQLite to Database. Threads may share it; processes' writes wait for each other
+    up to `timeout` seconds. `litestream`: whether Litestream replicates the file (replicated)."""
 
     def __init__(self, path, *, timeout=BUSY_TIMEOUT, litestream=None):
         self.path = os.fspath(path)
@@ -2161,8 +2117,7 @@ class Store:
     @contextlib.contextmanager
     def _snapshot(self):
         """A read transaction on a connection of its own, for a caller that may stop reading
-        early and keep the rest unread: that must not leave the thread's connection inside a
-        transaction (its next write failed)."""
+        early: the thread's connection left inside a transaction failed its next write."""
         with self.db.errors("read the memories"), \
                 contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
             db.execute("BEGIN")
@@ -2242,11 +2197,9 @@ class Store:
                 "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
 
     def check(self):
-        """What is wrong with the database, in words ([] when nothing is): SQLite's own check;
-        what is derived from the memories (the full-text index, node_tags, tags) against the
-        memories; and what another program may have written that this one would not have
-        (see _rule_breakers). Holds the write lock while FTS5 checks its index (its check is
-        written as an insert)."""
+        """What is wrong with the database, in words ([] when nothing is): SQLite's own check,
+        what is derived from the memories against them, and the rows that break a rule
+        (_rule_breakers). FTS5's check is written as an insert: it holds the write lock."""
         problems = []
         with self.db.errors("check the database"):
             found = [r for (r,) in self.db.connection().execute("PRAGMA integrity_check")]
@@ -2263,15 +2216,12 @@ class Store:
         return problems
 
     def repair(self):
-        """Make right what check finds that can be made right: the indexes SQLite finds keys
-        missing from are made again (another program's lower() or collation wrote them); rows
-        no tool would write are mended (_mend_rows); tags are put in remember's form (what it
-        would refuse is dropped); the full-text index and the tag tables are made again where
-        they disagree with the memories; every link is made two-way, dropping those that lead
-        nowhere. Exact duplicates, odd times and ids, and damage to the file itself are left:
-        check says what to do about them. Each step is a write transaction of its own, and what
-        reading can find out is found out before, so that other writers get turns in between; a
-        memory another writer changes meanwhile is left for the next repair."""
+        """Make right what check finds that can be: indexes SQLite finds keys missing from (that
+        another program's lower() or collation wrote) made again, rows that break a rule
+        mended (_ROW_RULES), the full-text index and tag tables made again where they disagree,
+        every link made two-way. Each step is a write transaction of its own, what to write
+        found by reading before, so that other writers get turns; a memory another writer
+        changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
             found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
@@ -2281,13 +2231,8 @@ class Store:
             with self.db.write() as db:
                 _mend_rows(db)
             with self.db.read() as db:
-                tags = []
-                for rowid, text in db.execute(f"SELECT rowid, tags FROM nodes WHERE "
-                                              f"{_breaking(*_RULES_OF['tags'])}"):
-                    with contextlib.suppress(TypeError, ValueError):
-                        tags.append((_json(_fitted_tags(json.loads(text))), rowid, text))
-                    if not tags or tags[-1][1] != rowid:  # not JSON at all
-                        tags.append(("[]", rowid, text))
+                tags = [(_json(_fitted_tags(text)), rowid, text) for rowid, text in db.execute(
+                    f"SELECT rowid, tags FROM nodes WHERE {_breaking(*_RULES_OF['tags'])}")]
                 derived = _derived_problems(db)
                 links = _links_to_repair(db)
             with self.db.write() as db:
@@ -2313,12 +2258,10 @@ class Store:
 
     def add(self, content, tags=(), links=(), source=""):
         """Store a new memory, linked both ways to the existing ids in `links`; the memory,
-        with the links left out listed under "skipped_links" ({"id", "reason"}).
-
-        An exact duplicate (the same content once runs of spaces are collapsed, the same tags
-        in any order and case) is not stored again: the stored one comes back, marked
-        "already_remembered" and given the links. Stored memories very close to a new one
-        are listed under "similar" (see _most_similar), never merged."""
+        with the links left out under "skipped_links" ({"id", "reason"}). An exact duplicate
+        (the same content once runs of spaces are collapsed, the same tags in any case) comes
+        back instead, "already_remembered" and given the links. Stored memories very close to
+        a new one are listed under "similar" (_most_similar), never merged."""
         content, tags, skipped = _content(content), _tags(tags), []
         links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
@@ -2329,8 +2272,8 @@ class Store:
                 node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            # A new id is in nobody's links yet: each back-link is one append, and a target
-            # that no memory has is the one the append finds nothing to change in.
+            # A new id is in nobody's links: a back-link is one append, and a target not there
+            # is one the append changes nothing in.
             linked = [target for target in links if db.execute(
                 f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?) WHERE id = ?",
                 (node_id, target)).rowcount]
@@ -2369,9 +2312,8 @@ class Store:
             return self._similar_candidates(db, words)
 
     def _exact_duplicate(self, db, content, tags):
-        """The id of the oldest stored memory that `content` and `tags` duplicate exactly
-        (tags whatever their case): nodes_text gives the few memories that may, and they are
-        compared here."""
+        """The id of the oldest memory `content` and `tags` duplicate exactly (tags whatever
+        their case), among the few nodes_text gives."""
         text, tagged = _collapsed(content), _folded(tags)
         for node_id, stored, stored_tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes "
@@ -2394,12 +2336,10 @@ class Store:
         return node
 
     def _similar_candidates(self, db, words):
-        """[(id, content)] of the stored memories that a new one of `words` may be very close
-        to (see _most_similar): the SIMILAR_CANDIDATES sharing the most rare words with it
-        (held by RARE memories or fewer), SIMILAR_RARE at least, asked of FTS5 for its
-        SIMILAR_PROBES longest distinctive words not known to be common (those held by more
-        than RARE are kept as such). Words, not terms: most remembers find nothing near, and
-        then stem nothing."""
+        """[(id, content)] of the memories a new one of `words` may be very close to: those
+        sharing the most rare words with it (see SIMILAR_*), asked of FTS5 for its longest
+        distinctive words not known to be common. Words, not terms: most remembers find
+        nothing near, and then stem nothing."""
         distinct = _distinctive(words)
         if len(distinct) < SIMILAR_SHARED:
             return []
@@ -2423,15 +2363,13 @@ class Store:
                                "NULL AND rowid IN", near))
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
-        """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
-        {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}, `differ` the records
-        stored already whose content or tags differ, which take the record's with `update`
-        (True; "changed": those changed here since their source said what it says are `kept`,
-        see find_differ). Each record is checked before anything is written (unless `checked`:
-        Records of check_records, or an iterator of them). The records go in batches with
-        `pause` seconds between them (see _Load). A record stored already is skipped, but for
-        its links, so that running a load again completes one that was interrupted; links to
-        ids found nowhere are dropped, with a warning. A `dry_run` only counts."""
+        """Insert whole memories, ids and times as given (imports, benchmarks), in batches
+        `pause` seconds apart (_Load), each record checked first unless `checked` (Records);
+        {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}. A record stored already
+        is skipped but for its links (a load run again completes an interrupted one); `differ`
+        are those whose content or tags differ, which take the record's with `update` (True;
+        "changed": but those changed here, `kept`, see find_differ). Links to ids found
+        nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
             records = check_records(records)
         return _Load(self, pause, update, dry_run).run(records)
@@ -2509,12 +2447,10 @@ class Store:
 
     def search(self, query="", tags=(), limit=10, *, offset=0, since=None, until=None,
                fit=None, report=None, count=True):
-        """The `limit` memories after `offset` matching the words of `query`, carrying every
-        one of `tags`, created from `since` (inclusive) to `until` (exclusive): ranked by
-        relevance with a query (see rank), newest first without. With `fit`, a function of
-        the memories found, only the first fit(memories) come back. Each counts as accessed,
-        unless not `count`. A dict `report` is told "words" searched, and "cut" (words past
-        MAX_QUERY_WORDS were ignored)."""
+        """The `limit` memories after `offset` matching `query`, carrying every one of `tags`,
+        created from `since` to `until` (exclusive): by relevance (rank), else newest first;
+        the first fit(memories) of them with `fit`. Each counts as accessed unless not
+        `count`. A dict `report` is told the "words" searched and whether some were "cut"."""
         query, tags = _text(query, "query"), _tags(tags)
         limit, offset = _int(limit, "limit", 1, MAX_LIMIT), _int(offset, "offset", 0, MAX_OFFSET)
         since, until = _window_end(since, "since"), _window_end(until, "until")
@@ -2543,10 +2479,9 @@ class Store:
             return Search(db, words, spellings, since, until, question).rank(limit)
 
     def _spellings(self, db, tags):
-        """For each of `tags`, the spellings of it that memories carry, whatever their case
-        ("Straße", "STRASSE" and "strasse" are one tag, as str.casefold has it), most used
-        first: [[spelling, ...], ...]. tags.folded finds them, and the few tags not folded
-        yet (see _fold_tags) are asked, and folded at the next access counted."""
+        """For each of `tags`, the spellings memories carry of it whatever their case (as
+        str.casefold has it), most used first: [[spelling, ...], ...], from tags.folded and
+        the tags not folded yet (_fold_tags), which the next access counted folds."""
         out = []
         for tag in tags:
             folded = tag.casefold()
@@ -2558,13 +2493,11 @@ class Store:
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
-        """What a recall that found nothing can tell the model about what there is, as
-        {"tags": [{"tag", "memories", "closest"}], "most_used": [(tag, memories)],
-        "in_window": n, "matching": n, "word_tags": [{"word", "tags", "memories"}]}, each key
-        only when it applies: how many memories carry each of `tags` and, when none does, tags
-        close to it (_closest_tags); without tags, the most used; how many memories the window
-        holds, how many the query's `words` find without the tags and window (MAX_LIMIT + 1 at
-        most), and the tags one of the `words` is a word of."""
+        """What a recall that found nothing can tell the model, each key where it applies:
+        "tags": [{"tag", "memories", "closest"}] for `tags` (closest: _closest_tags), else
+        "most_used": [(tag, memories)]; "in_window": memories in the window; "matching": what
+        the `words` find without tags and window (MAX_LIMIT + 1 at most); "word_tags": [{"word",
+        "tags", "memories"}], the tags one of the `words` is a word of."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
@@ -2592,11 +2525,9 @@ class Store:
         return out
 
     def _closest_tags(self, db, tag):
-        """Up to CLOSEST_TAGS tags close to `tag`, closest first and, as close, the most used
-        first: those an edit or two away (a swap of two neighbouring letters counting as one:
-        "marai" for "maria"), then those sharing a word with it ("maria-garcia"). Every tag
-        is read (tags are few beside memories); MEASURED at most, closest by their letters,
-        are measured."""
+        """Up to CLOSEST_TAGS tags close to `tag`, closest then most used first: an edit or two
+        away (a swap of neighbours counting one: "marai"), then sharing a word with it
+        ("maria-garcia"). MEASURED at most, the closest by their letters, are measured."""
         asked = tag.casefold()
         letters, words = _letters(asked), set(_TOKEN.findall(asked))
         near, found = [], {}  # spelling -> (how far, fewer memories first)
@@ -2618,9 +2549,8 @@ class Store:
         return list(named.values())[:CLOSEST_TAGS]
 
     def _newest_rowids(self, tags, since, until, limit, offset):
-        """The rowids of the newest memories carrying every tag, created in the window: from
-        the rarest tag's entries in node_tags (the other tags checked per memory), or from
-        nodes_created without tags, both ordered by time, so neither reads outside the window."""
+        """The rowids of the newest memories carrying every tag, created in the window: from the
+        rarest tag's node_tags entries, or nodes_created without tags, both in time order."""
         db = self.db.connection()
         window, bounds = _window(since, until)
         if not tags:
@@ -2644,10 +2574,10 @@ class Store:
     # -- traversal
 
     def neighbors(self, node_id, depth=1, *, offset=0, limit=MAX_NODES, fit=None):
-        """The memory and those within `depth` links of it, nearest first, each once with its
-        shortest `distance`: {"nodes": [...], "total": n, "exact": bool}, the nodes from
-        `offset` on, `limit` at most (fewer if `fit` says so), each counted as accessed;
-        `total` counted up to TRAVERSAL_CAP (`exact` is False past it)."""
+        """The memory and those within `depth` links of it, nearest first, with their shortest
+        `distance`: {"nodes", "total", "exact"}, the nodes from `offset` on, `limit` (or what
+        `fit` allows) at most, counted as accessed; `total` up to TRAVERSAL_CAP (then not
+        `exact`)."""
         node_id, depth = _node_id(node_id), _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
         limit = _int(limit, "limit", 1, MAX_NODES)
@@ -2660,9 +2590,8 @@ class Store:
         return {"nodes": nodes, "total": len(order), "exact": len(distances) <= TRAVERSAL_CAP}
 
     def _walk(self, db, node_id, depth):
-        """{id: distance} of the memories within `depth` links of `node_id`, breadth first,
-        in the order met (links in the order stored); one more than TRAVERSAL_CAP at most. A
-        link to a memory that is not there (written so by another program) leads nowhere."""
+        """{id: distance} of the memories within `depth` links of `node_id`, breadth first, in
+        the order met; TRAVERSAL_CAP + 1 at most. A link to a memory not there leads nowhere."""
         row = db.execute("SELECT links FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
             raise NotFound(f"no memory has id {node_id}")
@@ -2710,11 +2639,9 @@ class Store:
         return nodes
 
     def count_accesses(self, wait=True):
-        """Write the accesses counted since the last time they could be (see _read_counted):
-        {id: (how many, the last one's time, rowid)} of those written, or None. Without
-        `wait`, a write of another thread or process holding the lock leaves them for the next
-        call: a recall never waits for a write, and its counts are not dropped
-        (test_a_recall_never_waits_for_another_process_s_write)."""
+        """Write the accesses counted since they last could be: {id: (how many, the last
+        one's time, rowid)} of those written, or None. Without `wait`, a lock held leaves them
+        for the next call (test_a_recall_never_waits_for_another_process_s_write)."""
         with self._uncounted_lock:
             counted, self._uncounted = self._uncounted, {}
         if not counted:
@@ -2773,9 +2700,8 @@ class Store:
             for own in (self.path, self.path + "-wal", self.path + "-shm"))
 
     def backup(self, target):
-        """Copy the database, as one consistent snapshot, to the file `target`; how many
-        memories the copy holds. Writers go on meanwhile (WAL readers do not block them). The
-        copy is made next to `target` and renamed over it only once complete and checked."""
+        """Copy the database as one snapshot (writers go on) to the file `target`, made beside
+        it and renamed over it once complete and checked; how many memories it holds."""
         target = _target_file(target, "a backup")
         if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
@@ -2803,12 +2729,11 @@ class Store:
         return count
 
     def restore(self, source, confirm=None):
-        """Replace every memory with those of the backup file `source`; how many. Once the
-        backup has passed its checks, confirm(memories in it), if given, may say False: then
-        nothing is restored, and None returned. The backup is checked and brought to this
-        schema in a copy first, so a bad one changes nothing; SQLite's backup API then writes
-        it into the live database in one write transaction, which running servers read from
-        their next on (their log would write old pages back over a file copied in its place)."""
+        """Replace every memory with those of the backup file `source`; how many, or None if
+        confirm(memories in it) says False. The backup is checked and brought to this schema in
+        a copy first; SQLite's backup API then writes it into the live database in one write
+        transaction, which running servers read from their next on (their log would write old
+        pages back over a file copied in its place)."""
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
             raise InvalidInput("the backup to restore must not be the database itself")
@@ -2849,17 +2774,15 @@ class Store:
         return count
 
 
-# The triggers of an insert; a load indexes its batch at once, and its rows, checked and new,
-# neither displace a row nor need refusing.
+# The triggers of an insert, set aside by a load: it indexes a batch at once, and its rows,
+# checked and new, neither displace a row nor need refusing.
 _INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 
 
 class _Load:
-    """One Store.load, apart from the Store that other threads share: its records taken in
-    batches, each one write transaction (other writers get turns in between), and what it
-    found. The links among the new memories of a batch are written with them; one to a memory
-    stored before, or not stored yet, waits (see link). After every commit each link between
-    stored memories has its back-link; running a stopped load again makes the rest."""
+    """One Store.load: its records in batches, each one write transaction (other writers get
+    turns between), the links within a batch written with it, the others later (link). After
+    every commit each link has its back-link; running a stopped load again makes the rest."""
 
     def __init__(self, store, pause, update=False, dry_run=False):
         self.store, self.db = store, store.db
@@ -2896,9 +2819,7 @@ class _Load:
 
     def store_batch(self, batch):
         """The records of `batch` not stored yet, with the links among them, in one write
-        transaction; their links to other memories wait (see link). The next batch sized by
-        this one's pace, as many records as LOAD_TXN seconds allow, within a quarter and four
-        times LOAD_CHUNK."""
+        transaction; the next batch sized to take LOAD_TXN s, from LOAD_CHUNK / 4 to 4 times."""
         started = time.monotonic()
         with self.db.read() if self.dry_run else self.db.write() as db:
             asked = list({i: None for r in batch
@@ -2953,12 +2874,10 @@ class _Load:
             self.link()
 
     def link(self):
-        """Make the links waiting in self.pairs, both ways, once LOAD_LINKS wait and at the end,
-        in write transactions of about LOAD_TXN seconds each. Each is kept with the one of its
-        two memories stored first, and they are taken in that order, so that a memory linked
-        from thousands stored after it (an entity of the official format) is read and written
-        a few times, not once a batch, and memories stored together (its observations) in the
-        same transaction."""
+        """Make the links waiting in self.pairs both ways (once LOAD_LINKS wait, and at the
+        end), in transactions of about LOAD_TXN s, in the order of the memory stored first:
+        one linked from thousands after it (an official entity) is written a few times, not
+        once a batch, and memories stored together in the same transaction."""
         pairs, self.pairs, self.waited = self.pairs, {}, 0
         rowids, self.later = self.later, {}
         owners = sorted(pairs)
@@ -2978,10 +2897,8 @@ class _Load:
     @staticmethod
     def insert(db, rows, tags):
         """Insert the memories `rows` (of _COLUMNS), carrying `tags` ({tag: how many}), and
-        index them in the caller's write transaction: the full-text and tag indexes in one
-        statement each, not by their triggers a row at a time, which are set aside meanwhile.
-        A DROP rolls back with the transaction, and no other connection writes while this one
-        holds the write lock. Returns their rowids."""
+        index them in one statement each, their triggers set aside meanwhile (a DROP rolls back
+        with the transaction, and no one else writes); their rowids."""
         first = db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0
         insert = f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         if first >= MAX_INT - len(rows):
@@ -3028,10 +2945,9 @@ class _Load:
 
     def add_links(self, db, group, rowids):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
-        ways, in the caller's write transaction. Each memory is read and given the links it
-        lacks, after those it has (another writer may have given it some meanwhile), by rowid
-        (`rowids`: {id: rowid} of the later ones), or the later ones by id once another writer
-        has written since the load began: a link to a memory it forgot is dropped."""
+        ways: each memory given those it lacks after its own, by rowid (`rowids` of the later
+        ones), or by id once another writer wrote since the load began (a link to a memory it
+        forgot is dropped)."""
         later = {i: rowids[i] for _, _, linked in group for i in linked}
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
             later = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", later))
@@ -3082,13 +2998,12 @@ def _with_skipped(node, doing, skipped):
 
 
 def data_settings(environ, paths=os.path):
-    """(the data directory, whether Litestream replicates the file) that the environment
-    `environ` sets: the one reader of both, for the servers, store.py and setup.py alike.
-    FLOOD_MEMORY_DIR (DEFAULT_DIR unset), `~` expanded by `paths` (os.path, or ntpath and
-    posixpath to play a system), must be an absolute path: a client starts the server in a
-    folder of its own choosing, and Claude Desktop on Windows may give it no USERPROFILE (`~`
-    then stayed, and the memories went to a folder named `~` there). FLOOD_MEMORY_LITESTREAM
-    is 1 or 0 (None otherwise: see replicated). InvalidInput says what is wrong."""
+    """(the data directory, whether Litestream replicates the file) as `environ` sets them: the
+    one reader of both, for the servers, store.py and setup.py. FLOOD_MEMORY_DIR (DEFAULT_DIR
+    unset), `~` expanded by `paths` (ntpath or posixpath play a system), must be absolute: a
+    client starts the server in a folder of its own choosing, and Claude Desktop on Windows
+    may give it no USERPROFILE. FLOOD_MEMORY_LITESTREAM is 1 or 0, else None (see replicated).
+    InvalidInput says what is wrong."""
     value = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
     directory = paths.expanduser(value)
     if directory.startswith("~"):
@@ -3346,8 +3261,7 @@ def export(store, out):
 
 
 def read_lines(lines):
-    """("line 3", value) of each JSON line (bytes), blank lines skipped; a line that is not
-    JSON is InvalidInput naming it."""
+    """("line 3", value) of each JSON line (bytes) but blank ones; InvalidInput names a bad one."""
     number = 0
     for line_number, line in enumerate(lines, 1):
         if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
@@ -3365,14 +3279,11 @@ def read_lines(lines):
 
 
 def read_entries(lines):
-    """(graph, entries) for an import file (lines of bytes): (where, value) of each thing
-    it gives, and whether they come from a knowledge graph given as one object.
-
-    Mostly a file holds a JSON value a line ("line 3"). One whose first line is "{" alone
-    or starts with "[", or is a whole graph, is read whole, as JSON values one after another
-    (printed with indents, as `jq .` writes them). One array gives its items ("item 3"); one
-    knowledge graph (the official server's read_graph: {"entities": [...], "relations":
-    [...]}) its entities and relations ("entity 3"), each given its "type"."""
+    """(graph, entries) of an import file (lines of bytes): (where, value) of each thing it
+    gives, and whether they come from a knowledge graph given as one object. Mostly a JSON
+    value a line ("line 3"); a file whose first line is "{" alone or starts with "[" is read
+    whole (as `jq .` prints), an array giving its items ("item 3"), a knowledge graph (the
+    official server's read_graph) its entities and relations ("entity 3"), typed."""
     lines = iter(lines)
     head = []  # the blank lines before the first, and the first
     for line in lines:
@@ -3398,9 +3309,8 @@ def read_entries(lines):
 
 
 def utf8_lines(source):
-    """The lines of the binary file `source` (with peek), as UTF-8 bytes. A file that starts
-    with a UTF-16 byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is
-    decoded (_text_stream)."""
+    """The lines of the binary file `source` (with peek), as UTF-8 bytes, from UTF-16 after its
+    byte order mark (as Windows PowerShell 5.1's > and Out-File write text)."""
     if source.peek(2)[:2] not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
         yield from source
         return
@@ -3454,22 +3364,16 @@ def _is_graph(value):
 
 # ----------------------------------------------------------------------------- the official format
 #
-# The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older versions
-# memory.json) keeps one JSON object a line: an entity {"type": "entity", "name", "entityType",
-# "observations": [...]} or a relation {"type": "relation", "from", "to", "relationType"}. Forks
-# add fields (createdAt, version, mtime); only createdAt is used. The same graph as one JSON
-# document (read_graph's {"entities", "relations"}) is read as those lines (see read_entries).
-#
-# Each entity becomes a memory ("John_Smith is a person."), each observation one of its own that
-# names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's name and
-# type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic") tagged with
-# both names and its type, and linked to both entities' memories; the two entities' own memories
-# are linked too. So connections from any of John's memories reaches Anthropic's within two hops.
-# Ids are made from what a memory says, so that importing a file again adds only what is new in it.
-#
-# An entity with more than OFFICIAL_LINKED observations (often one, the user) meets its relations
-# through its own memory only: linking each relation to every observation cost observations times
-# relations links, and connections from there would list its thousands of neighbours first anyway.
+# The reference MCP memory server (memory.jsonl, older versions memory.json) keeps a JSON object
+# a line: an entity {"type": "entity", "name", "entityType", "observations": [...]} or a relation
+# {"type": "relation", "from", "to", "relationType"}; of forks' fields only createdAt is used.
+# An entity becomes a memory ("John_Smith is a person."), each observation one naming it
+# ("John_Smith: Speaks fluent Spanish"), both tagged with its name and type, and linked; a
+# relation one ("John_Smith works at Anthropic") tagged with both names and its type, linked to
+# both entities' memories (theirs linked too): connections reach Anthropic from any of John's
+# in two hops. Ids are made from what a memory says: importing again adds only what is new.
+# An entity with more than OFFICIAL_LINKED observations (often the user) meets its relations
+# through its own memory only: each relation linked to every observation cost their product.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
 OFFICIAL_LINKED = 20  # past this many observations, an entity's relations link to its own memory
@@ -3501,9 +3405,9 @@ def is_official(value):
 
 
 def official_records(entries, source, report):
-    """The Records of an official memory file's `entries` (see read_entries), as an iterator;
-    `source` names the file in each. Every line is checked before this returns: a malformed
-    one is InvalidInput naming it. `report` counts what was held, and skipped and why."""
+    """The Records of an official memory file's `entries` (see read_entries), an iterator;
+    every line is checked first (InvalidInput names a bad one); `report` counts what was held,
+    and skipped and why."""
     entities, relations = {}, {}
     for where, value in entries:
         if not isinstance(value, dict):
@@ -3560,9 +3464,7 @@ def _official_memories(entities, relations, source, report):
     now = _now()
     seen = {}  # name -> its tag
 
-    def tags_of(*names):
-        # The names as tags: as they are if remember takes them, else made tags it takes
-        # (counted, once a name) rather than refusing the file for them.
+    def tags_of(*names):  # made tags remember takes (counted) rather than refuse the file
         for name in names:
             if name not in seen:
                 seen[name] = _fitted_tag(name)  # stripped names: changed only if it must be
@@ -3634,40 +3536,19 @@ def _foreign_time(created):
 
 # ----------------------------------------------------------------------------- other memory servers
 #
-# What other memory servers leave on disk, read as they left it and never written:
-# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a mode=ro URI
-#   (a normal connection would checkpoint their log into their file) by the standard sqlite3
-#   module, which cannot load their vector extension and need not: only the `memories` table is
-#   read, never the vec0 one. Or its JSON export ({"export_metadata": ..., "memories": [...]}, read
-#   an item at a time). A row deleted (deleted_at) or replaced by a newer version (superseded_by)
-#   is not imported. Key: content_hash.
-# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag (context)")
-#   becomes a memory, "Title: text", tagged with the note's tags and its own; a note without one
-#   becomes one memory of its text. Relations ("- relation_type [[Target]]", and [[links]] in the
-#   text, as its parser reads them) become memories linked as the official import links a relation:
-#   to every memory of both notes, or to a note's own memory when it has more than OFFICIAL_LINKED
-#   observations (then it has one, linked to each). Key: the permalink, category and text.
-# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/backup.py in
-#   mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories name their app and
-#   categories by id. Active and paused memories are imported. Key: its memory id.
-# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with front
-#   matter, and MEMORY.md, an index read only for the titles its links give), one memory a
-#   statement; Gemini CLI's GEMINI.md, the items of the section its save_memory tool appends to.
-#   Key: the project, the file's name and the statement.
-#
-# Ids are made from the keys as the official import makes its own (the format's name first), so
-# that importing a source again stores what is new in it only, and no key holds a path: a folder
-# moved elsewhere is the same source. What changed there under the same key takes the new content
-# and tags; what is gone from it is listed, never deleted.
+# What other memory servers leave on disk, read as they left it and never written (each reader
+# says how, and its key). Ids are made from the keys as the official import makes its own (the
+# format's name first): importing a source again stores only what is new in it, and as no key
+# holds a path, a folder moved elsewhere is the same source. What changed there under the same
+# key takes the new content and tags; what is gone from it is listed, never deleted.
 
 UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
 
 
 class _RecordMaker:
-    """The Records of one import from another memory server, made by the official import's
-    rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, a key that came before is skipped, a source ends in
-    what it said (_said). A reader yields what `record` gives, None too (then dropped)."""
+    """The Records of one import from another memory server: content too long cut with a note,
+    tags fitted, a key seen before skipped, what was changed or skipped counted in `report`, a
+    source ending in what it said (_said). A reader yields what `record` gives, None too."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
@@ -3694,19 +3575,14 @@ class _RecordMaker:
             content = f"{kept} [cut: {len(content) - len(kept):,} more characters in the source]"
             self.report["changed", "memory", "memories", f"cut to {MAX_CONTENT:,} characters, "
                         f"with a note"] += 1
-        made = {}
-        for tag in tags:
-            cleaned = _fitted_tag(tag)
-            if cleaned != tag.strip():
-                self.report["changed", "tag", "tags", "made shorter, or without control "
-                            "characters"] += 1
-            if cleaned:
-                made.setdefault(cleaned.casefold(), cleaned)
-        if len(made) > MAX_TAGS:
+        self.report["changed", "tag", "tags", "made shorter, or without control characters"] += \
+            sum(_fitted_tag(tag) != tag.strip() for tag in tags)
+        tags = _fitted_tags(tags, None)
+        if len(tags) > MAX_TAGS:
             self.report["changed", "memory", "memories", f"with more than {MAX_TAGS} tags "
                         f"(the first kept)"] += 1
         self.seen.add(_id_number(node_id))
-        created, tags = created or _now(), list(made.values())[:MAX_TAGS]
+        created, tags = created or _now(), tags[:MAX_TAGS]
         return Record(node_id, content, tags, list(links),
                       f"{source[:MAX_SOURCE - 10]} @{_said(content, tags)}", created, created, 0)
 
@@ -3759,7 +3635,10 @@ def _split_tags(value):
 
 
 def mcp_memory_service_records(path, report):
-    """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
+    """The Records of mcp-memory-service's SQLite database (sqlite_vec.db) at `path`, read
+    through a mode=ro URI (a connection of ours would checkpoint their log into their file),
+    its `memories` table only (sqlite3 cannot load their vector extension, and need not);
+    rows deleted or superseded there are skipped. Key: content_hash."""
     maker = _RecordMaker(report, "mcp-memory-service")
     source = _source_name("mcp-memory-service", path)
     try:
@@ -3920,7 +3799,8 @@ def _json_members(stream, wanted, keys=None):
 
 
 def _json_export_records(binary, source, report):
-    """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
+    """The Records of mcp-memory-service's JSON export ({"export_metadata", "memories"}) in
+    the binary stream `binary`, an item at a time. Key: content_hash."""
     maker, keys = _RecordMaker(report, "mcp-memory-service"), set()
     for _, item in _json_members(_text_stream(binary), {"memories": (
             "content_hash", "content", "tags", "created_at", "created_at_iso")}, keys):
@@ -3939,7 +3819,9 @@ def _json_export_records(binary, source, report):
 
 
 def openmemory_records(path, report):
-    """The Records of the OpenMemory export zip at `path`, as an iterator."""
+    """The Records of the zip OpenMemory's backup router wrote (routers/backup.py of mem0ai/mem0
+    before ea2ee0758) at `path`: memories.json, whose memories name their app and categories
+    by id; those active or paused. Key: its memory id."""
     import zipfile
     maker, source = _RecordMaker(report, "openmemory"), _source_name("openmemory", path)
     try:
@@ -4248,7 +4130,10 @@ def _observation(text):
 
 
 def basic_memory_records(folder, report):
-    """The Records of the basic-memory notes under `folder`, as an iterator."""
+    """The Records of basic-memory's notes under `folder`: an observation ("- [category] text
+    #tag (context)") a memory "Title: text", tagged with the note's tags and its own, a note
+    with none a memory of its text; a relation ("- type [[Target]]", [[links]] in the text) a
+    memory linked as the official import links one. Key: permalink, category and text."""
     maker, source = _RecordMaker(report, "basic-memory"), _source_name("basic-memory", folder)
     # [(permalink, title, created, reach, relations)]; name -> note; permalink -> suffixes
     notes, named, taken = [], {}, {}
@@ -4352,7 +4237,9 @@ _MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by on
 
 
 def claude_code_records(path, report):
-    """The Records of the Claude Code memory folders at `path`, as an iterator."""
+    """The Records of the Claude Code memory folders at `path` (topic files with front matter;
+    MEMORY.md is read for its links' titles), one a statement. Key: the project, the file's
+    name and the statement."""
     import urllib.parse
     maker = _RecordMaker(report, "claude-code")
     for folder in claude_code_folders(path) or [path]:
@@ -4397,7 +4284,8 @@ def claude_code_records(path, report):
 
 
 def gemini_records(path, report):
-    """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`."""
+    """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`.
+    Key: the project, the file's name and the item."""
     file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
     text = _markdown(file, report)
     if text is None:
@@ -4518,9 +4406,8 @@ def _memories(n):
 
 
 class _SpooledRecords:
-    """Records kept in the binary file `file` (in marshal's form, faster to read back than
-    JSON) and read back once: an import's checked records wait on disk rather than in memory.
-    A None among `records` (see _RecordMaker) is dropped."""
+    """An import's checked `records` (None dropped) kept on disk in the binary file `file`,
+    not in memory, in marshal's form (faster to read than JSON), and read back once."""
 
     def __init__(self, records, file):
         import marshal
@@ -4671,9 +4558,8 @@ def _say(text=""):
 
 
 def _asked(question, undone):
-    """Whether the person at the terminal answers yes to `question` (asked on standard error,
-    as standard output may be a file). Off a terminal (a script, or Git Bash's mintty, a pipe
-    to Python) nobody can: InvalidInput says nothing was `undone` and that --yes goes ahead."""
+    """Whether the person at the terminal answers yes to `question` (on standard error); off
+    a terminal (a script, Git Bash's mintty), InvalidInput: nothing was `undone`, say --yes."""
     if sys.stdin is None or not sys.stdin.isatty():
         raise InvalidInput(f"standard input is not a terminal, so nobody can be asked: "
                            f"nothing was {undone}; give --yes to go ahead without asking")
@@ -4715,7 +4601,14 @@ def _line(short, node, width):
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _print_nodes(store, nodes, args):
+def _list(store, args):
+    """list and search: a line a memory (or JSON), or what to try when none matches."""
+    searched = {}
+    nodes = store.newest(args.tag, args.since, args.until, args.limit) if args.command == \
+        "list" else store.search(" ".join(args.words), args.tag, args.limit, count=False,
+                                 report=searched)
+    if searched.get("cut"):
+        _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words were searched for")
     if args.json:
         print(_json_out(nodes, indent=1))
         return
@@ -4765,11 +4658,9 @@ def _show(store, args):
 
 
 def split_command(text, system=None):
-    """The words of the command line `text` (an EDITOR), as its system's programs read one:
-    a POSIX shell's quoting, or on Windows (`system`, os.name, says "nt") the C runtime's
-    (CommandLineToArgvW): double quotes group, "" inside them is a quote, and backslashes
-    are literal except before a quote, so that "C:\\Program Files\\x.exe" -n is two words.
-    ValueError for a quote left open."""
+    """The words of the command line `text` (an EDITOR) as a POSIX shell reads it, or on
+    Windows (`system`, os.name, "nt") as CommandLineToArgvW: "" inside quotes is a quote,
+    backslashes literal but before a quote. ValueError for a quote left open."""
     if (system or os.name) != "nt":
         import shlex
         return shlex.split(text)
@@ -4805,11 +4696,10 @@ SYSTEM_EDITORS = ("editor", "nano", "vi")
 
 
 def editor_command(environ, system=None, which=shutil.which):
-    """The editor to run, as words, program first, chosen as git chooses: VISUAL, else
-    EDITOR, else the system's (Notepad on Windows, where `system`, os.name, says "nt"; else
-    the first of SYSTEM_EDITORS). The program is looked up on the PATH of `environ` with
-    `which` (shutil.which), as a shell would: on Windows that finds a script by PATHEXT (VS
-    Code's `code` is code.cmd). InvalidInput if the setting is not a command, or no editor."""
+    """The editor to run, as words, chosen as git chooses: VISUAL, EDITOR, else Notepad on
+    Windows (`system`, os.name, "nt") or the first of SYSTEM_EDITORS; looked up on `environ`'s
+    PATH with `which`, as a shell would (PATHEXT finds VS Code's code.cmd). InvalidInput if
+    the setting is not a command, or there is no editor."""
     system = system or os.name
     path = environ.get("PATH", os.defpath)
     setting = (environ.get("VISUAL") or "").strip() or (environ.get("EDITOR") or "").strip()
@@ -4832,19 +4722,19 @@ def editor_command(environ, system=None, which=shutil.which):
     return [which(words[0], path=path) or words[0], *words[1:]]
 
 
-def _edit(store, args, environ):
+def _edit(store, args):
     node_id = _one_id(store, args.id)
     before = store.get(node_id)["content"]
     if args.content is not None or args.tag is not None or args.no_tags:
         tags = [] if args.no_tags else args.tag
         if args.content in (None, before) and tags is None:
             _say("flood-memory: edit: the content is unchanged; nothing was saved")
-            return 0
+            return
         store.update(node_id, content=args.content, tags=tags)
         _say(f"flood-memory: edit: saved {node_id}")
-        return 0
+        return
     import subprocess
-    command = editor_command(environ)
+    command = editor_command(args.environ)
     handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
     kept = False  # whether the file stays, holding what the person wrote
     try:
@@ -4898,7 +4788,6 @@ def _edit(store, args, environ):
         if not kept:
             with contextlib.suppress(OSError):
                 os.remove(path)
-    return 0
 
 
 def _forget(store, args):
@@ -4909,7 +4798,7 @@ def _forget(store, args):
             _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
     ids = [node_id for node_id in ids if node_id in nodes]
     if not ids:
-        return 0
+        return
     shorts, width = store.short_ids(ids), _width()
     for node_id in ids:
         _say(_line(shorts[node_id], nodes[node_id], width))
@@ -4928,7 +4817,6 @@ def _forget(store, args):
             _say(f"flood-memory: forgot {node_id}" +
                  (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
         gone.add(node_id)
-    return 0
 
 
 def _check(store, args):
@@ -4954,8 +4842,8 @@ def _check(store, args):
 KEPT = 3  # copies of what restores replaced, kept in the data directory
 
 
-def _restore(store, args, directory):
-    source = args.file
+def _restore(store, args):
+    source, directory = args.file, args.directory
     copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
 
     def confirm(count):  # once the backup has passed its checks
@@ -4976,7 +4864,6 @@ def _restore(store, args, directory):
     for path in older[:-KEPT]:
         with contextlib.suppress(OSError):
             os.remove(path)
-    return 0
 
 
 _HELD = {  # format: where an import read, and what its report counts as held
@@ -4990,8 +4877,7 @@ _HELD = {  # format: where an import read, and what its report counts as held
 
 def _say_what_was_read(format_name, kind, records, report):
     """Say what an import read: its kind, how many memories, three samples, what was held,
-    and what was skipped, changed or kept as text only, each counted in `report` under
-    ("skipped", "changed" or "kept as text only", singular, plural, the rest of the why)."""
+    and what `report` counts as (what: "skipped", "changed"..., singular, plural, why)."""
     width = _width() - 4
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
@@ -5011,7 +4897,8 @@ def _say_what_was_read(format_name, kind, records, report):
         f"; {what}: {'; '.join(items)}" for what, items in said.items() if items))
 
 
-def _import(store, args, records, peer):
+def _import(store, args):
+    records, peer = args.records, args.peer  # peer: another memory server's data
     dry = args.dry_run  # then it says what an import would do
     done = store.load(records, checked=True, update=args.update or peer and "changed",
                       dry_run=dry)
@@ -5037,7 +4924,6 @@ def _import(store, args, records, peer):
                 f"longer there; kept (forget with {store_py_command()} forget ID):")
     if dry:
         _say("flood-memory: a dry run: nothing was written")
-    return 0
 
 
 def _listed(store, ids, title):
@@ -5055,6 +4941,44 @@ def _listed(store, ids, title):
         _say(f"  and {len(ids) - len(shown):,} more")
 
 
+def _tag_list(store, args):
+    counts = store.tag_counts()
+    if args.json:
+        print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
+    for tag, n in [] if args.json else counts:
+        print(_visible(f"{n:>8,}  {tag}"))
+    if not counts and not args.json:
+        _say("flood-memory: no memory carries a tag")
+
+
+def _stats(store, args):
+    stats = store.stats()
+    print(json.dumps(stats, indent=1) if args.json else "\n".join(
+        f"{k + ':':<10} {v:,}" if isinstance(v, int) else
+        f"{k + ':':<10} {'(none)' if v is None else v}" for k, v in stats.items()))
+
+
+def _export(store, args):
+    if args.file != "-":
+        n = _export_to(store, args.file)
+        _say(f"flood-memory: exported {_memories(n)} to {args.file}")
+        return
+    if sys.stdout is None:
+        raise StoreError("standard output is closed: give a FILE to export to")
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    n = export(store, out)
+    out.flush()
+    _say(f"flood-memory: exported {_memories(n)}")
+
+
+def _backup(store, args):
+    _say(f"flood-memory: backed up {_memories(store.backup(args.file))} to {args.file}")
+
+
+# What each command does once the store is open: (store, args) -> exit status (None: 0).
+COMMANDS = {"list": _list, "search": _list, "show": _show, "edit": _edit, "forget": _forget,
+            "tags": _tag_list, "stats": _stats, "check": _check, "export": _export,
+            "import": _import, "backup": _backup, "restore": _restore}
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
 
 
@@ -5066,15 +4990,15 @@ def main(argv=None, environ=None):
     environ = os.environ if environ is None else environ
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="flood-memory: %(levelname)s: %(message)s")
-    command, failed = args.command, "read"
+    command, failed, args.environ = args.command, "read", environ
     if command in PRINTING and hasattr(sys.stdout, "reconfigure"):
         # A redirect or pipe on Windows writes in the ANSI code page: a character it does not
         # hold is written as an escape (\u65e5) rather than ending the command.
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        directory, litestream = data_settings(environ)
-        if command != "import" and not os.path.exists(os.path.join(directory, DB_NAME)):
-            raise StoreError(f"there is no memory database in {directory}")
+        args.directory, litestream = data_settings(environ)
+        if command != "import" and not os.path.exists(os.path.join(args.directory, DB_NAME)):
+            raise StoreError(f"there is no memory database in {args.directory}")
         with contextlib.ExitStack() as stack:
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
@@ -5089,62 +5013,16 @@ def main(argv=None, environ=None):
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
                 format_name, kind, records, report = _import_source(args, stack)
-                records = _SpooledRecords(records, spool)
-                _say_what_was_read(format_name, kind, records, report)
-                if args.dry_run and not os.path.exists(os.path.join(directory, DB_NAME)):
+                args.records = _SpooledRecords(records, spool)
+                args.peer = format_name not in ("flood", "official")
+                _say_what_was_read(format_name, kind, args.records, report)
+                if args.dry_run and not os.path.exists(os.path.join(args.directory, DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"
-            store = stack.enter_context(open_directory(directory, litestream))
+            store = stack.enter_context(open_directory(args.directory, litestream))
             failed = "write"
-            if command == "import":
-                return _import(store, args, records, format_name not in ("flood", "official"))
-            if command in ("list", "search"):
-                searched = {}
-                nodes = store.newest(args.tag, args.since, args.until, args.limit) \
-                    if command == "list" else store.search(" ".join(args.words), args.tag,
-                                                           args.limit, count=False,
-                                                           report=searched)
-                if searched.get("cut"):
-                    _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words "
-                         f"were searched for")
-                _print_nodes(store, nodes, args)
-            elif command == "show":
-                _show(store, args)
-            elif command == "edit":
-                return _edit(store, args, environ)
-            elif command == "forget":
-                return _forget(store, args)
-            elif command == "tags":
-                counts = store.tag_counts()
-                if args.json:
-                    print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
-                for tag, n in [] if args.json else counts:
-                    print(_visible(f"{n:>8,}  {tag}"))
-                if not counts and not args.json:
-                    _say("flood-memory: no memory carries a tag")
-            elif command == "stats":
-                stats = store.stats()
-                print(json.dumps(stats, indent=1) if args.json else "\n".join(
-                    f"{k + ':':<10} {v:,}" if isinstance(v, int) else
-                    f"{k + ':':<10} {'(none)' if v is None else v}" for k, v in stats.items()))
-            elif command == "check":
-                return _check(store, args)
-            elif command == "export" and args.file == "-":
-                if sys.stdout is None:
-                    raise StoreError("standard output is closed: give a FILE to export to")
-                out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-                n = export(store, out)
-                out.flush()
-                _say(f"flood-memory: exported {_memories(n)}")
-            elif command == "export":
-                n = _export_to(store, args.file)
-                _say(f"flood-memory: exported {_memories(n)} to {args.file}")
-            elif command == "backup":
-                n = store.backup(args.file)
-                _say(f"flood-memory: backed up {_memories(n)} to {args.file}")
-            elif command == "restore":
-                return _restore(store, args, directory)
+            return COMMANDS[command](store, args) or 0
     except OSError as exc:
         if reader_gone(exc):
             # Whoever read the output stopped reading. Standard output goes to the null
@@ -5160,7 +5038,6 @@ def main(argv=None, environ=None):
     except KeyboardInterrupt:
         _say(f"flood-memory: {command}: interrupted")
         return 130
-    return 0
 
 
 if __name__ == "__main__":
