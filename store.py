@@ -519,9 +519,8 @@ _LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _translated(exc, doing, timeout, path=None):
-    """The StoreError that says what SQLite's exception `exc` means for a user. SQLite says
-    "disk I/O error" for a full disk or a file-size limit: with the database's `path`, the
-    cause is looked for (see _write_trouble). Messages name no path (they reach clients)."""
+    """The StoreError saying what SQLite's exception `exc` means for a user; with the database's
+    `path`, the cause of a "disk I/O error" is looked for (_write_trouble). No path is named."""
     code = _code(exc)
     if path is not None and code in _CANNOT_WRITE and (trouble := _write_trouble(path)):
         return StoreError(f"could not {doing}: {trouble}")
@@ -531,8 +530,8 @@ def _translated(exc, doing, timeout, path=None):
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
         return StoreError(f"could not {doing}: the memory store is shutting down")
     if code == sqlite3.SQLITE_CORRUPT:
-        # Mostly an index another program's redefined lower() or collation wrote keys into
-        # (test_an_index_another_lower_wrote_is_mended_by_repair), which a repair makes again.
+        # Mostly an index another program's lower() or collation wrote keys into, which a
+        # repair makes again (test_an_index_another_function_wrote_is_mended_by_repair).
         return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
                           f"`{store_py_command()} check --repair`, and restore a backup only "
                           f"if that does not mend it")
@@ -551,8 +550,8 @@ def store_py_command(system=None):
 
 
 def _write_trouble(path):
-    """Why the database at `path` and its companions cannot be written, when the reason can
-    be seen: a full disk, this process's file-size limit, a read-only directory or file."""
+    """Why the database at `path` cannot be written, if it can be seen: a full disk, this
+    process's file-size limit, a read-only directory or file."""
     directory = os.path.dirname(os.path.abspath(path))
     with contextlib.suppress(OSError):
         if shutil.disk_usage(directory).free < 64 * 1024:
@@ -695,8 +694,8 @@ stems = _Stems().of  # stems(words) -> the terms FTS5's porter tokenizer indexes
 
 
 def first_words(text, n=None):
-    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds
-    more. Only the start of a long text is tokenized: a query may be megabytes."""
+    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds more,
+    tokenizing only its start (a query may be megabytes)."""
     n = MAX_QUERY_WORDS if n is None else n
     size = 16 * n
     while True:
@@ -712,8 +711,8 @@ def _distinctive(words):
 
 
 def _meaningful(words):
-    """The words of a question (`words`) that a search looks for, one a distinct term:
-    stopwords are dropped unless nothing else is left, so that "what is it?" still searches."""
+    """The words of a question a search looks for, one a term: not stopwords, unless nothing
+    else is left ("what is it?")."""
     kept = {}  # term -> the first word that has it
     words = [w for w in words if w not in STOPWORDS] or words
     for word, term in zip(words, stems(words)):
@@ -722,8 +721,8 @@ def _meaningful(words):
 
 
 def _distance(a, b, most=2):
-    """The number of edits (a letter added, dropped or changed, two neighbours swapped) making
-    `a` into `b`, or most + 1 if more than `most`: only the diagonal's band of `most` is filled."""
+    """The edits (a letter added, dropped or changed, neighbours swapped) making `a` into `b`,
+    or most + 1 past `most`: only the diagonal's band of `most` is filled."""
     if abs(len(a) - len(b)) > most:
         return most + 1
     far = most + 1
@@ -745,8 +744,8 @@ def _distance(a, b, most=2):
 
 
 def _letters(text):
-    """The letters of `text` as bits of an integer, for a quick bound on how far apart two
-    texts are (a letter's bit may stand for others too: the bound stays a bound)."""
+    """The letters of `text` as bits of an integer (a bit may stand for several letters), for a
+    quick bound on how far apart two texts are."""
     bits = 0
     for letter in text:
         bits |= 1 << (ord(letter) & 127)
@@ -800,8 +799,8 @@ def _window_end(value, name):
 
 
 def _column_strings(text):
-    """The strings of a `tags` or `links` column value, as _sql_tag_array reads tags: none unless
-    a JSON array without a NUL (_NUL_IN), and no string holding a lone surrogate."""
+    """The strings of a `tags` or `links` column value, as _sql_tag_array reads tags: none
+    unless a JSON array without a NUL (_NUL_IN); none holding a lone surrogate."""
     if not isinstance(text, str):
         return []  # NULL, or a BLOB another program wrote
     try:
@@ -814,7 +813,8 @@ def _column_strings(text):
         return [t for t in value if isinstance(t, str)]
     if "\\u0000" in text.replace("\\\\", ""):
         return []
-    return [t for t in value if isinstance(t, str) and (t.isascii() or not _SURROGATE.search(t))]
+    return [t for t in value if isinstance(t, str) and
+            (t.isascii() or not _SURROGATE.search(t))]
 
 
 # The JSON name of each type, for messages: bool before int, which it is a kind of.
@@ -853,7 +853,8 @@ def _text(value, name, *, allow_empty=True):
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)") from None
+        raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)") \
+            from None
     if not allow_empty and not value.strip():
         raise InvalidInput(f"{name} must not be empty")
     return value
@@ -891,8 +892,8 @@ ITSELF = "a memory cannot link to itself"
 
 
 def _link_ids(values, limit=MAX_LINKS, skipped=None):
-    """Canonical ids from a links argument, duplicates dropped. Values that are not ids are
-    left out and, when `skipped` is a list, added to it as {"id": value, "reason": ...}."""
+    """Canonical ids from a links argument, each once; what is not an id is left out, and
+    added to the list `skipped` if given, as {"id": value, "reason": ...}."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"links must be an array of memory ids, got {_kind(values)}")
     if limit is not None and len(values) > limit:
@@ -931,8 +932,8 @@ def _int(value, name, low, high):
 
 
 def _timestamp(value, name, got=", got"):
-    """A time argument in the stored form (UTC, milliseconds, Z); InvalidInput if malformed,
-    saying `got` before the value (a window's end says "; got", an imported time ", got")."""
+    """A time argument in the stored form; InvalidInput if malformed, saying `got` before the
+    value (a window's end "; got", an imported time ", got")."""
     _text(value, name)
     try:
         return _utc(value)
@@ -1011,8 +1012,7 @@ _READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _C
 
 
 def _node(row):
-    """A memory as callers get it, from a row of _READ; tags and links not a JSON array of
-    strings (another program's, before version 7) read as the strings they hold."""
+    """A memory as callers get it, from a row of _READ."""
     count = row[7]
     # A float here was left by a version whose count overflowed past MAX_INT; text or a
     # BLOB, by another program (refused in a new row since version 8, not in an update).
@@ -1028,8 +1028,8 @@ _json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _id_list(ids):
-    """A list of memory ids as _json writes it: ids hold nothing JSON would escape, so
-    joining them is the same text, without the encoder's work on a hub's thousands."""
+    """A list of memory ids as _json writes it, joined (ids hold nothing JSON escapes): the
+    encoder's work on a hub's thousands saved."""
     return '["' + '", "'.join(ids) + '"]' if ids else "[]"
 
 
@@ -2269,7 +2269,7 @@ class Store:
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
-                node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
+                node = self._add_links(db, stored, self._existing(db, links, skipped, stored))
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
             # A new id is in nobody's links: a back-link is one append, and a target not there
@@ -2322,12 +2322,9 @@ class Store:
                 return node_id
         return None
 
-    def _add_links(self, db, node_id, links, skipped):
+    def _add_links(self, db, node_id, links):
         """The memory `node_id`, its links extended by `links` (both ways)."""
         node = self._row(db, node_id)
-        if node_id in links:
-            links.remove(node_id)
-            skipped.append({"id": node_id, "reason": ITSELF})
         new = [i for i in links if i not in node["links"]]
         if new:
             node["links"] += new
@@ -2387,9 +2384,6 @@ class Store:
         skipped = []
         if links is not None:
             links = _link_ids(links, skipped=skipped)
-            if node_id in links:
-                links.remove(node_id)
-                skipped.append({"id": node_id, "reason": ITSELF})
         with self.db.errors("update the memory"), self.db.write() as db:
             old = self._row(db, node_id)
             changes = {}
@@ -2398,7 +2392,7 @@ class Store:
             if tags is not None and tags != old["tags"]:
                 changes["tags"] = _json(tags)
             if links is not None:
-                made = self._existing(db, links, skipped)
+                made = self._existing(db, links, skipped, node_id)
                 kept, had = set(made), set(old["links"])  # a hub holds thousands
                 self._unlink_from(db, node_id, [t for t in old["links"] if t not in kept])
                 self._link_back_to(db, node_id, [t for t in made if t not in had])
@@ -2420,10 +2414,12 @@ class Store:
 
     # -- links
 
-    def _existing(self, db, ids, skipped):
-        """The ids that name a memory, in order; the others are added to `skipped`."""
-        found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)}
-        skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in ids if i not in found)
+    def _existing(self, db, ids, skipped, itself):
+        """Those of `ids` that name a memory but `itself`, in order; the others are added to
+        `skipped`."""
+        found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)} - {itself}
+        skipped += ({"id": i, "reason": ITSELF if i == itself else NO_SUCH_MEMORY}
+                    for i in ids if i not in found)
         return [i for i in ids if i in found]
 
     def _link_back_to(self, db, node_id, targets):
@@ -3166,7 +3162,6 @@ def _checked_backup(path, name, page_size):
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         try:
             problem = db.execute("PRAGMA quick_check").fetchone()[0]
-            version = db.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table'")}
         except sqlite3.DatabaseError as exc:
@@ -3175,12 +3170,8 @@ def _checked_backup(path, name, page_size):
         raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
     if "nodes" not in tables:
         raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
-    if version > SCHEMA_VERSION:
-        raise InvalidInput(f"{name} has schema version {version}, newer than the "
-                           f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
-                           f"Flood Memory to restore it")
     try:
-        with Store(path) as copy:  # brings an older schema up to date
+        with Store(path) as copy:  # brings an older schema up to date, refuses a newer one
             db = copy.db.connection()
             db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES ('integrity-check', 1)")
             count = copy.count()
@@ -4593,12 +4584,16 @@ def _width():
     return max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
 
 
+def _one_line(text, width, head=""):
+    """`head` and `text` in one line of at most `width` characters, as a terminal shows it."""
+    text = _visible(head + " ".join(text.split()))
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
 def _line(short, node, width):
     """A memory in one line of at most `width` characters."""
     tags = f" [{', '.join(node['tags'])}]" if node["tags"] else ""
-    text = _visible(f"{short}  {node['created_at'][:10]}{tags}  "
-                    f"{' '.join(node['content'].split())}")
-    return text if len(text) <= width else text[:width - 3] + "..."
+    return _one_line(node["content"], width, f"{short}  {node['created_at'][:10]}{tags}  ")
 
 
 def _list(store, args):
@@ -4878,12 +4873,11 @@ _HELD = {  # format: where an import read, and what its report counts as held
 def _say_what_was_read(format_name, kind, records, report):
     """Say what an import read: its kind, how many memories, three samples, what was held,
     and what `report` counts as (what: "skipped", "changed"..., singular, plural, why)."""
-    width = _width() - 4
+    width = _width() - 2
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
-        text = _visible(" ".join(record.content.split()))
-        _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
+        _say(_one_line(record.content, width, "  "))
     if report is None:
         return
     where, *held = _HELD.get(format_name, ("it", ("memory", "memories")))
@@ -4931,12 +4925,10 @@ def _listed(store, ids, title):
     if not ids:
         return
     shown = store.peek(ids[:10])
-    shorts, width = store.short_ids(list(shown)), _width() - 14
+    shorts = store.short_ids(list(shown))
     _say(f"flood-memory: {title}")
     for node_id, node in shown.items():
-        text = _visible(" ".join(node["content"].split()))
-        _say(f"  {shorts[node_id]:<10}  " + (text if len(text) <= width else
-                                             text[:width - 3] + "..."))
+        _say(_one_line(node["content"], _width(), f"  {shorts[node_id]:<10}  "))
     if len(ids) > len(shown):
         _say(f"  and {len(ids) - len(shown):,} more")
 
