@@ -11,24 +11,20 @@ the servers use first:
 - limits: how much one memory or one call may hold
 - schema: `SCHEMA`, the rules of a row (`_DOOR`), its version, and the upgrade of a file of
   an older version
-- errors: `StoreError` and its kinds, and `_translated`, the one place where SQLite's errors
-  become messages a user can act on
-- words: what FTS5's `porter` tokenizer makes of a text (unicode61 splitting and folding,
-  then Porter stemming), so that a search knows which terms the index holds for it
+- errors: `StoreError` and its kinds; `_translated` puts SQLite's errors in a user's words
+- words: the terms FTS5's `porter` tokenizer makes of a text, asked of SQLite
 - values: the checks every argument passes before anything is written
 - checking: what `store.py check` names, and `check --repair` mends
-- connections: `Database`, the per-thread connections, the read and write transactions
-  (writers of a process take turns, first come first served), and the checkpoints
+- connections: `Database`: a connection a thread, read and write transactions, checkpoints
 - search: `Search`, FTS5's bm25 (stage one) re-scored from what FTS5 holds (stage two)
 - store: `Store`, links both ways, traversal, access counting, checking, loads, backup and
   restore; `data_settings` and `open_directory`, which the servers start with
 
 then, past one marked boundary, what uses the engine only through its names:
 
-- command line: `python3 store.py list | search | show | edit | forget | tags | stats |
-  check | export | import | backup | restore`, the official memory server's format, and
-  what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory, Claude Code,
-  Gemini CLI)
+- command line: `python3 store.py list | search | show | edit | forget | tags | stats | check
+  | export | import | backup | restore`; the importers of the official memory server's format
+  and of what other memory servers leave
 """
 
 import codecs
@@ -84,9 +80,9 @@ BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving
 BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
 WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
 WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
-WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
+WAL_SOFT = 32 << 20     # under Litestream, a write waits for it to checkpoint a longer log...
 WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
-WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
+WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is gone)...
 WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
 LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
 LITESTREAM_LOOK = 1.0   # seconds a write trusts what it last saw of whether Litestream is there
@@ -1367,12 +1363,11 @@ class Database:
 
     @contextlib.contextmanager
     def write(self, doing="write to the memory database", durable=True, wait=True):
-        """One write transaction: IMMEDIATE (it waits for other writers up front), all rolled
-        back if a statement fails, on the disk once committed. Threads take turns first
-        (WriteQueue), so SQLite's `timeout` is for other processes; a thread not given its turn
-        in twice that long gives up. A `durable` one lets Litestream shorten the log before its
-        turn (_make_room); not `durable` (access counts), it waits for neither the disk nor
-        Litestream. Without `wait`, Busy at once if another writer holds the lock."""
+        """One write transaction: IMMEDIATE, all rolled back if a statement fails, on the disk
+        once committed. Threads take turns first (WriteQueue: SQLite's `timeout` is for other
+        processes; a thread not given its turn in twice that gives up). A `durable` one lets
+        Litestream shorten the log first (_make_room); not `durable` (access counts), it waits
+        for neither. Without `wait`, Busy at once if another writer holds the lock."""
         db = self.connection()
         if durable:
             self._make_room(db)
@@ -1538,13 +1533,12 @@ def _month_start(year, month):
 
 
 def _times(words, anchor):
-    """The span of time a question's `words` (lowered, in order) are anchored in, relative to
-    `anchor` (the newest memory's time), as (start, end, the words that only say when), or
-    None if they name no time. A month or season ("in March", "last spring", "March 2026")
-    is the one of the year named, else the year before the anchor's with "last", of the
-    anchor's year with "this", else the last one begun by the anchor; a year ("2025", "last
-    year") alone is the whole year; then "last week", "this month", "two weeks ago",
-    "yesterday". Several make one span, from the earliest to the latest."""
+    """(start, end, the words that only say when) of the time a question's `words` (lowered,
+    in order) name, relative to `anchor` (the newest memory's time), or None. A month or
+    season ("in March", "last spring", "March 2026") is the one of the year named, else the
+    year before the anchor's with "last", the anchor's with "this", else the last one begun;
+    a year alone ("2025", "last year") the whole year; then "last week", "this month", "two
+    weeks ago", "yesterday". Several make one span, the earliest to the latest."""
     spans, relative = [], set()
     pairs = list(zip(["", *words], words, [*words[1:], ""]))
     years = [_year(w) for w in words if _year(w)]
@@ -2216,12 +2210,11 @@ class Store:
         return problems
 
     def repair(self):
-        """Make right what check finds that can be: indexes SQLite finds keys missing from (that
-        another program's lower() or collation wrote) made again, rows that break a rule
-        mended (_ROW_RULES), the full-text index and tag tables made again where they disagree,
-        every link made two-way. Each step is a write transaction of its own, what to write
-        found by reading before, so that other writers get turns; a memory another writer
-        changes meanwhile is left for the next repair."""
+        """Make right what check finds that can be: indexes SQLite finds keys missing from made
+        again (another program's lower() or collation wrote them), rows that break a rule
+        mended, the full-text index and tag tables made again, every link made two-way. Each
+        step is a write transaction of its own, what to write found by reading before; a memory
+        another writer changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
             found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
@@ -2360,12 +2353,11 @@ class Store:
                                "NULL AND rowid IN", near))
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
-        """Insert whole memories, ids and times as given (imports, benchmarks), in batches
-        `pause` seconds apart (_Load), each record checked first unless `checked` (Records);
-        {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}. A record stored already
-        is skipped but for its links (a load run again completes an interrupted one); `differ`
-        are those whose content or tags differ, which take the record's with `update` (True;
-        "changed": but those changed here, `kept`, see find_differ). Links to ids found
+        """Insert whole memories, ids and times as given, in batches `pause` s apart (_Load), each
+        record checked first unless `checked`; {"loaded", "skipped", "differ", "kept"}. A record
+        stored already is skipped but for its links (a load run again completes one cut short);
+        `differ` lists those whose content or tags differ, which take the record's with `update`
+        (True; "changed": but those changed here, `kept`: find_differ). Links to ids found
         nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
             records = check_records(records)
@@ -2726,10 +2718,9 @@ class Store:
 
     def restore(self, source, confirm=None):
         """Replace every memory with those of the backup file `source`; how many, or None if
-        confirm(memories in it) says False. The backup is checked and brought to this schema in
-        a copy first; SQLite's backup API then writes it into the live database in one write
-        transaction, which running servers read from their next on (their log would write old
-        pages back over a file copied in its place)."""
+        confirm(memories in it) says False. Checked and brought to this schema in a copy first,
+        it is written into the live database by SQLite's backup API in one transaction, which
+        running servers read from their next on (their log would overwrite a file copied)."""
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
             raise InvalidInput("the backup to restore must not be the database itself")
@@ -2994,12 +2985,11 @@ def _with_skipped(node, doing, skipped):
 
 
 def data_settings(environ, paths=os.path):
-    """(the data directory, whether Litestream replicates the file) as `environ` sets them: the
-    one reader of both, for the servers, store.py and setup.py. FLOOD_MEMORY_DIR (DEFAULT_DIR
-    unset), `~` expanded by `paths` (ntpath or posixpath play a system), must be absolute: a
-    client starts the server in a folder of its own choosing, and Claude Desktop on Windows
-    may give it no USERPROFILE. FLOOD_MEMORY_LITESTREAM is 1 or 0, else None (see replicated).
-    InvalidInput says what is wrong."""
+    """(the data directory, whether Litestream replicates the file) as `environ` sets them, for
+    the servers, store.py and setup.py alike: FLOOD_MEMORY_DIR (DEFAULT_DIR unset), `~`
+    expanded by `paths` (ntpath or posixpath play a system), must be absolute (a client starts
+    the server in a folder of its own, and Claude Desktop on Windows may give it no
+    USERPROFILE); FLOOD_MEMORY_LITESTREAM is 1 or 0, else None. InvalidInput says what is wrong."""
     value = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
     directory = paths.expanduser(value)
     if directory.startswith("~"):
@@ -3013,10 +3003,9 @@ def data_settings(environ, paths=os.path):
 
 
 def open_directory(directory, litestream=None):
-    """The store in `directory`, creating the directory if need be; `litestream` as Store
-    takes it. A directory made here is private, as is a database made in it (SQLite gives its
-    -wal and -shm files the database's mode); one that other users of the machine can read is
-    warned about, with the command that fixes it."""
+    """The store in `directory` (`litestream` as Store takes it), the directory made private if
+    need be, as is a database made in it (its -wal and -shm take its mode); one other users of
+    the machine can read is warned about, with the command that fixes it."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StoreError(f"the data directory {directory} is a file, not a directory; set "
                          f"FLOOD_MEMORY_DIR to a directory")
@@ -3052,11 +3041,10 @@ def _quoted(path):
 
 
 def _target_file(target, what):
-    """The path `what` (a backup, an export) named `target` is written to: `target` made
-    absolute, or the regular file a symbolic link there points at (written through, so the
-    link stays); InvalidInput for a directory, a special file or a missing directory. Only a
-    link at the end is followed, so that messages name the path the person gave (a Mac's
-    temporary folder is behind the link /var; Windows would expand FIRSTL~1)."""
+    """The path `what` (a backup, an export) named `target` is written to: made absolute, or the
+    regular file a symbolic link there points at (written through); InvalidInput for a
+    directory, a special file or a missing directory. Only a last link is followed: messages
+    name the path given (a Mac's temporary folder is behind /var; Windows would say FIRSTL~1)."""
     path = os.path.abspath(os.path.expanduser(os.fspath(target)))
     if os.path.islink(path):
         path = os.path.realpath(path)
@@ -3133,10 +3121,9 @@ REPLACE_PAUSE = 0.25    # ...this many seconds apart
 
 
 def _replace(source, target, system=None):
-    """os.replace(source, target). On Windows (`system`, os.name, says "nt") a target that
-    another program holds open (an editor, a sync or backup tool, an antivirus scan) cannot
-    be replaced ("Access is denied"), often for a moment only: the rename is tried again for
-    a few seconds, then StoreError says what to close."""
+    """os.replace(source, target), tried again for a few seconds on Windows (`system`, os.name,
+    "nt"), where a file another program holds open (an editor, a sync tool, an antivirus
+    scan) cannot be replaced, often for a moment only; then StoreError says what to close."""
     for tries_left in range(REPLACE_TRIES - 1, -1, -1):
         try:
             os.replace(source, target)
@@ -3187,11 +3174,10 @@ def _checked_backup(path, name, page_size):
 
 
 def _check_file(path):
-    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it.
-    Not a file this process has open through SQLite already: closing any descriptor of a
-    file drops every POSIX lock the process holds on it, SQLite's too, and another process
-    could then take itself for the last user and remove the log and its index from under
-    this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
+    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it;
+    not one this process has open through SQLite already: closing a descriptor drops every
+    POSIX lock the process holds on the file, and another process could then remove the log
+    from under this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
     with _connected_lock:
         if _connected[os.path.realpath(path)] > 0:
             return
@@ -3525,7 +3511,7 @@ def _foreign_time(created):
         return None
 
 
-# ----------------------------------------------------------------------------- other memory servers
+# ---------------------------------------------------------------------------- other memory servers
 #
 # What other memory servers leave on disk, read as they left it and never written (each reader
 # says how, and its key). Ids are made from the keys as the official import makes its own (the
@@ -3682,10 +3668,9 @@ _JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 
 def _json_members(stream, wanted, keys=None):
     """(key, value) of each member named in `wanted` of the JSON objects in the text stream
-    `stream` (one, or several one after another), read a piece at a time; an array gives
-    (key, item) for each item. A value held has RECORD_MAX characters at most, but for an
-    object, of which only the fields `wanted[key]` names (if any) are then kept. What is not
-    kept is skipped, never held past what was read. `keys` gets each key."""
+    `stream`, read a piece at a time; an array gives (key, item) for each item. A value held
+    has RECORD_MAX characters at most, but for an object, of which the fields `wanted[key]`
+    names are then kept; what is not kept is skipped unheld. `keys` gets each key."""
     text, at, base = "", 0, 0  # base: where `text` starts in the stream
 
     def more():  # read on, dropping the text before `at`; False at the end
@@ -4052,10 +4037,9 @@ _LINKS_TO = re.compile(r"(?<!\s)\s+#bm:links_to\s*$")
 
 def _note_parts(body):
     """([(category, text, context, tags)], [(relation type, target)]) of a note's text, as
-    basic-memory's parser reads them: an observation is a list item or paragraph that
-    starts with [category] or holds a #tag (not a task, - [ ]); a relation is a list item
-    "type [[Target]] (context)", and each other [[Target]] one of type links_to. Quoted
-    blocks (Obsidian's callouts) hold no observation, fenced code nothing."""
+    basic-memory's parser reads them: an observation is a list item or paragraph starting
+    with [category] or holding a #tag (not a task); a relation a list item "type [[Target]]
+    (context)", any other [[Target]] one of type links_to. Quoted blocks hold no observation."""
     observations, relations = [], []
     for kind, text in _blocks(body):
         if kind == "code":
