@@ -2022,10 +2022,6 @@ class Store:
             self.close()
             raise
 
-    @property
-    def timeout(self):
-        return self.db.timeout
-
     def close(self):
         """Close every connection this store opened, having written the accesses counted.
         Using the store again reopens it."""
@@ -2743,14 +2739,14 @@ class Store:
             if confirm is not None and not confirm(count):
                 return None
             with self.db.errors("restore the memories"):
-                deadline = time.monotonic() + self.timeout
+                deadline = time.monotonic() + self.db.timeout
 
                 def waited(status, remaining, total):
                     if status in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) and \
                             time.monotonic() > deadline:
                         raise Busy(f"could not restore the memories: the database stayed "
                                    f"locked by another process for more than "
-                                   f"{self.timeout:g} s")
+                                   f"{self.db.timeout:g} s")
 
                 with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as backup:
                     db = self.db.connection()
