@@ -4438,8 +4438,14 @@ def _parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = commands.choices  # for a mistake found after a command's own parse
 
-    def command(name, about):
-        return commands.add_parser(name, help=about, description=about)
+    flags = {"json": "print JSON, for scripts",
+             "yes": "go ahead without asking (needed off a terminal: a script, Git Bash)"}
+
+    def command(name, about, *options):
+        sub = commands.add_parser(name, help=about, description=about)
+        for option in options:
+            sub.add_argument(f"--{option}", action="store_true", help=flags[option])
+        return sub
 
     def file_name(text):
         if not text.strip():
@@ -4451,18 +4457,16 @@ def _parser():
                          help="only memories carrying T (whatever its case); may be repeated")
         sub.add_argument("--limit", type=int, default=limit, metavar="N",
                          help=f"at most N memories (default {limit})")
-        sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
 
-    sub = command("list", "the newest memories, one a line")
+    sub = command("list", "the newest memories, one a line", "json")
     filters(sub, 20)
     sub.add_argument("--since", metavar="D", help="created at or after D (2026-11-23, ...)")
     sub.add_argument("--until", metavar="D", help="created before D")
-    sub = command("search", "memories matching words, ranked as recall ranks them")
+    sub = command("search", "memories matching words, ranked as recall ranks them", "json")
     sub.add_argument("words", nargs="+", metavar="WORDS")
     filters(sub, 10)
-    sub = command("show", "one memory, whole, with the memories it links to")
+    sub = command("show", "one memory, whole, with the memories it links to", "json")
     sub.add_argument("id", metavar="ID", help="its id, or its first 4 characters or more")
-    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
     sub = command("edit", "change a memory: its content in your editor ($VISUAL or $EDITOR), "
                           "or what the options give")
     sub.add_argument("id", metavar="ID")
@@ -4471,14 +4475,10 @@ def _parser():
     tags.add_argument("--tag", action="append", metavar="T",
                       help="its tags become the --tag options given")
     tags.add_argument("--no-tags", action="store_true", help="take every tag away")
-    sub = command("forget", "delete memories, and every link to them")
+    sub = command("forget", "delete memories, and every link to them", "yes")
     sub.add_argument("ids", nargs="+", metavar="ID")
-    sub.add_argument("--yes", action="store_true",
-                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
-    sub = command("tags", "every tag, with how many memories carry it, most used first")
-    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    sub = command("stats", "how many memories, links and tags; the database's path and size")
-    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    command("tags", "every tag, with how many memories carry it, most used first", "json")
+    command("stats", "how many memories, links and tags; the database's path and size", "json")
     sub = command("check", "check the database and its indexes (reads every memory); "
                            "exit status 0 when all is well")
     sub.add_argument("--repair", action="store_true",
@@ -4506,10 +4506,8 @@ def _parser():
     sub = command("backup", "copy the database, consistently, while servers keep writing")
     sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
-                             "what it replaces is kept as a copy in the data directory")
+                             "what it replaces is kept as a copy in the data directory", "yes")
     sub.add_argument("file", metavar="FILE", type=file_name)
-    sub.add_argument("--yes", action="store_true",
-                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
     return parser
 
 
