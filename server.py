@@ -33,8 +33,8 @@ if sys.version_info < MIN_PYTHON:
              f"{'.'.join(map(str, sys.version_info[:3]))}; run setup.py with a newer Python "
              f"and use the command it prints")
 
-from store import (DEFAULT_DIR, MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET,
-                   MAX_QUERY_WORDS, StoreError, TRAVERSAL_CAP, open_directory, reader_gone)
+from store import (MAX_CONTENT, MAX_DEPTH, MAX_LIMIT, MAX_OFFSET, MAX_QUERY_WORDS, StoreError,
+                   TRAVERSAL_CAP, data_settings, open_directory, reader_gone)
 
 log = logging.getLogger("flood-memory.server")
 
@@ -1041,24 +1041,6 @@ def stop_signals(signals=signal):
 # ----------------------------------------------------------------------------- data directory
 
 
-def data_directory(value, paths=os.path):
-    """The data directory that FLOOD_MEMORY_DIR's `value` names, `~` expanded by `paths`
-    (os.path, or ntpath and posixpath to simulate a system); ValueError when it is not an
-    absolute path then. A client starts the server in a directory of its own choosing, and
-    Claude Desktop on Windows may give it no USERPROFILE: `~` then stayed as it was, and the
-    memories went to a folder named `~` wherever the server had started."""
-    expanded = paths.expanduser(value)
-    if expanded.startswith("~"):
-        raise ValueError(f"FLOOD_MEMORY_DIR is {value}, and this process cannot expand ~ (it "
-                         f"has no {'USERPROFILE' if paths is ntpath else 'HOME'}): set "
-                         f"FLOOD_MEMORY_DIR to an absolute path, as setup.py prints it")
-    if not paths.isabs(expanded):
-        raise ValueError(f"FLOOD_MEMORY_DIR is {value}, a relative path, and a client starts "
-                         f"the server in a directory of its own choosing: set it to an "
-                         f"absolute path, as setup.py prints it")
-    return expanded
-
-
 # Folders a sync service copies elsewhere, by a part of their path in lower case, the most
 # specific first: a macOS CloudStorage folder holds one per service.
 _SYNCED = (("onedrive", "OneDrive"), ("dropbox", "Dropbox"), ("googledrive", "Google Drive"),
@@ -1102,12 +1084,12 @@ def risky_location(directory, system=None):
 
 
 def open_data_directory(environ):
-    """The store in the data directory `environ` names, and a warning about its location
-    logged; None after saying in one line why it cannot be opened."""
+    """The store in the data directory `environ` names (see data_settings), and a warning
+    about its location logged; None after saying in one line why it cannot be opened."""
     try:
-        directory = data_directory(environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR)
-        store = open_directory(directory)
-    except (ValueError, StoreError) as exc:
+        directory, litestream = data_settings(environ)
+        store = open_directory(directory, litestream)
+    except StoreError as exc:
         print(f"flood-memory: {exc}", file=sys.stderr)
         return None
     risk = risky_location(directory)

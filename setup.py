@@ -2196,7 +2196,7 @@ def main(argv=None):
 def _main(args):
     sys.path.insert(0, HERE)
     from server import risky_location
-    from store import DEFAULT_DIR, StoreError, open_directory
+    from store import StoreError, data_settings, open_directory
 
     system, environ = platform.system(), os.environ
     if args.bundle is not None:
@@ -2206,16 +2206,9 @@ def _main(args):
         return install(args.client, system, environ, None, None,
                        desktop_config_files(system, environ, glob.glob), remove=True)
     home = os.path.expanduser("~")
-    data_dir = os.path.expanduser(environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR)
-    if data_dir.startswith("~"):
-        print(f"setup.py: cannot expand ~ in {data_dir} (no HOME or USERPROFILE); set "
-              f"FLOOD_MEMORY_DIR to an absolute path", file=sys.stderr)
-        return 1
-    # Absolute: a client starts the server in a directory of its own, and may not give it
-    # what ~ needs.
-    data_dir = os.path.abspath(data_dir)
     try:
-        open_directory(data_dir).close()
+        data_dir, litestream = data_settings(environ)
+        open_directory(data_dir, litestream).close()
     except StoreError as exc:
         print(f"setup.py: {exc}", file=sys.stderr)
         return 1

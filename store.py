@@ -5,62 +5,92 @@ graph. Only this module speaks SQL.
 and lists back. The `nodes` table is the one source of truth: every other table and index is
 derived from it by SQLite itself, in the same transaction (triggers, and indexes over built-in
 functions only), so that a program writing `nodes` without this module keeps them right too.
-What SQL cannot compute is computed when asked for. The module reads top down:
+What SQL cannot compute is computed when asked for. The module reads top down, the engine
+the servers use first:
 
-- schema: `SCHEMA`, its version, and the upgrade of a file of an older version
 - limits: how much one memory or one call may hold
-- errors: `StoreError` and its kinds, and `_translated`, the one place where SQLite's errors
-  become messages a user can act on
-- words: what FTS5's `porter` tokenizer makes of a text (unicode61 splitting and folding,
-  then Porter stemming), so that a search knows which terms the index holds for it
+- schema: `SCHEMA`, the rules of a row (`_DOOR`), its version, and the upgrade of a file of
+  an older version
+- errors: `StoreError` and its kinds; `_translated` puts SQLite's errors in a user's words
+- words: the terms FTS5's `porter` tokenizer makes of a text, asked of SQLite
 - values: the checks every argument passes before anything is written
-- connections: `Database`, the per-thread connections, the read and write transactions
-  (writers of a process take turns, first come first served), and the checkpoints
+- checking: what `store.py check` names, and `check --repair` mends
+- connections: `Database`: a connection a thread, read and write transactions, checkpoints
 - search: `Search`, FTS5's bm25 (stage one) re-scored from what FTS5 holds (stage two)
 - store: `Store`, links both ways, traversal, access counting, checking, loads, backup and
-  restore
-- command line: `python3 store.py list | search | show | edit | forget | tags | stats |
-  check | export | import | backup | restore`, the official memory server's format, and
-  what other memory servers leave (mcp-memory-service, basic-memory, OpenMemory, Claude Code,
-  Gemini CLI)
+  restore; `data_settings` and `open_directory`, which the servers start with
+
+then, past one marked boundary, what uses the engine only through its names:
+
+- command line: `python3 store.py list | search | show | edit | forget | tags | stats | check
+  | export | import | backup | restore`; the importers of the official memory server's format
+  and of what other memory servers leave
 """
 
-import argparse
-import array
 import codecs
 import collections
 import concurrent.futures
 import contextlib
 import errno
 import functools
-import gc
-import glob
-import hashlib
 import heapq
 import io
 import itertools
 import json
 import logging
-import marshal
 import math
 import os
 import re
-import shlex
 import shutil
 import sqlite3
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
 import uuid
-import zipfile
 import zlib
 from datetime import datetime, timedelta, timezone
 
 log = logging.getLogger("flood-memory.store")
+
+# ----------------------------------------------------------------------------- limits
+
+MAX_LIMIT = 100         # recall results per call
+MAX_OFFSET = 1000       # recall results a call may skip, to page past earlier ones
+MAX_DEPTH = 100         # hops a traversal may be asked for
+MAX_NODES = 1000        # memories one connections call returns, nearest first
+TRAVERSAL_CAP = 10_000  # memories a traversal walks and counts; pages reach this far
+MAX_CONTENT = 100_000   # characters in one memory
+MAX_TAGS = 100          # tags on one memory
+MAX_TAG_LENGTH = 200    # characters in one tag
+MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
+MAX_SOURCE = 1_000      # characters in a memory's source label
+MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest are ignored
+CLOSEST_TAGS = 5        # tags a recall that found nothing names...
+MEASURED = 100          # ...found among this many, those closest by their letters
+MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
+MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
+LOAD_CHUNK = 4_000      # memories in a load's first transaction...
+LOAD_TXN = 0.5          # ...and seconds the next aim at (see _Load)
+LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
+LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
+LOAD_CACHE_KIB = 32_768 # SQLite's page cache while loading (2 MB otherwise): random keys
+BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
+BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
+WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
+WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
+WAL_SOFT = 32 << 20     # under Litestream, a write waits for it to checkpoint a longer log...
+WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
+WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is gone)...
+WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
+LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
+LITESTREAM_LOOK = 1.0   # seconds a write trusts what it last saw of whether Litestream is there
+
+DEFAULT_DIR = "~/flood/memory"
+DB_NAME = "memory.db"
+PRIVATE_DIR = 0o700     # a data directory this code makes
+PRIVATE_FILE = 0o600    # the database, its -wal and -shm, backups and exports
 
 # ----------------------------------------------------------------------------- schema
 
@@ -89,52 +119,111 @@ def _collapsed(content):
 _LINKS = "iif(json_valid(links) AND json_type(links) = 'array', links, '[]')"
 
 
-def _tag_array(value):
-    """SQL: the tags column value `value` as the one rule reads it: a JSON array as it is, else
+def _sql_tag_array(value):
+    """SQL: the tags column value `value` as the rules read it: a JSON array as it is, else
     '[]' (for an array holding a NUL too, which SQLite's JSON functions cut a string at)."""
-    return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND "
-            f"NOT instr({value}, '\\u0000'), {value}, '[]')")
+    return (f"iif(json_valid({value}) AND json_type({value}) = 'array' AND NOT "
+            f"{_NUL_IN.format(value)}, {value}, '[]')")
 
 
-def _tag_rows(memory, rows=""):
-    """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old",
-    or an alias that `rows`, the start of a FROM clause, defines), one a string of its tags:
-    the one rule making node_tags from nodes.tags (triggers, loads, repair and check)."""
+# SQL: whether the JSON text {0} escapes a NUL (`\u0000`, not `\\u0000`: a backslash and u0000).
+_NUL_IN = "instr(replace({0}, '\\\\', ''), '\\u0000')"
+
+
+def _sql_tag_rows(memory, rows=""):
+    """SQL: the node_tags rows (tag, node, created_at) of the memory `memory` ("new", "old", or
+    an alias that `rows`, the start of a FROM clause, defines): one a string of its tags."""
     return (f"SELECT j.value, {memory}.rowid, {memory}.created_at FROM {rows}json_each("
-            f"{_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
+            f"{_sql_tag_array(memory + '.tags')}) j WHERE j.type = 'text'")
 
 
-def _tags_gone(memory):
-    """SQL: delete the node_tags rows of the memory `memory` (see _tag_rows)."""
+def _sql_untag(memory):
+    """SQL: delete the node_tags rows of the memory `memory` (see _sql_tag_rows)."""
     return (f"DELETE FROM node_tags WHERE node = {memory}.rowid AND tag IN "
-            f"(SELECT value FROM json_each({_tag_array(memory + '.tags')}))")
+            f"(SELECT value FROM json_each({_sql_tag_array(memory + '.tags')}))")
 
 
-# What no tool writes, refused whoever writes it, as every reader would read around it; by an
-# update only in a column it changes, so a row an older version let in can be corrected a
-# column at a time. Text not UTF-8 cannot be told in SQL: it is read around (Database.connection).
-_REFUSED = [
-    ("id", "typeof(new.id) <> 'text'", "the id of a memory must be text"),
-    ("content", "typeof(new.content) <> 'text'",
-     "content must be text (not a BLOB: decode bytes first)"),
-    ("tags", "NOT json_valid(new.tags) OR json_type(new.tags) <> 'array'",
-     "tags must be a JSON array of strings"),
-    ("tags", "instr(new.tags, '\\u0000')", "a tag must not hold a NUL character"),
-    ("created_at", "typeof(new.created_at) <> 'text'", "created_at must be text (ISO 8601)"),
-    ("source", "typeof(new.source) NOT IN ('text', 'null')", "source must be text"),
-    ("last_accessed", "typeof(new.last_accessed) <> 'text'",
-     "last_accessed must be text (ISO 8601)"),
-    ("access_count", "typeof(new.access_count) NOT IN ('integer', 'real', 'null')",
-     "access_count must be a number"),
+# What str.strip() strips (str.isspace), which a tag neither starts nor ends with.
+_WHITE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+          "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+# The rules of one tag, in SQL (of a json_each row) and in Python (of the string), side by
+# side. SQLite folds no case beyond ASCII, so tags differing only in case are let in (another
+# program's "Work" and "work": a filter finds the memory by either); remember keeps the first.
+_TAG_RULES = [
+    ("type <> 'text'", lambda t: not isinstance(t, str), "tags must be an array of strings"),
+    ("value = ''", lambda t: t == "", "a tag must not be empty"),
+    (f"value <> trim(value, char({', '.join(str(ord(c)) for c in _WHITE)}))",
+     lambda t: t != t.strip(), "a tag must not start or end with space"),
+    (f"value GLOB '*[' || char({', '.join(map(str, [*range(1, 32), 127]))}) || ']*'",
+     _CONTROL.search, "a tag must not hold control characters"),
+    (f"length(value) > {MAX_TAG_LENGTH}", lambda t: len(t) > MAX_TAG_LENGTH,
+     f"a tag may have at most {MAX_TAG_LENGTH} characters"),
+    # GLOB reads a lone surrogate (and U+FFFE, U+FFFF) as U+FFFD.
+    ("replace(replace(replace(value, char(65533), ''), char(65534), ''), char(65535), '') "
+     "GLOB '*' || char(65533) || '*'", _SURROGATE.search,
+     "a tag must be Unicode text (a lone surrogate is not)"),
 ]
 
+# The rules of a row of nodes, whoever writes it, each written once: (column, SQL true of a row
+# breaking it with {0} for the column, the rule, how check --repair mends it: SQL of the
+# column's new value, "" where Python does, None where it cannot). The triggers refuse a row
+# breaking a rule of _DOOR (an update, only in a column it changes: an older row can be put
+# right a column at a time); check names the rows breaking any (let in before version 10, or
+# past the triggers), repair mends them. _READ_AROUND's are let in and read around: refusing
+# them would cost every access counted (which fires no trigger) or every link written.
+_DOOR = [
+    ("id", "typeof({0}) <> 'text'", "the id of a memory must be text",
+     "lower(hex(randomblob(4)) || '-' || hex(randomblob(2)) || '-4' || substr(hex(randomblob("
+     "2)), 2) || '-' || substr('89AB', abs(random()) % 4 + 1, 1) || substr(hex(randomblob(2)),"
+     " 2) || '-' || hex(randomblob(6)))"),  # a uuid4
+    ("content", "typeof({0}) <> 'text'", "content must be text (not a BLOB: decode bytes first)",
+     "CAST({0} AS TEXT)"),
+    ("tags", "typeof({0}) <> 'text' OR NOT json_valid({0}) OR json_type({0}) <> 'array'",
+     "tags must be a JSON array of strings", ""),
+    ("tags", _NUL_IN, "a tag must not hold a NUL character", ""),
+    ("tags", f"json_array_length({_sql_tag_array('{0}')}) > {MAX_TAGS}",
+     f"a memory may have at most {MAX_TAGS} tags", ""),
+    ("created_at", "typeof({0}) <> 'text'", "created_at must be text (ISO 8601)",
+     "CAST({0} AS TEXT)"),
+    ("source", "typeof({0}) NOT IN ('text', 'null')", "source must be text", "CAST({0} AS TEXT)"),
+    ("last_accessed", "typeof({0}) <> 'text'", "last_accessed must be text (ISO 8601)",
+     "CAST({0} AS TEXT)"),
+    ("access_count", "typeof({0}) NOT IN ('integer', 'real', 'null')",
+     "access_count must be a number", "coalesce(CAST({0} AS INTEGER), 0)"),
+    *(("tags", f"EXISTS (SELECT 1 FROM json_each({_sql_tag_array('{0}')}) WHERE {test})", rule, "")
+      for test, _, rule in _TAG_RULES),  # the triggers ask these of each tag at once
+]
+_LINKS_BROKEN = ("links IS NOT NULL AND (NOT json_valid(links) OR json_type(links) <> 'array' "
+                 f"OR EXISTS (SELECT 1 FROM json_each({_LINKS}) WHERE type <> 'text'))")
+_STORED_GLOB = "####-##-##T##:##:##.###Z".replace("#", "[0-9]")  # as _format_time writes
+_READ_AROUND = [
+    ("links", _LINKS_BROKEN, "links must be a JSON array of memory ids", ""),
+    ("id", "{0} NOT GLOB '" + "-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12)) + "'",
+     "an id must be a memory id (a lower-case uuid), or no tool can name it: correct it with "
+     "sqlite3", None),
+    ("created_at", " OR ".join(f"{c} NOT GLOB '{_STORED_GLOB}'" for c in (
+        "created_at", "last_accessed")), "times must be in the stored form "
+     "(2026-11-23T14:00:00.000Z), or they are in no time window: correct them with sqlite3", None),
+    ("rowid", f"rowid > {1 << 62}", "a rowid must leave a load room after it (2^62 at most): "
+     "forget the memory and remember it again", None),
+]
+_ROW_RULES = _DOOR + _READ_AROUND
+_RULES_OF = {c: [r for r in _ROW_RULES if r[0] == c] for c in ("tags", "links")}
 
-def _refuse(columns, update=False):
-    """SQL: a trigger's statement refusing what no tool writes (_REFUSED) in `columns`."""
-    return "SELECT CASE " + " ".join(
-        f"WHEN {f'new.{c} IS NOT old.{c} AND ' if update else ''}({test}) "
-        f"THEN RAISE(ABORT, '{message}')" for c, test, message in _REFUSED if c in columns
-    ) + " END;"
+
+def _refuse(update=False):
+    """SQL: a BEFORE trigger's statements refusing a row that breaks a rule of _DOOR (those of
+    each tag in one pass over them); an update's, in a column it changes."""
+    changed = "new.{0} IS NOT old.{0} AND " if update else ""
+    rows = "\n        ".join(
+        f"WHEN {changed.format(c)}({test.format(f'new.{c}')}) THEN RAISE(ABORT, '{rule}')"
+        for c, test, rule, _ in _DOOR[:-len(_TAG_RULES)] if not update or c in _REFUSED_ON_UPDATE)
+    tags = " ".join(f"WHEN {test} THEN RAISE(ABORT, '{rule}')" for test, _, rule in _TAG_RULES)
+    return (f"SELECT CASE {rows} END;\n    SELECT CASE {tags} END FROM json_each("
+            f"{_sql_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};")
 
 
 def _changed(*columns):
@@ -149,12 +238,12 @@ def _changed(*columns):
 # (test_an_outside_replace_leaves_nothing_of_the_old_row_behind).
 _DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, content, tags FROM "
               "nodes WHERE (id = new.id OR rowid = new.rowid){};")
-_DISPLACED_GONE = f"""
-    INSERT INTO nodes_fts(nodes_fts, rowid, content)
+_DISPLACED_GONE = f"""INSERT INTO nodes_fts(nodes_fts, rowid, content)
         SELECT 'delete', rowid, content FROM replaced WHERE id = new.id OR rowid = new.rowid;
     DELETE FROM node_tags WHERE (tag, node) IN (SELECT j.value, r.rowid FROM replaced r,
-        json_each({_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
-_UPDATED = ("id", "content", "tags", "created_at")
+        json_each({_sql_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
+_UPDATED = ("id", "content", "tags", "created_at")  # what the derived tables are made of
+_REFUSED_ON_UPDATE = (*_UPDATED, "source")
 
 SCHEMA = f"""
 -- One row per memory: the one source of truth. `rowid` is implicit; the full-text index and
@@ -195,38 +284,41 @@ CREATE INDEX node_tags_created ON node_tags (tag, created_at);
 -- The rows a write is about to displace (see _DISPLACED): empty but within one statement.
 CREATE TABLE replaced (rowid INTEGER PRIMARY KEY, id, content, tags);
 
--- The full-text index and node_tags follow the table through these triggers, which also
--- refuse what no tool would write (_REFUSED).
+-- The full-text index and node_tags follow the table through these triggers; the BEFORE
+-- ones also refuse a row that breaks a rule of the door (_DOOR). One trigger an event, its
+-- statements in the order they must run: SQLite fires the triggers of one event newest
+-- first, _Load drops and makes three of them again at every batch (which would reverse that
+-- order), and a REPLACE with an explicit rowid drifts the index unless what it displaces
+-- leaves the index before the new row enters it (test_one_trigger_an_event).
 CREATE TRIGGER nodes_bi BEFORE INSERT ON nodes BEGIN
+    {_refuse()}
     {_DISPLACED.format("")}
 END;
 CREATE TRIGGER nodes_ai AFTER INSERT ON nodes BEGIN
-    {_refuse([c for c, _, _ in _REFUSED])}{_DISPLACED_GONE}
+    {_DISPLACED_GONE}
     INSERT INTO nodes_fts(rowid, content) VALUES (new.rowid, new.content);
-    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")};
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_sql_tag_rows("new")};
 END;
 CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
     INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
-    {_tags_gone("old")};
+    {_sql_untag("old")};
 END;
--- Counting an access or editing links fires neither: they change nothing derived.
-CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
+-- Counting an access or editing links fires neither: they change nothing derived, and a
+-- trigger a row counted cost a recall 6% (an odd count or time there is read around, named
+-- by check, and mended by the next access).
+CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_REFUSED_ON_UPDATE)}, rowid ON nodes BEGIN
+    {_refuse(update=True)}
     {_DISPLACED.format(" AND rowid <> old.rowid")}
 END;
 CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
-    {_refuse(_UPDATED, update=True)}{_DISPLACED_GONE}
+    {_DISPLACED_GONE}
     INSERT INTO nodes_fts(nodes_fts, rowid, content) SELECT 'delete', old.rowid, old.content
         WHERE {_changed("content")};
     INSERT INTO nodes_fts(rowid, content) SELECT new.rowid, new.content
         WHERE {_changed("content")};
-    {_tags_gone("old")} AND {_changed("tags", "created_at")};
-    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_tag_rows("new")}
+    {_sql_untag("old")} AND {_changed("tags", "created_at")};
+    INSERT OR IGNORE INTO node_tags (tag, node, created_at) {_sql_tag_rows("new")}
         AND {_changed("tags", "created_at")};
-END;
--- Not on access counts: a trigger a row counted cost a recall 6%. An odd count or time there
--- is read around, named by check, and mended by the next access.
-CREATE TRIGGER nodes_refuse BEFORE UPDATE OF source ON nodes BEGIN
-    {_refuse(("source",), update=True)}
 END;
 
 -- Every tag in use, with how many memories carry it: a tag filter looks up the tag's
@@ -257,10 +349,12 @@ END;
 # 7: FTS5 ranks and nodes_text finds duplicates (terms, hot_terms, hot_postings, pending, owed
 #    and fingerprints gone); tags that are not a JSON array refused; tags folded when asked.
 # 8: whatever SQL writes nodes: a REPLACE leaves nothing behind (replaced, nodes_bi, nodes_bu),
-#    a moved rowid takes its index entries along, rows no tool writes are refused (_REFUSED),
+#    a moved rowid takes its index entries along, rows no tool writes are refused (_DOOR),
 #    tags are folded into a plain column (tags.folded), one trigger a kind.
 # 9: counting an access fires no trigger (nodes_refuse).
-SCHEMA_VERSION = 9
+# 10: the door refuses every tags value check would name (_TAG_RULES), and NULL tags; the
+#     BEFORE triggers refuse (nodes_refuse gone).
+SCHEMA_VERSION = 10
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
@@ -271,15 +365,18 @@ _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_ref
           "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
           "tags_folded", "tags_used", "tags_wide", "terms", "hot_terms", "hot_postings",
           "hot_postings_node", "pending", "fingerprints", "loaded_links", "owed", "replaced"}
+# The triggers on nodes (version 8 on): an upgrade from 8 on makes only these again.
+_TRIGGERED = ("nodes_bi", "nodes_ai", "nodes_ad", "nodes_bu", "nodes_au")
 # Litestream's own, in any file it replicates: never a sign of another program's database.
 _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
 
 def _statements(script):
-    """(name, statement) of each statement of a schema script (a trigger's holds `;` to END)."""
+    """(name, statement) of each statement of a schema script (a trigger's holds `;` to END),
+    with the comments within it (a column's goes on over lines), not those between them."""
     statements, current = [], ""
     for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--"):
+        if not current.strip() and line.lstrip().startswith("--"):
             continue
         current += line
         if sqlite3.complete_statement(current):
@@ -290,17 +387,21 @@ def _statements(script):
 
 
 def _upgrade(db, version):
-    """Bring a file of schema `version` to this one, inside the caller's write transaction.
-
-    What this module made before is dropped by name first, so that none of its old triggers
-    fires on what follows; all else in the file is kept. `nodes` keeps its rows, times put in
-    the stored form (before version 5) and links made two-way (version 1's tools and a version
-    6 load cut short left some one-way). All derived from it is made again, but for this
-    module's full-text index (version 2 on; version 1's may be anyone's, or empty).
-    """
-    if version == 8:  # only nodes_refuse changed: nothing to derive again
-        db.execute("DROP TRIGGER IF EXISTS nodes_refuse")
-        db.execute(dict(_statements(SCHEMA))["nodes_refuse"])
+    """Bring a file of schema `version` to this one, in the caller's write transaction. What
+    this module made is dropped by name first (no old trigger fires), the rest kept; `nodes`
+    keeps its rows, times put in the stored form (before 5), links made two-way (version 1's
+    tools and a version 6 load cut short left some one-way); all else is derived again, but
+    for the full-text index from version 2 on (version 1's may be anyone's, or empty)."""
+    if version >= 8:  # only the triggers changed: nothing to derive again
+        statements = dict(_statements(SCHEMA))
+        for name in ("nodes_refuse", *_TRIGGERED):
+            db.execute(f"DROP TRIGGER IF EXISTS {name}")
+        for name in _TRIGGERED:
+            db.execute(statements[name])
+        # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
+        db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
+                   f"{_sql_tag_rows('n', 'nodes n, ')} AND instr(n.tags, '\\u0000')")
+        _fold_tags(db)
         return
     links_owed = version == 1 or version == 6 and db.execute(
         "SELECT count(*) FROM sqlite_master WHERE name = 'owed'").fetchone()[0] and \
@@ -343,7 +444,7 @@ def _fill_tags(db):
     db.execute("DELETE FROM node_tags")
     db.execute("DELETE FROM tags")
     db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-               f"{_tag_rows('n', 'nodes n, ')}")
+               f"{_sql_tag_rows('n', 'nodes n, ')}")
     _fold_tags(db)
 
 
@@ -367,8 +468,10 @@ def _repair_links(db, changed=None):
 def _links_to_repair(db):
     """[(links as they should be, id, links as they are)] of the memories whose links are
     one-way, lead nowhere or to themselves, or are not a JSON array of ids."""
-    text = dict(db.execute("SELECT id, links FROM nodes WHERE id IS NOT NULL"))
-    links = {node_id: _strings(value) for node_id, value in text.items()}
+    rows = db.execute(f"SELECT id, links, {_breaking(*_RULES_OF['links'])} FROM nodes "
+                      f"WHERE id IS NOT NULL").fetchall()
+    text, broken = {i: t for i, t, _ in rows}, {i for i, _, b in rows if b}
+    links = {node_id: _column_strings(value) for node_id, value in text.items()}
     repaired = {i: list(dict.fromkeys(t for t in ts if t in links and t != i))
                 for i, ts in links.items()}
     for node_id, targets in list(repaired.items()):
@@ -376,46 +479,8 @@ def _links_to_repair(db):
             if node_id not in repaired[target]:
                 repaired[target].append(node_id)
     return [(_json(ts), i, text[i]) for i, ts in repaired.items()
-            if ts != links[i] or not _string_array(text[i])]
+            if ts != links[i] or i in broken]
 
-
-# ----------------------------------------------------------------------------- limits
-
-MAX_LIMIT = 100         # recall results per call
-MAX_OFFSET = 1000       # recall results a call may skip, to page past earlier ones
-MAX_DEPTH = 100         # hops a traversal may be asked for
-MAX_NODES = 1000        # memories one connections call returns, nearest first
-TRAVERSAL_CAP = 10_000  # memories a traversal walks and counts; pages reach this far
-MAX_CONTENT = 100_000   # characters in one memory
-MAX_TAGS = 100          # tags on one memory
-MAX_TAG_LENGTH = 200    # characters in one tag
-MAX_LINKS = 10_000      # ids in one links argument (back-links alone may make more)
-MAX_SOURCE = 1_000      # characters in a memory's source label
-MAX_QUERY_WORDS = 300   # words of a query that recall searches for; the rest are ignored
-CLOSEST_TAGS = 5        # tags a recall that found nothing names...
-MEASURED = 100          # ...found among this many, those closest by their letters
-MAX_INT = 2**63 - 1     # the largest integer SQLite stores (access_count)
-MAX_UNCOUNTED = 100_000 # accesses kept in memory while the file cannot take them
-LOAD_CHUNK = 4_000      # memories in a load's first transaction...
-LOAD_TXN = 0.5          # ...and seconds the next aim at (see _Load)
-LOAD_LINKS = 200_000    # links to memories stored before that a load makes together (_Load)
-LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
-LOAD_CACHE_KIB = 32_768 # SQLite's page cache while loading (2 MB otherwise): random keys
-BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
-BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
-WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
-WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
-WAL_SOFT = 32 << 20     # under Litestream, a write first waits for it to checkpoint a longer log...
-WAL_WAIT = 2.0          # ...for up to this many seconds, then checkpoints it itself...
-WAL_UNHEARD = 60.0      # ...and for this long checkpoints without waiting (Litestream is not there)...
-WAL_BOUND = 64 << 20    # ...and a commit checkpoints a log longer than this, whatever happens
-LITESTREAM_ENV = "FLOOD_MEMORY_LITESTREAM"  # 1 or 0: whether Litestream replicates the file
-LITESTREAM_LOOK = 1.0   # seconds a write trusts what it last saw of whether Litestream is there
-
-DEFAULT_DIR = "~/flood/memory"
-DB_NAME = "memory.db"
-PRIVATE_DIR = 0o700     # a data directory this code makes
-PRIVATE_FILE = 0o600    # the database, its -wal and -shm, backups and exports
 
 # ----------------------------------------------------------------------------- errors
 
@@ -450,9 +515,8 @@ _LOCKED = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def _translated(exc, doing, timeout, path=None):
-    """The StoreError that says what SQLite's exception `exc` means for a user. SQLite says
-    "disk I/O error" for a full disk or a file-size limit: with the database's `path`, the
-    cause is looked for (see _write_trouble). Messages name no path (they reach clients)."""
+    """The StoreError saying what SQLite's exception `exc` means for a user; with the database's
+    `path`, the cause of a "disk I/O error" is looked for (_write_trouble). No path is named."""
     code = _code(exc)
     if path is not None and code in _CANNOT_WRITE and (trouble := _write_trouble(path)):
         return StoreError(f"could not {doing}: {trouble}")
@@ -462,8 +526,8 @@ def _translated(exc, doing, timeout, path=None):
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
         return StoreError(f"could not {doing}: the memory store is shutting down")
     if code == sqlite3.SQLITE_CORRUPT:
-        # Mostly an index another program's redefined lower() or collation wrote keys into
-        # (test_an_index_another_lower_wrote_is_mended_by_repair), which a repair makes again.
+        # Mostly an index another program's lower() or collation wrote keys into, which a
+        # repair makes again (test_an_index_another_function_wrote_is_mended_by_repair).
         return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
                           f"`{store_py_command()} check --repair`, and restore a backup only "
                           f"if that does not mend it")
@@ -475,9 +539,15 @@ def _translated(exc, doing, timeout, path=None):
     return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
 
+def store_py_command(system=None):
+    """store.py as a message gives it to type: after the py launcher on Windows (`system`,
+    os.name, says "nt"), where python3 is often the Microsoft Store's alias, else python3."""
+    return ("py" if (system or os.name) == "nt" else "python3") + " store.py"
+
+
 def _write_trouble(path):
-    """Why the database at `path` and its companions cannot be written, when the reason can
-    be seen: a full disk, this process's file-size limit, a read-only directory or file."""
+    """Why the database at `path` cannot be written, if it can be seen: a full disk, this
+    process's file-size limit, a read-only directory or file."""
     directory = os.path.dirname(os.path.abspath(path))
     with contextlib.suppress(OSError):
         if shutil.disk_usage(directory).free < 64 * 1024:
@@ -525,8 +595,7 @@ yourselves s t d ll m re ve
 
 def _tokenized(text, tokenizer):
     """The terms FTS5's tokenizer `tokenizer` ("unicode61" or "porter") indexes for `text`, in
-    order, asked of SQLite (its Unicode tables and stemmer are the only faithful source) in a
-    database in memory, in a transaction rolled back: nothing to delete."""
+    order, asked of SQLite (the only faithful source) in memory, in a transaction rolled back."""
     with _tokenizer_lock:
         if not _tokenizer:
             db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
@@ -549,10 +618,9 @@ _tokenizer, _tokenizer_lock = [], threading.Lock()  # the one database _tokenize
 
 
 class _Folds(dict):
-    """Code point -> what unicode61 makes of that character inside a word: its folded form
-    ('' when it is a diacritic it drops), or a space when it separates words. A text's new
-    characters are looked up together (one a character held writers up), and kept; a full
-    table starts again from ASCII."""
+    """Code point -> what unicode61 makes of the character in a word: its folded form ('' for
+    a diacritic it drops), or a space. A text's new characters are looked up together (one a
+    character held writers up); a full table starts again from ASCII."""
 
     _ASCII = {i: chr(i).lower() if chr(i).isalnum() else " " for i in range(128)}
 
@@ -622,8 +690,8 @@ stems = _Stems().of  # stems(words) -> the terms FTS5's porter tokenizer indexes
 
 
 def first_words(text, n=None):
-    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds
-    more. Only the start of a long text is tokenized: a query may be megabytes."""
+    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds more,
+    tokenizing only its start (a query may be megabytes)."""
     n = MAX_QUERY_WORDS if n is None else n
     size = 16 * n
     while True:
@@ -639,8 +707,8 @@ def _distinctive(words):
 
 
 def _meaningful(words):
-    """The words of a question (`words`) that a search looks for, one a distinct term:
-    stopwords are dropped unless nothing else is left, so that "what is it?" still searches."""
+    """The words of a question a search looks for, one a term: not stopwords, unless nothing
+    else is left ("what is it?")."""
     kept = {}  # term -> the first word that has it
     words = [w for w in words if w not in STOPWORDS] or words
     for word, term in zip(words, stems(words)):
@@ -649,8 +717,8 @@ def _meaningful(words):
 
 
 def _distance(a, b, most=2):
-    """The number of edits (a letter added, dropped or changed, two neighbours swapped) making
-    `a` into `b`, or most + 1 if more than `most`: only the diagonal's band of `most` is filled."""
+    """The edits (a letter added, dropped or changed, neighbours swapped) making `a` into `b`,
+    or most + 1 past `most`: only the diagonal's band of `most` is filled."""
     if abs(len(a) - len(b)) > most:
         return most + 1
     far = most + 1
@@ -672,8 +740,8 @@ def _distance(a, b, most=2):
 
 
 def _letters(text):
-    """The letters of `text` as bits of an integer, for a quick bound on how far apart two
-    texts are (a letter's bit may stand for others too: the bound stays a bound)."""
+    """The letters of `text` as bits of an integer (a bit may stand for several letters), for a
+    quick bound on how far apart two texts are."""
     bits = 0
     for letter in text:
         bits |= 1 << (ord(letter) & 127)
@@ -726,9 +794,9 @@ def _window_end(value, name):
     return None if value is None else _timestamp(value, name, "; got")
 
 
-def _strings(text):
-    """The strings of a `tags` or `links` column value, as the one rule reads tags (_tag_array):
-    none unless a JSON array without a NUL, and no string holding a lone surrogate."""
+def _column_strings(text):
+    """The strings of a `tags` or `links` column value, as _sql_tag_array reads tags: none
+    unless a JSON array without a NUL (_NUL_IN); none holding a lone surrogate."""
     if not isinstance(text, str):
         return []  # NULL, or a BLOB another program wrote
     try:
@@ -739,13 +807,10 @@ def _strings(text):
         return []
     if "\\u" not in text:  # no escape: no NUL, no lone surrogate (UTF-8 holds none)
         return [t for t in value if isinstance(t, str)]
-    if "\\u0000" in text:
+    if "\\u0000" in text.replace("\\\\", ""):
         return []
     return [t for t in value if isinstance(t, str) and
             (t.isascii() or not _SURROGATE.search(t))]
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 # The JSON name of each type, for messages: bool before int, which it is a kind of.
@@ -784,7 +849,8 @@ def _text(value, name, *, allow_empty=True):
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)") from None
+        raise InvalidInput(f"{name} is not valid Unicode text (it holds a lone surrogate)") \
+            from None
     if not allow_empty and not value.strip():
         raise InvalidInput(f"{name} must not be empty")
     return value
@@ -799,29 +865,22 @@ def _content(value):
 
 
 def _tags(values):
-    """Tags stripped of space, in order, each once whatever its case (the first spelling kept)."""
+    """Tags stripped of space, in order, each once whatever its case (the first spelling
+    kept); InvalidInput at one that breaks a rule (_TAG_RULES)."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"tags must be an array of strings, got {_kind(values)}")
     tags = {}  # in order, each once (a dict: asking a list grows with the square)
     for value in values:
-        if not isinstance(value, str):
-            raise InvalidInput(f"tags must be an array of strings, and holds {_kind(value)}")
-        tag = _text(value, "each tag").strip()
-        if not tag:
-            raise InvalidInput("tags must not be empty strings")
-        if _CONTROL.search(tag):
-            # SQLite's JSON functions cut a string at NUL: the tag index would lose it.
-            raise InvalidInput(f"a tag must not hold control characters, got {_shorten(tag)}")
-        if len(tag) > MAX_TAG_LENGTH:
-            raise InvalidInput(f"a tag may have at most {MAX_TAG_LENGTH} characters, "
-                               f"got one of {len(tag)}")
+        tag = value.strip() if isinstance(value, str) else value
+        for _, broken, rule in _TAG_RULES:
+            if broken(tag):
+                raise InvalidInput(rule + (f", got {_shorten(tag)}" if isinstance(tag, str) else
+                                           f", and holds {_kind(tag)}"))
         tags.setdefault(tag.casefold(), tag)
     if len(tags) > MAX_TAGS:
         raise InvalidInput(f"a memory may have at most {MAX_TAGS} tags, got {len(tags)}")
     return list(tags.values())
 
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 NOT_AN_ID = "not a memory id"
 NO_SUCH_MEMORY = "no memory has this id"
@@ -829,8 +888,8 @@ ITSELF = "a memory cannot link to itself"
 
 
 def _link_ids(values, limit=MAX_LINKS, skipped=None):
-    """Canonical ids from a links argument, duplicates dropped. Values that are not ids are
-    left out and, when `skipped` is a list, added to it as {"id": value, "reason": ...}."""
+    """Canonical ids from a links argument, each once; what is not an id is left out, and
+    added to the list `skipped` if given, as {"id": value, "reason": ...}."""
     if not isinstance(values, (list, tuple)):
         raise InvalidInput(f"links must be an array of memory ids, got {_kind(values)}")
     if limit is not None and len(values) > limit:
@@ -869,8 +928,8 @@ def _int(value, name, low, high):
 
 
 def _timestamp(value, name, got=", got"):
-    """A time argument in the stored form (UTC, milliseconds, Z); InvalidInput if malformed,
-    saying `got` before the value (a window's end says "; got", an imported time ", got")."""
+    """A time argument in the stored form; InvalidInput if malformed, saying `got` before the
+    value (a window's end "; got", an imported time ", got")."""
     _text(value, name)
     try:
         return _utc(value)
@@ -900,6 +959,22 @@ def _record(value, number):
                       _timestamp(value.get("last_accessed") or created, "last_accessed"), count)
     except InvalidInput as exc:
         raise InvalidInput(f"record {number}: {exc}") from None
+
+
+def _said(content, tags):
+    """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
+    memory's source, so that importing again tells a change there from one made here."""
+    said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
+    tags = "\0".join([str(len(content)), *tags]).encode("utf-8", "surrogatepass")
+    return f"{zlib.crc32(tags, said):08x}"
+
+
+def _labelled(source):
+    """(label, what its source said (_said) or None) of the source of an imported memory."""
+    source, said = source or "", (source or "")[-8:]
+    if source[-10:-8] == " @" and len(said) == 8 and not said.strip("0123456789abcdef"):
+        return source[:-10], said
+    return source, None
 
 
 def check_records(values):
@@ -933,15 +1008,14 @@ _READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _C
 
 
 def _node(row):
-    """A memory as callers get it, from a row of _READ; tags and links not a JSON array of
-    strings (another program's, before version 7) read as the strings they hold."""
+    """A memory as callers get it, from a row of _READ."""
     count = row[7]
     # A float here was left by a version whose count overflowed past MAX_INT; text or a
     # BLOB, by another program (refused in a new row since version 8, not in an update).
     if not isinstance(count, (int, float)) or count != count:
         count = 0
-    return {"id": row[0], "content": row[1], "tags": _strings(row[2]),
-            "links": _strings(row[3]), "source": row[4] or "", "created_at": row[5],
+    return {"id": row[0], "content": row[1], "tags": _column_strings(row[2]),
+            "links": _column_strings(row[3]), "source": row[4] or "", "created_at": row[5],
             "last_accessed": row[6], "access_count": int(max(0, min(count, MAX_INT)))}
 
 
@@ -950,8 +1024,8 @@ _json = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _id_list(ids):
-    """A list of memory ids as _json writes it: ids hold nothing JSON would escape, so
-    joining them is the same text, without the encoder's work on a hub's thousands."""
+    """A list of memory ids as _json writes it, joined (ids hold nothing JSON escapes): the
+    encoder's work on a hub's thousands saved."""
     return '["' + '", "'.join(ids) + '"]' if ids else "[]"
 
 
@@ -961,9 +1035,9 @@ def _folded(tags):
 
 
 @functools.lru_cache(maxsize=1024)
-def _folded_tags(tags_json):
+def _column_folded_tags(tags_json):
     """The tags of a `tags` column value, folded (see _folded)."""
-    return _folded(_strings(tags_json))
+    return _folded(_column_strings(tags_json))
 
 
 def _chunks(items, size=500):
@@ -971,66 +1045,53 @@ def _chunks(items, size=500):
         yield items[start:start + size]
 
 
-def _marks(items):
+def _qmarks(items):
     return ",".join("?" * len(items))
 
 
-def _carrying(tags, column):
-    """(SQL, parameters) joining node_tags so that only memories at `column` carrying every
-    tag of `tags` (each the list of its spellings: Store._spellings) remain. Three are joined,
-    the rest asked in the last join's condition: many joins exhaust SQLite's planner and MATCH."""
+def _sql_tag_filter(tags, column):
+    """(SQL, parameters) joining node_tags so that only memories at `column` carrying every tag
+    of `tags` (its spellings each) remain: three joined, the rest asked in the last join's
+    condition (many joins exhaust SQLite's planner and MATCH)."""
     joined, rest = tags[:3], tags[3:]
-    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_marks(s)})"
+    sql = "".join(f" JOIN node_tags t{i} ON t{i}.node = {column} AND t{i}.tag IN ({_qmarks(s)})"
                   for i, s in enumerate(joined))
     sql += "".join(f" AND EXISTS (SELECT 1 FROM node_tags x{i} WHERE x{i}.tag IN "
-                   f"({_marks(s)}) AND x{i}.node = {column})" for i, s in enumerate(rest))
+                   f"({_qmarks(s)}) AND x{i}.node = {column})" for i, s in enumerate(rest))
     return sql, [t for spellings in (*joined, *rest) for t in spellings]
 
 
 # ----------------------------------------------------------------------------- checking
 #
 # What another program may write into `nodes` that this one would not (a link to a missing
-# memory, an exact duplicate, text that is not UTF-8), or wrote before version 8 refused it
-# (_REFUSED), is stored as written, read around, and named by `store.py check`.
+# memory, an exact duplicate, text that is not UTF-8), or wrote before the door refused it
+# (_ROW_RULES), is stored as written, read around, and named by `store.py check`.
 
 
-def _clean_tags(text):
-    """The tags of a tags column value as remember stores them; those it would refuse (empty,
-    with control characters, too long, not Unicode text) left out."""
-    try:
-        values = json.loads(text) if isinstance(text, str) else []
-    except ValueError:
-        values = []
-    kept = []
-    for tag in values if isinstance(values, list) else ():
-        with contextlib.suppress(InvalidInput):
-            kept += _tags([tag])
-    return _tags(kept[:MAX_TAGS]) if kept else []
+def _fitted_tags(values, most=MAX_TAGS):
+    """`values` (another program's: a list, or a tags column's JSON) made tags that every rule
+    takes: each cut and cleaned (_fitted_tag), what is then empty, not Unicode text or not a
+    string left out, each once whatever its case, `most` at most."""
+    if isinstance(values, str):
+        with contextlib.suppress(ValueError):
+            values = json.loads(values)
+    made = {}
+    for value in values if isinstance(values, list) else ():
+        tag = _fitted_tag(value) if isinstance(value, str) else ""
+        if tag and not _SURROGATE.search(tag):
+            made.setdefault(tag.casefold(), tag)
+    return list(made.values())[:most]
 
 
-def _string_array(text):
-    """Whether a tags or links column value is NULL or a JSON array of strings."""
-    try:
-        value = json.loads(text) if text is not None else []
-    except (ValueError, TypeError):
-        return False
-    return isinstance(value, list) and all(isinstance(t, str) for t in value)
-
-
-def _tag_trouble(text):
-    """What is wrong with a tags column value, in words; None if remember could have written it."""
-    if not _string_array(text):
-        return "are not a JSON array of strings"
-    if text is not None and _clean_tags(text) != json.loads(text):
-        return ("are not as remember stores them (empty or too long, with surrounding space, "
-                "control characters or a lone surrogate, or repeated in another case)")
-    return None
+def _fitted_tag(text):
+    """`text` made a tag that remember takes: control characters made spaces, cut to length."""
+    return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
 
 
 def _derived_problems(db):
     """Where node_tags and tags disagree with the memories' tags, in words."""
     problems = []
-    expected = _tag_rows("n", "nodes n, ")
+    expected = _sql_tag_rows("n", "nodes n, ")
     kept = "SELECT tag, node, created_at FROM node_tags"
     if db.execute(f"SELECT EXISTS ({expected} EXCEPT {kept}) OR "
                   f"EXISTS ({kept} EXCEPT {expected})").fetchone()[0]:
@@ -1044,51 +1105,29 @@ def _derived_problems(db):
     return problems
 
 
-# What check names of a row no tool would write, asked of SQLite; what to do follows.
-_ODD_ROWS = {
-    "memories without an id, which no tool can name (check --repair gives them one)":
-        "id IS NULL",
-    "memories whose content is not text but a BLOB (check --repair makes it text)":
-        "typeof(content) = 'blob'",
-    "memories whose source, times or access count are of another type (check --repair "
-    "mends them)": "typeof(source) NOT IN ('text', 'null') OR typeof(created_at) <> 'text' "
-    "OR typeof(last_accessed) <> 'text' OR typeof(access_count) NOT IN ('integer', 'real', "
-    "'null')",
-    f"memories at a rowid past 2^62, which leaves a load no room after them: forget them and "
-    f"remember them again": f"rowid > {1 << 62}",
-}
-
-
 def _rule_breakers(db):
     """What another program wrote into nodes that remember would not have, in words: the
     kind, how many memories, the first ids, and what to do where check --repair cannot."""
     found = collections.defaultdict(list)  # what is wrong -> ids of the memories
+    for rowid, node_id, *which in db.execute(  # one pass over the memories
+            f"SELECT rowid, CAST(id AS TEXT), {', '.join(_breaking(r) for r in _ROW_RULES)} "
+            f"FROM nodes WHERE {_breaking(*_ROW_RULES)}"):
+        for (_, _, rule, mend), hit in zip(_ROW_RULES, which):
+            if hit:
+                found[f'memories that break "{rule}"' + (" (check --repair mends them)" if
+                      mend is not None else "")].append(node_id or f"rowid {rowid}")
     links = {}
-    for rowid, node_id, tags, text, created, accessed, content in db.execute(
-            "SELECT rowid, CAST(id AS TEXT), CAST(tags AS TEXT), CAST(links AS TEXT), "
-            "created_at, last_accessed, CAST(content AS BLOB) FROM nodes"):
-        name = node_id if node_id is not None else f"rowid {rowid}"
-        if trouble := _tag_trouble(tags):
-            found[f"memories whose tags {trouble}"].append(name)
-        if not _string_array(text):
-            found["memories whose links are not a JSON array of ids"].append(name)
+    for rowid, node_id, text, content in db.execute(
+            "SELECT rowid, CAST(id AS TEXT), CAST(links AS TEXT), CAST(content AS BLOB) "
+            "FROM nodes"):
         try:
             content.decode("utf-8")
         except UnicodeDecodeError:
             found["memories whose content is not UTF-8 text (read with replacement "
-                  "characters: correct them with edit, or forget them)"].append(name)
-        if node_id is None:
-            continue
-        links[node_id] = _strings(text)
-        if not all(isinstance(t, str) and _STORED_TIME.fullmatch(t) for t in (created, accessed)):
-            found["memories whose times are not in the stored form (2026-11-23T14:00:00.000Z), "
-                  "so outside every time window: correct them with sqlite3"].append(name)
-        if not _CANONICAL_ID.fullmatch(node_id):
-            found["memories whose id is not a memory id (a lower-case uuid), so that no tool "
-                  "can name them: correct them with sqlite3"].append(name)
-    for what, where in _ODD_ROWS.items():
-        found[what] += (i if i is not None else f"rowid {r}" for r, i in db.execute(
-            f"SELECT rowid, CAST(id AS TEXT) FROM nodes WHERE {where}"))
+                  "characters: correct them with edit, or forget them)"].append(
+                node_id or f"rowid {rowid}")
+        if node_id is not None:
+            links[node_id] = _column_strings(text)
     for node_id, targets in links.items():
         if node_id in targets:
             found["memories linking to themselves"].append(node_id)
@@ -1102,7 +1141,7 @@ def _rule_breakers(db):
         for node_id, content, tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes WHERE rowid "
                 f"IN ({rowids}) AND id IS NOT NULL ORDER BY rowid"):
-            key = (_collapsed(content), _folded_tags(tags))
+            key = (_collapsed(content), _column_folded_tags(tags))
             if key in first:
                 found[f"memories repeating an older one exactly: forget them "
                       f"({store_py_command()} forget ID)"].append(node_id)
@@ -1111,29 +1150,27 @@ def _rule_breakers(db):
             for what, ids in found.items() if ids]
 
 
+def _breaking(*rules):
+    """SQL: 1 if a row of nodes breaks one of `rules` (of _ROW_RULES), else NULL (a CASE: a
+    test such as json_type's may fail unless the one before it is false)."""
+    return f"CASE {' '.join(f'WHEN {t.format(c)} THEN 1' for c, t, _, _ in rules)} END"
+
+
 def _mend_rows(db):
-    """What check --repair makes right of the rows no tool would write (_ODD_ROWS): an id for
-    a memory without one, text for a BLOB, a time or a count of the right type."""
-    db.executemany("UPDATE nodes SET id = ? WHERE rowid = ?", [
-        (str(uuid.uuid4()), rowid) for (rowid,) in db.execute(
-            "SELECT rowid FROM nodes WHERE id IS NULL").fetchall()])
-    db.execute("UPDATE nodes SET content = CAST(content AS TEXT) WHERE typeof(content) = 'blob'")
-    db.execute("UPDATE nodes SET access_count = coalesce(CAST(access_count AS INTEGER), 0) "
-               "WHERE typeof(access_count) NOT IN ('integer', 'real', 'null')")
-    for column, kinds in (("source", "'text', 'null'"), ("created_at", "'text'"),
-                          ("last_accessed", "'text'")):
-        db.execute(f"UPDATE nodes SET {column} = CAST({column} AS TEXT) "
-                   f"WHERE typeof({column}) NOT IN ({kinds})")
+    """What check --repair mends in SQL of the rows that break a rule (_ROW_RULES)."""
+    for rule in _ROW_RULES:
+        if rule[3]:
+            db.execute(f"UPDATE nodes SET {rule[0]} = {rule[3].format(rule[0])} "
+                       f"WHERE {_breaking(rule)}")
 
 
 # ----------------------------------------------------------------------------- connections
 
 
 class WriteQueue:
-    """The writers of this process, first come first served. A plain lock lets the thread that
-    releases it take it again at once, and SQLite's own wait polls with sleeps: under many
-    HTTP clients either let some writes wait past any bound. Each waiting thread blocks on a
-    lock of its own, so that a turn wakes the first alone, not every thread waiting."""
+    """The writers of this process, first come first served (a plain lock, or SQLite's own
+    polling wait, let some writes of many HTTP clients wait past any bound). Each waiting
+    thread blocks on a lock of its own: a turn wakes the first alone."""
 
     def __init__(self):
         self._lock = threading.Lock()          # guards the fields below
@@ -1176,13 +1213,12 @@ def _count_connections(path, change):
         _connected[os.path.realpath(path)] += change
 
 
-def replicated(path):
-    """Whether Litestream replicates the database at `path`: FLOOD_MEMORY_LITESTREAM says so
-    (1 or 0); unset, the directory Litestream keeps beside the file does (.memory.db-litestream,
-    made by 0.3.x and 0.5.x alike on their first sync; it stays after Litestream stops)."""
-    value = os.environ.get(LITESTREAM_ENV, "").strip()
-    if value in ("0", "1"):
-        return value == "1"
+def replicated(path, litestream=None):
+    """Whether Litestream replicates the database at `path`: as `litestream` says (data_settings)
+    or, None, as the directory it keeps beside the file does (.memory.db-litestream, made by
+    0.3.x and 0.5.x at their first sync; it stays after Litestream stops)."""
+    if litestream is not None:
+        return litestream
     if path == ":memory:" or path.startswith("file:"):
         return False
     directory, name = os.path.split(os.path.abspath(path))
@@ -1190,10 +1226,9 @@ def replicated(path):
 
 
 def _log_bytes(path):
-    """How long the log of the database at `path` is, in bytes (0 without one): the frames
-    since it last started over, which carry its header's salt (older ones after them, older
-    salts: sqlite.org/fileformat2.html#walformat); the -wal's size is how long it ever was.
-    Read from the -wal, never the -shm: closing a file SQLite locks here drops its locks."""
+    """How long the log of the database at `path` is, in bytes: the frames since it last
+    started over, which carry its header's salt (sqlite.org/fileformat2.html#walformat); the
+    -wal's size is how long it ever was. Never from the -shm (closing it drops SQLite's locks)."""
     try:
         with open(path + "-wal", "rb") as f:
             header = f.read(32)
@@ -1222,8 +1257,8 @@ class Database:
     """The SQLite file as this process uses it: a connection per thread, set up alike, the read
     and write transactions, SQLite's errors in words (compare coverage.py's SqliteDb)."""
 
-    def __init__(self, path, timeout=BUSY_TIMEOUT):
-        self.path, self.timeout = path, timeout
+    def __init__(self, path, timeout=BUSY_TIMEOUT, litestream=None):
+        self.path, self.timeout, self.litestream = path, timeout, litestream  # see replicated
         self._local = threading.local()
         self._open, self._lock = set(), threading.Lock()  # the connections open; guards them
         self.queue = WriteQueue()       # one writer at a time within this process
@@ -1247,15 +1282,14 @@ class Database:
                     # macOS's fsync leaves what was written in the drive's own cache, which a
                     # power cut loses; F_FULLFSYNC flushes it (see README, Backups).
                     db.execute("PRAGMA fullfsync=ON")
-                # A statement's undo (an import's over many rows) and sorts in memory, not
-                # in temporary files: the dense import of issue 42 wrote 3 GB to them. Set
-                # before any temporary table, which a change of it would drop.
+                # A statement's undo and sorts in memory (issue 42's import wrote 3 GB of
+                # temporary files); set before any temporary table, which it would drop.
                 db.execute("PRAGMA temp_store=MEMORY")
-                # FTS5's vocabulary, the df of a search's terms (_doc_counts): a temporary
-                # table, so made before anything can make the connection read-only.
+                # FTS5's vocabulary (_doc_counts): a temporary table, made before anything can
+                # make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
-                self._set_log(db, replicated(self.path))
+                self._set_log(db, replicated(self.path, self.litestream))
                 db.execute(f"PRAGMA busy_timeout = {int(BUSY_POLL * 1000)}")
             except sqlite3.Error as exc:
                 raise _translated(exc, "open the memory database", self.timeout,
@@ -1267,21 +1301,19 @@ class Database:
         return db
 
     def _set_durable(self, db, durable):
-        """Whether `db`'s commits reach the disk before they return. FULL syncs the log at
-        every commit, so that what a reply says is stored survives a power cut or an OS
-        crash; NORMAL syncs it only at checkpoints, which a killed process survives but a
-        power cut does not (test_what_is_acknowledged_is_synced_before_the_reply)."""
+        """Whether `db`'s commits reach the disk before they return: FULL, so that what a reply
+        says is stored survives a power cut; NORMAL syncs at checkpoints only, which a killed
+        process survives (test_what_is_acknowledged_is_synced_before_the_reply)."""
         if getattr(self._local, "durable", None) != durable:
             db.execute(f"PRAGMA synchronous={'FULL' if durable else 'NORMAL'}")
             self._local.durable = durable
 
     def _set_log(self, db, replicated):
-        """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into
-        the file, so that the log starts over (a checkpoint from another thread, racing a
-        stream of writes, never finished: test_the_log_stays_bounded_under_back_to_back_writes).
-        Under Litestream, checkpoints are its own and the log is never cut short, which loses
-        frames 0.3.x has not copied (corrupt replicas) or starts a new generation; a commit
-        still checkpoints past WAL_BOUND, in case the sign of Litestream is stale."""
+        """How `db` checkpoints: the commit that takes the log past WAL_PAGES copies it into the
+        file (another thread's checkpoint, racing writes, never finished:
+        test_the_log_stays_bounded_under_back_to_back_writes). Under Litestream, checkpoints
+        are its own and the log is never cut (0.3.x's replicas lost frames, or a generation
+        began), but past WAL_BOUND, in case the sign of Litestream is stale."""
         if replicated:
             page = db.execute("PRAGMA page_size").fetchone()[0]
             db.execute(f"PRAGMA wal_autocheckpoint={int(WAL_BOUND // page)}")
@@ -1297,7 +1329,8 @@ class Database:
         directory outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting."""
         if time.monotonic() >= self._looked + LITESTREAM_LOOK:
             # A stat at every write costs too much for what changes once in a long while.
-            self._looked, self._replicated = time.monotonic(), replicated(self.path)
+            self._looked = time.monotonic()
+            self._replicated = replicated(self.path, self.litestream)
         now = self._replicated
         if now != self._local.replicated:  # Litestream came, or went, since db was opened
             self._set_log(db, now)
@@ -1330,16 +1363,11 @@ class Database:
 
     @contextlib.contextmanager
     def write(self, doing="write to the memory database", durable=True, wait=True):
-        """One write transaction: IMMEDIATE, so that it waits for other writers up front; all
-        rolled back if a statement in it fails; on the disk once it is committed.
-
-        Threads of this process take turns first (WriteQueue), so SQLite's wait of `timeout`
-        seconds is only for other processes; a thread not given its turn in twice that long
-        gives up, blaming this server's load. A durable write lets Litestream shorten the log
-        (_make_room) before its turn, so that no writer waits behind it. Not `durable` (access
-        counts), the commit waits for neither the disk nor Litestream: a lost count harms no
-        one. Without `wait`, Busy at once if another writer holds the lock: recall must not wait.
-        """
+        """One write transaction: IMMEDIATE, all rolled back if a statement fails, on the disk
+        once committed. Threads take turns first (WriteQueue: SQLite's `timeout` is for other
+        processes; a thread not given its turn in twice that gives up). A `durable` one lets
+        Litestream shorten the log first (_make_room); not `durable` (access counts), it waits
+        for neither. Without `wait`, Busy at once if another writer holds the lock."""
         db = self.connection()
         if durable:
             self._make_room(db)
@@ -1361,9 +1389,8 @@ class Database:
             self.queue.give()
 
     def _begin(self, db, timeout):
-        """BEGIN IMMEDIATE, waiting up to `timeout` for another process's write to end, in
-        tries of BUSY_POLL at most: SQLite's own wait sleeps longer and longer between tries,
-        and could wait out its timeout between the gaps of a process writing in bursts."""
+        """BEGIN IMMEDIATE, waiting up to `timeout` in tries of BUSY_POLL: SQLite's own wait
+        sleeps longer and longer, and missed the gaps of a process writing in bursts."""
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -1386,9 +1413,8 @@ class Database:
             raise _translated(exc, doing, self.timeout, self.path) from exc
 
     def use_wal(self, db):
-        """WAL, so that readers never block the writer; the mode persists in the file.
-        Switching needs a moment of sole use and does not wait for it as other statements do:
-        while another process opens the same new file, try again until `timeout`."""
+        """WAL, so that readers never block the writer (it persists in the file). Switching
+        needs sole use and does not wait for it: tried again until `timeout`."""
         deadline = time.monotonic() + self.timeout
         while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
             try:
@@ -1421,10 +1447,9 @@ class Database:
 
 # ----------------------------------------------------------------------------- search
 
-# What a search reads of one memory: occurrences of each of its terms (in Search.terms
-# order), in its content and, TAG_WEIGHT each, in its tags; its length in tokens, its tags'
-# words counting TAG_WEIGHT each; its tags column (JSON); its created_at; whether it asks
-# something (holds a "?").
+# What a search reads of a memory: occurrences of each term (Search.terms order) in its content
+# and, TAG_WEIGHT each, its tags; its length in tokens (a tag's word TAG_WEIGHT); its tags
+# column; its created_at; whether it asks something (holds a "?").
 Features = collections.namedtuple("Features", "counts length tags created asks")
 
 # A question that asks when, in English: "when" asking ("when did", "when's"; not "what to do
@@ -1445,12 +1470,10 @@ def _asks_when(query):
         query.lstrip(" \t\n\"'(¿").startswith("when ") and not _OTHER_QUESTION.search(query))
 
 
-# What says when something happened, in English: a year or decade, a date, a month, a day of
-# the week, a time of day, or a time relative to now ("last week", "two days ago",
-# "recently"). "May" and "March" count only next to a number (they are words too), and
-# month abbreviations only before one. For lowered text (cheaper than asking the expression
-# to ignore case). Asked when, the answer is likely a memory that gives a time: stage two
-# weighs those WHEN more.
+# What says when something happened, in English, in lowered text: a year or decade, a date, a
+# month ("May" and "March" only next to a number, abbreviations only before one), a weekday,
+# a time of day, or one relative to now ("last week", "two days ago", "recently"). Asked when,
+# the answer likely gives a time: stage two weighs those SAYS_WHEN_WEIGHT more.
 _SAYS_WHEN = re.compile(
     r"\b(?:1[89]\d\d|20\d\d|(?:1[89]|20)\d0s|\d{1,2}/\d{1,2}/\d{2,4}"
     r"|january|february|april|june|july|august|september|october|november|december"
@@ -1464,15 +1487,13 @@ _SAYS_WHEN = re.compile(
     r"(?:days|weeks|months|years)"
     r"|\d{1,2}(?::\d\d)? ?(?:am|pm|[ap]\.m|o'clock)|\d{1,2}:\d\d)\b")
 
-# A question asking for the present state of something that changed ("where do I live now?",
-# "who's my boss at the moment?"): the newest memory about it most likely answers. These
-# words are not searched for ("days" of "these days" is not what the answer says).
+# A question asking for the present state of something that changed ("where do I live now?"):
+# the newest memory about it most likely answers. These words are not searched for.
 _PRESENT = re.compile(r"\b(?:right now|now|nowadays|currently|current|these days|at (?:the )?"
                       r"moment|at present|presently|latest|still|any ?more)\b", re.I)
 
-# What a question asks beside its words: whether it asks when (_asks_when) or for the
-# present state (_PRESENT), its words in order (for the times it names: _times), and those
-# it writes with a capital: names, which no ordinary word outweighs in a small store (_idf).
+# What a question asks beside its words: when (_asks_when), the present state (_PRESENT), its
+# words in order (for _times), and the names it writes with a capital (see _idf).
 Question = collections.namedtuple("Question", "when present said names",
                                   defaults=(False, False, (), frozenset()))
 
@@ -1512,13 +1533,12 @@ def _month_start(year, month):
 
 
 def _times(words, anchor):
-    """The span of time a question's `words` (lowered, in order) are anchored in, relative to
-    `anchor` (the newest memory's time), as (start, end, the words that only say when), or
-    None if they name no time. A month or season ("in March", "last spring", "March 2026")
-    is the one of the year named, else the year before the anchor's with "last", of the
-    anchor's year with "this", else the last one begun by the anchor; a year ("2025", "last
-    year") alone is the whole year; then "last week", "this month", "two weeks ago",
-    "yesterday". Several make one span, from the earliest to the latest."""
+    """(start, end, the words that only say when) of the time a question's `words` (lowered,
+    in order) name, relative to `anchor` (the newest memory's time), or None. A month or
+    season ("in March", "last spring", "March 2026") is the one of the year named, else the
+    year before the anchor's with "last", the anchor's with "this", else the last one begun;
+    a year alone ("2025", "last year") the whole year; then "last week", "this month", "two
+    weeks ago", "yesterday". Several make one span, the earliest to the latest."""
     spans, relative = [], set()
     pairs = list(zip(["", *words], words, [*words[1:], ""]))
     years = [_year(w) for w in words if _year(w)]
@@ -1559,16 +1579,11 @@ def _times(words, anchor):
     return min(s for s, _ in spans), max(e for _, e in spans), relative - {""}
 
 
-# The words of ranking:
-#
-# - term: what the index holds for a word, its porter stem. df: how many memories hold a
-#   term, in their content (FTS5's fts5vocab counts them) or tags (the tags table counts
-#   them); N: how many memories there are; idf = log(1 + (N - df + 0.5) / (df + 0.5)): never
-#   0, so that no memory holding a query word is lost because half the memories hold it.
-# - impact: BM25's term-frequency part for one term in one memory (_impact). A memory's
-#   score is the sum, over the query's terms, of idf times impact.
-# - lender, follower: in stage two, one of the best matches lends a share of its score to
-#   the memories stored right after it (its followers).
+# The words of ranking: a term is what the index holds for a word, its porter stem; df, how
+# many memories hold it in their content (fts5vocab) or tags (the tags table); idf = log(1 +
+# (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency part for one term in
+# one memory (_impact). A score sums idf times impact over the query's terms. In stage two, a
+# lender is one of the best matches, which lends a share of its score to its followers.
 
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores, and memories
@@ -1585,25 +1600,24 @@ SUPERSEDED = 15                 # the best memories compared for restating an ol
 SAME_STATE = 0.2                # ...when this share of their terms is the same
 FOLLOWERS = (0.3, 0.3)          # share of a match's score lent to the next two memories...
 PRECEDER = 0.2                  # ...and to the one memory stored just before it
-WHEN = 0.3                      # stage two: asked "when", one that says when weighs this much more
+SAYS_WHEN_WEIGHT = 0.3          # stage two: asked "when", one that says when weighs this much more
 LENDERS = 10                    # stage-two matches that lend
 RARE = 16                       # a word held by this many memories or fewer is rare...
-NEAR_PROBES = 4                 # ...and remember's hint asks FTS5 about this many words at most
+SIMILAR_PROBES = 4              # ...and remember's similar list asks FTS5 about this many words
 COMMON_KEPT = 20_000            # ...not known to be common; it remembers this many common ones,
 COMMON_RENEWED = 1_000          # ...found anew every this many remembers (forgets make words rare)
-NEAR_JACCARD = 0.42             # the hint: distinctive terms this similar...
-NEAR_SHARED = 2                 # ...and at least this many of them in common
-NEAR_RARE = 2                   # rare terms a memory must share to be compared at all...
-NEAR_CANDIDATES = 3             # ...and the memories sharing the most of them that are
-NEAR_LISTED = 3                 # similar memories listed at most...
-NEAR_SHOWN = 120                # ...each with this many characters of its content
+SIMILAR_JACCARD = 0.42          # similar memories: distinctive terms this similar...
+SIMILAR_SHARED = 2              # ...and at least this many of them in common
+SIMILAR_RARE = 2                # rare terms a memory must share to be compared at all...
+SIMILAR_CANDIDATES = 3          # ...and the memories sharing the most of them that are
+SIMILAR_LISTED = 3              # similar memories listed at most...
+SIMILAR_SHOWN = 120             # ...each with this many characters of its content
 
 
 def _idf(df, n, name=False):
-    """Inverse document frequency, as BM25 has it but never 0, of a term `df` of `n` memories
-    hold; fewer than PRIOR tell too little of which words are rare, so a store is as if it
-    held PRIOR, the others holding the term as an ordinary word (WORD_SHARE of them) or a
-    `name` (NAME_SHARE) is held."""
+    """BM25's inverse document frequency, never 0, of a term `df` of `n` memories hold; a store
+    of fewer than PRIOR is as if it held PRIOR, the others holding the term as often as an
+    ordinary word (WORD_SHARE) or a `name` (NAME_SHARE) is held."""
     more = max(0, PRIOR - n)
     df, n = min(df, n) + more * (NAME_SHARE if name else WORD_SHARE), n + more
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
@@ -1638,7 +1652,7 @@ def _select_in(db, sql, keys):
     as SQLite limits the parameters of a statement."""
     keys = list(keys)
     for chunk in _chunks(keys):
-        yield from db.execute(f"{sql} ({_marks(chunk)})", chunk)
+        yield from db.execute(f"{sql} ({_qmarks(chunk)})", chunk)
 
 
 def _window(since, until, column="created_at"):
@@ -1654,13 +1668,11 @@ def _doc_counts(db, terms):
     return dict(_select_in(db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN", terms))
 
 
-def _similar(near, n, words):
+def _most_similar(near, n, words):
     """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
-    characters and `words`, closest first: [{"id", "content"}], the content cut to
-    NEAR_SHOWN. Very close: the Jaccard similarity of their distinctive terms (those of their
-    words that are not stopwords) is NEAR_JACCARD or more, with NEAR_SHARED terms in common,
-    and neither is four times as long as the other. Compared after the new memory is written,
-    outside its transaction: comparing may read long texts."""
+    characters and `words`, closest first: [{"id", "content"}], cut to SIMILAR_SHOWN. Very
+    close: SIMILAR_JACCARD of their distinctive terms (not stopwords) in common, SIMILAR_SHARED
+    at least, neither four times as long as the other. Asked outside the write transaction."""
     mine = set(stems(list(_distinctive(words)))) if near else set()  # none: nothing to stem
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
@@ -1671,18 +1683,18 @@ def _similar(near, n, words):
             continue
         words = _distinctive(tokenize(text))
         common = len(mine.intersection(stems([w for w in words if w.startswith(prefixes)])))
-        if common < NEAR_SHARED:
+        if common < SIMILAR_SHARED:
             continue
         # Their distinct words bound their distinct terms from above: stem them all only
         # when the bound cannot tell.
-        most = common * (1 + NEAR_JACCARD) / NEAR_JACCARD - len(mine)
+        most = common * (1 + SIMILAR_JACCARD) / SIMILAR_JACCARD - len(mine)
         size = len(words) if len(words) <= most else len(set(stems(list(words))))
         similarity = common / (len(mine) + size - common)
-        if similarity >= NEAR_JACCARD:
+        if similarity >= SIMILAR_JACCARD:
             close.append((similarity, node_id, text))
     close.sort(reverse=True)
-    return [{"id": node_id, "content": text[:NEAR_SHOWN]}
-            for _, node_id, text in close[:NEAR_LISTED]]
+    return [{"id": node_id, "content": text[:SIMILAR_SHOWN]}
+            for _, node_id, text in close[:SIMILAR_LISTED]]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -1693,9 +1705,9 @@ def _tag_terms(tag):
 
 
 @functools.lru_cache(maxsize=4096)
-def _labels(tags_json):
+def _column_tag_terms(tags_json):
     """The terms of each tag of a tags column value (_tag_terms)."""
-    return tuple(map(_tag_terms, _strings(tags_json)))
+    return tuple(map(_tag_terms, _column_strings(tags_json)))
 
 
 def _moment(text):
@@ -1716,12 +1728,10 @@ def _tags_holding(db, term):
 
 
 class Search:
-    """One search, inside one read transaction. Stage one finds candidates: FTS5's own bm25()
-    best (`top`), with the tag filter and the time window in the same query, and the newest
-    memories carrying a tag that a word of the query names or created in the time it names.
-    Stage two (`rank`) scores them from what FTS5 holds (each term's df from its vocabulary,
-    each memory's length from its docsize record, the average from its averages record) and
-    what the tags table counts, the newer weighing a little more."""
+    """One search, in one read transaction. Stage one finds candidates: FTS5's bm25() best with
+    the tag filter and window in the same query (`top`), and the newest memories carrying a
+    tag a query word names or created in the time it names. Stage two (`rank`) scores them
+    from what FTS5 holds (df, lengths, their average) and the tags table counts."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, question=Question()):
         self.db, self.question = db, question
@@ -1738,9 +1748,8 @@ class Search:
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
-        # In ASCII text a word is a run of [a-z0-9] once lowered (as tokenize has it): the
-        # words starting like a term are found by one regular expression, in C, instead of
-        # splitting every word out and asking each.
+        # In ASCII text a word is a run of [a-z0-9] once lowered: one regular expression
+        # finds the words starting like a term, in C, rather than asking each word.
         ascii_prefixes = sorted({re.escape(p) for p in self.prefixes if p.isascii()})
         self.ascii_words = re.compile(
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
@@ -1751,9 +1760,8 @@ class Search:
     # -- stage one
 
     def top(self, n):
-        """FTS5's best `n` by bm25() of the words OR-ed, ties to the older memory, among the
-        memories carrying the tags and created in the window, as [(score, rowid)] (the score
-        is -bm25, larger is better)."""
+        """FTS5's best `n` by bm25() of the words OR-ed, ties to the older, among the memories
+        carrying the tags and created in the window: [(-bm25, rowid)]."""
         joins, parameters = self._where("nodes_fts.rowid")
         return self.db.execute(
             f"SELECT -bm25(nodes_fts), nodes_fts.rowid FROM nodes_fts{joins} "
@@ -1765,7 +1773,7 @@ class Search:
         memories carrying such a tag for each term, among those carrying the tags and created
         in the window)."""
         counts, rowids = {}, []
-        joins, parameters = _carrying(self.tags, "a.node")
+        joins, parameters = _sql_tag_filter(self.tags, "a.node")
         window, ends = _window(self.since, self.until, "a.created_at")
         for term in self.terms:
             found = _tags_holding(self.db, term)
@@ -1773,14 +1781,14 @@ class Search:
                 counts[term] = sum(n for _, n in found)
                 rowids += [r for (r,) in self.db.execute(
                     f"SELECT DISTINCT a.node FROM node_tags a{joins} WHERE a.tag IN "
-                    f"({_marks(found)}){window} ORDER BY a.created_at DESC LIMIT ?",
+                    f"({_qmarks(found)}){window} ORDER BY a.created_at DESC LIMIT ?",
                     (*parameters, *(tag for tag, _ in found), *ends, RERANK_DEPTH))]
         return counts, rowids
 
     def dated(self):
         """(how many memories were created in the time the question names, the rowids of the
         newest RERANK_DEPTH of them carrying the tags and created in the window)."""
-        joins, parameters = _carrying(self.tags, "n.rowid")
+        joins, parameters = _sql_tag_filter(self.tags, "n.rowid")
         window, ends = _window(self.since, self.until, "n.created_at")
         held = self.db.execute("SELECT count(*) FROM nodes WHERE created_at >= ? AND "
                                "created_at < ?", self.times).fetchone()[0]
@@ -1792,7 +1800,7 @@ class Search:
     def _where(self, column):
         """(SQL, parameters) of joins that keep only the memories at `column` that carry the
         tags and were created in the window."""
-        sql, parameters = _carrying(self.tags, column)
+        sql, parameters = _sql_tag_filter(self.tags, column)
         if self.since is not None or self.until is not None:
             window, ends = _window(self.since, self.until, "w.created_at")
             sql += f" JOIN nodes w ON w.rowid = {column}{window} AND {column} BETWEEN ? AND ?"
@@ -1800,9 +1808,8 @@ class Search:
         return sql, parameters
 
     def _span(self):
-        """(first, last) rowid of the memories created in the window. FTS5 skips to the range
-        instead of scoring every memory that holds a word and then dropping those of other
-        times; memories are mostly stored in time order, so the range is narrow."""
+        """(first, last) rowid of the memories created in the window, which FTS5 skips to
+        (memories are mostly stored in time order: the range is narrow)."""
         if self.span is None:
             window, ends = _window(self.since, self.until)
             self.span = self.db.execute(
@@ -1840,7 +1847,7 @@ class Search:
         wanted = set(terms)
         for rowid, words, length, tagged, *rest in read:
             counted = collections.Counter(itertools.islice(found, len(words)))
-            labels = _labels(tagged)
+            labels = _column_tag_terms(tagged)
             for label in labels:
                 for term in label & wanted if not label.isdisjoint(wanted) else ():
                     counted[term] += TAG_WEIGHT
@@ -1858,9 +1865,8 @@ class Search:
             self.capital.add(word)
 
     def _names(self):
-        """The terms that are names: those the question writes with a capital or, if it is
-        all in lower case, those the memories read write with one within a sentence and
-        never in lower case."""
+        """The terms that are names: those the question writes with a capital or, all in lower
+        case, those the memories read write with one within a sentence and never without."""
         if self.question.names:
             return self.names
         return set(stems(list(self.capital))) - set(stems(list(self.lower)))
@@ -1873,17 +1879,13 @@ class Search:
     # -- stage two
 
     def rank(self, limit):
-        """Stage two: score stage one's candidates with RERANK_K1/B, a tag holding a query
-        word counting as TAG_WEIGHT occurrences of it, and one created in the time named as
-        holding a term of TIME_WEIGHT; those saying when weigh WHEN more if asked when
-        (_SAYS_WHEN), and the newer more (NEWER, NEWER_NOW). Then the LENDERS best lend
-        FOLLOWERS and PRECEDER of their score to the memories stored next to them that carry
-        the same tags: memories stored together share a context (after a matching question,
-        often its answer). Only a memory holding a query term that fewer than half the
-        memories hold gains, or one right after a memory that asks something ("?"). Lent
-        weight lifts a memory to just below its strongest lender at most: a neighbour never
-        overtakes the memory it is next to. Returns [(score, rowid)], best first, ties to
-        the newer."""
+        """Stage two: [(score, rowid)] of stage one's candidates, best first, ties to the newer,
+        scored with RERANK_K1/B, a tag holding a query word as TAG_WEIGHT occurrences of it, the
+        time named as a term of TIME_WEIGHT, SAYS_WHEN_WEIGHT more if asked when, the newer
+        more (NEWER). Then the LENDERS best lend FOLLOWERS and PRECEDER of their score to the
+        memories stored next to them with the same tags (stored together, they share a
+        context): only one holding a query term fewer than half the memories hold gains, or
+        one right after a question ("?"), and never past its lender."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -1915,7 +1917,7 @@ class Search:
                 if moment and self.anchor:
                     age = max(0, (self.anchor - moment).days)  # a day apart at least
                     weight *= 1 + newer * 0.5 ** (age / NEWER_DAYS)
-                scores[r] = weight * (1 + WHEN if r in says_when else 1)
+                scores[r] = weight * (1 + SAYS_WHEN_WEIGHT if r in says_when else 1)
             return scores, features
 
         scores, features = score(candidates)
@@ -1941,11 +1943,11 @@ class Search:
                                        (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
-            context, asks = _folded_tags(features[lender].tags), features[lender].asks
+            context, asks = _column_folded_tags(features[lender].tags), features[lender].asks
             neighbours = [(share, r, asks) for share, r in zip(FOLLOWERS, following)]
             neighbours += [(PRECEDER, r, False) for r in before]
             for share, rowid, answer in neighbours:
-                if _folded_tags(stored[rowid]) == context:
+                if _column_folded_tags(stored[rowid]) == context:
                     lent[rowid] += share * scores[lender]
                     # Just below the lender: one stored after it must not pass it on the
                     # tie-break (newer first) either.
@@ -1969,14 +1971,12 @@ class Search:
                                key=lambda sr: (-sr[0], -sr[1]))
 
     def _supersede(self, scores, features):
-        """The newest state first: of the SUPERSEDED best, a memory much like an older one
-        (SAME_STATE of their distinctive terms and tags' terms in common, Jaccard) and
-        created a day or more after it ranks just above it, the fact it restates having
-        likely changed."""
+        """The newest state first: of the SUPERSEDED best, one much like an older one (SAME_STATE
+        of their terms in common) and a day newer or more ranks just above it."""
         best = heapq.nsmallest(SUPERSEDED, scores, key=lambda r: (-scores[r], r))
         contents = self._contents(best)
         terms = {r: set(stems(list(_distinctive(tokenize(contents[r]))))).union(
-            *_labels(features[r].tags)) for r in best}
+            *_column_tag_terms(features[r].tags)) for r in best}
         moments = {r: _moment(features[r].created) for r in best}
         best = sorted((r for r in best if moments[r]), key=moments.get)
         for i, newer in enumerate(best):
@@ -1991,22 +1991,22 @@ class Search:
 
 
 class Store:
-    """The memories in one SQLite database file: the public API the transports and the
-    command line call. It owns the links (each written with its back-link), the traversal
-    and access counting, and hands ranking to Search, SQLite to Database. Threads may share
-    it; processes may open the same file, and their writes wait for each other up to
-    `timeout` seconds."""
+    """The memories in one SQLite file: the API the transports and the command line call. It
+    owns the links (each with its back-link), traversal and access counting, and hands ranking
+    to Search, SQLite to Database. Threads may share it; processes' writes wait for each other
+    up to `timeout` seconds. `litestream`: whether Litestream replicates the file (replicated)."""
 
-    def __init__(self, path, *, timeout=BUSY_TIMEOUT):
+    def __init__(self, path, *, timeout=BUSY_TIMEOUT, litestream=None):
         self.path = os.fspath(path)
-        self.db = Database(self.path, timeout)
+        self.db = Database(self.path, timeout, litestream)
         # Accesses not written yet, as {id: (how many, the last one's time, rowid)}: written
         # with the next count that finds the write lock free (see count_accesses).
         self._uncounted = {}
         self._uncounted_lock = threading.Lock()
         self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
-        self._hints, self._hints_asked, self._hints_lock = None, 0, threading.Lock()  # _hinter
-        self._common = set()  # words the hint found held by more than RARE memories (_near)
+        self._similar_threads, self._similar_lock = None, threading.Lock()  # _similar_pool
+        self._similar_asked = 0
+        self._common = set()  # words held by more than RARE memories (_similar_candidates)
         _check_file(self.path)
         if self.path != ":memory:" and not self.path.startswith("file:"):
             # SQLite would make it 0644 less the umask; its -wal and -shm copy this mode.
@@ -2022,19 +2022,15 @@ class Store:
             self.close()
             raise
 
-    @property
-    def timeout(self):
-        return self.db.timeout
-
     def close(self):
         """Close every connection this store opened, having written the accesses counted.
         Using the store again reopens it."""
         if self._uncounted:
             self.count_accesses()
-        with self._hints_lock:
-            hints, self._hints = self._hints, None
-        if hints is not None:
-            hints.shutdown()
+        with self._similar_lock:
+            threads, self._similar_threads = self._similar_threads, None
+        if threads is not None:
+            threads.shutdown()
         self.db.close()
 
     def close_thread(self):
@@ -2111,8 +2107,7 @@ class Store:
     @contextlib.contextmanager
     def _snapshot(self):
         """A read transaction on a connection of its own, for a caller that may stop reading
-        early and keep the rest unread: that must not leave the thread's connection inside a
-        transaction (its next write failed)."""
+        early: the thread's connection left inside a transaction failed its next write."""
         with self.db.errors("read the memories"), \
                 contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
             db.execute("BEGIN")
@@ -2168,7 +2163,7 @@ class Store:
         tags, limit = _tags(tags), _int(limit, "limit", 1, 1_000_000)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         with self.db.errors("list the memories"):
-            return self._read_counted("rowid", self._newest(tags, since, until, limit, 0),
+            return self._read_counted("rowid", self._newest_rowids(tags, since, until, limit, 0),
                                       count=False)
 
     def tag_counts(self):
@@ -2192,11 +2187,9 @@ class Store:
                 "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
 
     def check(self):
-        """What is wrong with the database, in words ([] when nothing is): SQLite's own check;
-        what is derived from the memories (the full-text index, node_tags, tags) against the
-        memories; and what another program may have written that this one would not have
-        (see _rule_breakers). Holds the write lock while FTS5 checks its index (its check is
-        written as an insert)."""
+        """What is wrong with the database, in words ([] when nothing is): SQLite's own check,
+        what is derived from the memories against them, and the rows that break a rule
+        (_rule_breakers). FTS5's check is written as an insert: it holds the write lock."""
         problems = []
         with self.db.errors("check the database"):
             found = [r for (r,) in self.db.connection().execute("PRAGMA integrity_check")]
@@ -2213,15 +2206,11 @@ class Store:
         return problems
 
     def repair(self):
-        """Make right what check finds that can be made right: the indexes SQLite finds keys
-        missing from are made again (another program's lower() or collation wrote them); rows
-        no tool would write are mended (_mend_rows); tags are put in remember's form (what it
-        would refuse is dropped); the full-text index and the tag tables are made again where
-        they disagree with the memories; every link is made two-way, dropping those that lead
-        nowhere. Exact duplicates, odd times and ids, and damage to the file itself are left:
-        check says what to do about them. Each step is a write transaction of its own, and what
-        reading can find out is found out before, so that other writers get turns in between; a
-        memory another writer changes meanwhile is left for the next repair."""
+        """Make right what check finds that can be: indexes SQLite finds keys missing from made
+        again (another program's lower() or collation wrote them), rows that break a rule
+        mended, the full-text index and tag tables made again, every link made two-way. Each
+        step is a write transaction of its own, what to write found by reading before; a memory
+        another writer changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
             found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
@@ -2231,8 +2220,8 @@ class Store:
             with self.db.write() as db:
                 _mend_rows(db)
             with self.db.read() as db:
-                tags = [(_json(_clean_tags(text)), rowid, text) for rowid, text in db.execute(
-                    "SELECT rowid, tags FROM nodes") if _tag_trouble(text)]
+                tags = [(_json(_fitted_tags(text)), rowid, text) for rowid, text in db.execute(
+                    f"SELECT rowid, tags FROM nodes WHERE {_breaking(*_RULES_OF['tags'])}")]
                 derived = _derived_problems(db)
                 links = _links_to_repair(db)
             with self.db.write() as db:
@@ -2258,24 +2247,22 @@ class Store:
 
     def add(self, content, tags=(), links=(), source=""):
         """Store a new memory, linked both ways to the existing ids in `links`; the memory,
-        with the links left out listed under "skipped_links" ({"id", "reason"}).
-
-        An exact duplicate (the same content once runs of spaces are collapsed, the same tags
-        in any order and case) is not stored again: the stored one comes back, marked
-        "already_remembered" and given the links. Stored memories very close to a new one
-        are listed under "similar" (see _similar), never merged."""
+        with the links left out under "skipped_links" ({"id", "reason"}). An exact duplicate
+        (the same content once runs of spaces are collapsed, the same tags in any case) comes
+        back instead, "already_remembered" and given the links. Stored memories very close to
+        a new one are listed under "similar" (_most_similar), never merged."""
         content, tags, skipped = _content(content), _tags(tags), []
         links, source = _link_ids(links, skipped=skipped), _source(source)
         node_id, now = str(uuid.uuid4()), _now()
-        words = tokenize(content)  # for the hint, here: a thread holding the GIL stalls another
+        words = tokenize(content)  # here: a thread holding the GIL stalls another
         with self.db.errors("save the memory"), self.db.write() as db:
             stored = self._exact_duplicate(db, content, tags)
             if stored is not None:
-                node = self._add_links(db, stored, self._existing(db, links, skipped), skipped)
+                node = self._add_links(db, stored, self._existing(db, links, skipped, stored))
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            # A new id is in nobody's links yet: each back-link is one append, and a target
-            # that no memory has is the one the append finds nothing to change in.
+            # A new id is in nobody's links: a back-link is one append, and a target not there
+            # is one the append changes nothing in.
             linked = [target for target in links if db.execute(
                 f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?) WHERE id = ?",
                 (node_id, target)).rowcount]
@@ -2286,50 +2273,47 @@ class Store:
             _fold_tags(db)
             # Asked now, to read while the commit syncs: asked before, its Python held up
             # this thread's statements.
-            hint = self._hinter().submit(self._hint, words)
+            similar = self._similar_pool().submit(self._look_for_similar, words)
         node = {"id": node_id, "content": content, "tags": tags, "links": links,
                 "source": source, "created_at": now, "last_accessed": now, "access_count": 0}
         try:
-            similar = _similar([(i, text) for i, text in hint.result() if i != node_id],
-                               len(content), words)
+            similar = _most_similar([(i, text) for i, text in similar.result()
+                                     if i != node_id], len(content), words)
             if similar:
                 node["similar"] = similar
         except (StoreError, sqlite3.Error) as exc:  # the memory is stored all the same
-            _warn_once(f"remember's hint of similar memories failed: {exc}")
+            _warn_once(f"remember's look for similar memories failed: {exc}")
         return _with_skipped(node, "remember", skipped)
 
-    def _hinter(self):
-        """The threads that look for the memories a new one is very close to (see _hint)."""
-        with self._hints_lock:
-            if self._hints is None:
-                self._hints = concurrent.futures.ThreadPoolExecutor(2, "flood-memory-hint")
-            return self._hints
+    def _similar_pool(self):
+        """The threads that look for the memories a new one is very close to."""
+        with self._similar_lock:
+            if self._similar_threads is None:
+                self._similar_threads = concurrent.futures.ThreadPoolExecutor(
+                    2, "flood-memory-similar")
+            return self._similar_threads
 
-    def _hint(self, words):
-        """_near, in a thread and a read transaction of its own while the new memory's commit
-        syncs: FTS5's lookups of its words (each opens every segment) then cost a remember
-        little. The snapshot may already hold the new memory (add leaves it out)."""
+    def _look_for_similar(self, words):
+        """_similar_candidates, in a thread and a read transaction of its own while the new
+        memory's commit syncs: FTS5's lookups of its words (each opens every segment) then
+        cost a remember little. The snapshot may hold the new memory (add leaves it out)."""
         with self.db.errors("look for similar memories"), self.db.read() as db:
-            return self._near(db, words)
+            return self._similar_candidates(db, words)
 
     def _exact_duplicate(self, db, content, tags):
-        """The id of the oldest stored memory that `content` and `tags` duplicate exactly
-        (tags whatever their case): nodes_text gives the few memories that may, and they are
-        compared here."""
+        """The id of the oldest memory `content` and `tags` duplicate exactly (tags whatever
+        their case), among the few nodes_text gives."""
         text, tagged = _collapsed(content), _folded(tags)
         for node_id, stored, stored_tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes "
                 f"WHERE {_SAME_KEY} ORDER BY rowid", (content,)):
-            if _collapsed(stored) == text and _folded_tags(stored_tags) == tagged:
+            if _collapsed(stored) == text and _column_folded_tags(stored_tags) == tagged:
                 return node_id
         return None
 
-    def _add_links(self, db, node_id, links, skipped):
+    def _add_links(self, db, node_id, links):
         """The memory `node_id`, its links extended by `links` (both ways)."""
         node = self._row(db, node_id)
-        if node_id in links:
-            links.remove(node_id)
-            skipped.append({"id": node_id, "reason": ITSELF})
         new = [i for i in links if i not in node["links"]]
         if new:
             node["links"] += new
@@ -2337,43 +2321,40 @@ class Store:
             self._link_back_to(db, node_id, new)
         return node
 
-    def _near(self, db, words):
-        """[(id, content)] of the stored memories that a new one of `words` may be very close
-        to (see _similar): the NEAR_CANDIDATES sharing the most rare words with it (held by
-        RARE memories or fewer), NEAR_RARE at least, asked of FTS5 for its NEAR_PROBES longest
-        distinctive words not known to be common (those held by more than RARE are kept as
-        such). Words, not terms: most remembers find nothing near, and then stem nothing."""
+    def _similar_candidates(self, db, words):
+        """[(id, content)] of the memories a new one of `words` may be very close to: those
+        sharing the most rare words with it (see SIMILAR_*), asked of FTS5 for its longest
+        distinctive words not known to be common. Words, not terms: most remembers find
+        nothing near, and then stem nothing."""
         distinct = _distinctive(words)
-        if len(distinct) < NEAR_SHARED:
+        if len(distinct) < SIMILAR_SHARED:
             return []
-        probes = sorted(distinct - self._common, key=lambda w: (-len(w), w))[:NEAR_PROBES]
+        probes = sorted(distinct - self._common, key=lambda w: (-len(w), w))[:SIMILAR_PROBES]
         asked = " UNION ALL ".join(f"SELECT {i}, rowid FROM (SELECT rowid FROM nodes_fts "
                                    f"WHERE nodes_fts MATCH ? LIMIT {RARE + 1})"
                                    for i in range(len(probes)))
         holders = collections.defaultdict(list)
         for probe, holder in db.execute(asked, [fts_query([w]) for w in probes]):
             holders[probe].append(holder)
-        self._hints_asked += 1
-        if len(self._common) > COMMON_KEPT or self._hints_asked % COMMON_RENEWED == 0:
+        self._similar_asked += 1
+        if len(self._common) > COMMON_KEPT or self._similar_asked % COMMON_RENEWED == 0:
             self._common.clear()  # whoever deleted or changed memories since, it is right again
         self._common.update(probes[i] for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)
-        near = heapq.nlargest(NEAR_CANDIDATES, [r for r, k in shared.items() if k >= NEAR_RARE],
+        near = heapq.nlargest(SIMILAR_CANDIDATES, [r for r, k in shared.items()
+                                                   if k >= SIMILAR_RARE],
                               key=lambda r: (shared[r], r))
         return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
                                "NULL AND rowid IN", near))
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
-        """Insert whole memories, ids and timestamps as given, for imports and benchmarks;
-        {"loaded": n, "skipped": n, "differ": [ids], "kept": [ids]}, `differ` the records
-        stored already whose content or tags differ, which take the record's with `update`
-        (True; "changed": those changed here since their source said what it says are `kept`,
-        see find_differ). Each record is checked before anything is written (unless `checked`:
-        Records of check_records, or an iterator of them). The records go in batches with
-        `pause` seconds between them (see _Load). A record stored already is skipped, but for
-        its links, so that running a load again completes one that was interrupted; links to
-        ids found nowhere are dropped, with a warning. A `dry_run` only counts."""
+        """Insert whole memories, ids and times as given, in batches `pause` s apart (_Load), each
+        record checked first unless `checked`; {"loaded", "skipped", "differ", "kept"}. A record
+        stored already is skipped but for its links (a load run again completes one cut short);
+        `differ` lists those whose content or tags differ, which take the record's with `update`
+        (True; "changed": but those changed here, `kept`: find_differ). Links to ids found
+        nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
             records = check_records(records)
         return _Load(self, pause, update, dry_run).run(records)
@@ -2391,9 +2372,6 @@ class Store:
         skipped = []
         if links is not None:
             links = _link_ids(links, skipped=skipped)
-            if node_id in links:
-                links.remove(node_id)
-                skipped.append({"id": node_id, "reason": ITSELF})
         with self.db.errors("update the memory"), self.db.write() as db:
             old = self._row(db, node_id)
             changes = {}
@@ -2402,7 +2380,7 @@ class Store:
             if tags is not None and tags != old["tags"]:
                 changes["tags"] = _json(tags)
             if links is not None:
-                made = self._existing(db, links, skipped)
+                made = self._existing(db, links, skipped, node_id)
                 kept, had = set(made), set(old["links"])  # a hub holds thousands
                 self._unlink_from(db, node_id, [t for t in old["links"] if t not in kept])
                 self._link_back_to(db, node_id, [t for t in made if t not in had])
@@ -2424,10 +2402,12 @@ class Store:
 
     # -- links
 
-    def _existing(self, db, ids, skipped):
-        """The ids that name a memory, in order; the others are added to `skipped`."""
-        found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)}
-        skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in ids if i not in found)
+    def _existing(self, db, ids, skipped, itself):
+        """Those of `ids` that name a memory but `itself`, in order; the others are added to
+        `skipped`."""
+        found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)} - {itself}
+        skipped += ({"id": i, "reason": ITSELF if i == itself else NO_SUCH_MEMORY}
+                    for i in ids if i not in found)
         return [i for i in ids if i in found]
 
     def _link_back_to(self, db, node_id, targets):
@@ -2435,7 +2415,7 @@ class Store:
         read into Python: a memory thousands link to holds a long list."""
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?1) "
-                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND id IN ({_marks(chunk)})",
+                       f"WHERE instr(coalesce(links, ''), ?2) = 0 AND id IN ({_qmarks(chunk)})",
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):
@@ -2444,19 +2424,17 @@ class Store:
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
-                       f"json_valid(links) AND id IN ({_marks(chunk)})",
+                       f"json_valid(links) AND id IN ({_qmarks(chunk)})",
                        (node_id, f'"{node_id}"', *chunk))
 
     # -- search
 
     def search(self, query="", tags=(), limit=10, *, offset=0, since=None, until=None,
                fit=None, report=None, count=True):
-        """The `limit` memories after `offset` matching the words of `query`, carrying every
-        one of `tags`, created from `since` (inclusive) to `until` (exclusive): ranked by
-        relevance with a query (see rank), newest first without. With `fit`, a function of
-        the memories found, only the first fit(memories) come back. Each counts as accessed,
-        unless not `count`. A dict `report` is told "words" searched, and "cut" (words past
-        MAX_QUERY_WORDS were ignored)."""
+        """The `limit` memories after `offset` matching `query`, carrying every one of `tags`,
+        created from `since` to `until` (exclusive): by relevance (rank), else newest first;
+        the first fit(memories) of them with `fit`. Each counts as accessed unless not
+        `count`. A dict `report` is told the "words" searched and whether some were "cut"."""
         query, tags = _text(query, "query"), _tags(tags)
         limit, offset = _int(limit, "limit", 1, MAX_LIMIT), _int(offset, "offset", 0, MAX_OFFSET)
         since, until = _window_end(since, "since"), _window_end(until, "until")
@@ -2472,7 +2450,7 @@ class Store:
                 rowids = [rowid for _, rowid in self.rank(
                     words, tags, offset + limit, since, until, question)][offset:]
             else:
-                rowids = self._newest(tags, since, until, limit, offset)
+                rowids = self._newest_rowids(tags, since, until, limit, offset)
             return self._read_counted("rowid", rowids, fit, count=count)
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, question=Question()):
@@ -2485,10 +2463,9 @@ class Store:
             return Search(db, words, spellings, since, until, question).rank(limit)
 
     def _spellings(self, db, tags):
-        """For each of `tags`, the spellings of it that memories carry, whatever their case
-        ("Straße", "STRASSE" and "strasse" are one tag, as str.casefold has it), most used
-        first: [[spelling, ...], ...]. tags.folded finds them, and the few tags not folded
-        yet (see _fold_tags) are asked, and folded at the next access counted."""
+        """For each of `tags`, the spellings memories carry of it whatever their case (as
+        str.casefold has it), most used first: [[spelling, ...], ...], from tags.folded and
+        the tags not folded yet (_fold_tags), which the next access counted folds."""
         out = []
         for tag in tags:
             folded = tag.casefold()
@@ -2500,13 +2477,11 @@ class Store:
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
-        """What a recall that found nothing can tell the model about what there is, as
-        {"tags": [{"tag", "memories", "closest"}], "most_used": [(tag, memories)],
-        "in_window": n, "matching": n, "word_tags": [{"word", "tags", "memories"}]}, each key
-        only when it applies: how many memories carry each of `tags` and, when none does, tags
-        close to it (_closest_tags); without tags, the most used; how many memories the window
-        holds, how many the query's `words` find without the tags and window (MAX_LIMIT + 1 at
-        most), and the tags one of the `words` is a word of."""
+        """What a recall that found nothing can tell the model, each key where it applies:
+        "tags": [{"tag", "memories", "closest"}] for `tags` (closest: _closest_tags), else
+        "most_used": [(tag, memories)]; "in_window": memories in the window; "matching": what
+        the `words` find without tags and window (MAX_LIMIT + 1 at most); "word_tags": [{"word",
+        "tags", "memories"}], the tags one of the `words` is a word of."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
@@ -2528,17 +2503,15 @@ class Store:
             out["tags"] = []
             for n, (tag, spellings) in enumerate(zip(tags, self._spellings(db, tags))):
                 held = db.execute(f"SELECT total(memories) FROM tags WHERE tag IN "
-                                  f"({_marks(spellings)})", spellings).fetchone()[0]
+                                  f"({_qmarks(spellings)})", spellings).fetchone()[0]
                 closest = [] if held or n >= CLOSEST_TAGS else self._closest_tags(db, tag)
                 out["tags"].append({"tag": tag, "memories": int(held), "closest": closest})
         return out
 
     def _closest_tags(self, db, tag):
-        """Up to CLOSEST_TAGS tags close to `tag`, closest first and, as close, the most used
-        first: those an edit or two away (a swap of two neighbouring letters counting as one:
-        "marai" for "maria"), then those sharing a word with it ("maria-garcia"). Every tag
-        is read (tags are few beside memories); MEASURED at most, closest by their letters,
-        are measured."""
+        """Up to CLOSEST_TAGS tags close to `tag`, closest then most used first: an edit or two
+        away (a swap of neighbours counting one: "marai"), then sharing a word with it
+        ("maria-garcia"). MEASURED at most, the closest by their letters, are measured."""
         asked = tag.casefold()
         letters, words = _letters(asked), set(_TOKEN.findall(asked))
         near, found = [], {}  # spelling -> (how far, fewer memories first)
@@ -2559,10 +2532,9 @@ class Store:
             named.setdefault(spelling.casefold(), spelling)
         return list(named.values())[:CLOSEST_TAGS]
 
-    def _newest(self, tags, since, until, limit, offset):
-        """The rowids of the newest memories carrying every tag, created in the window: from
-        the rarest tag's entries in node_tags (the other tags checked per memory), or from
-        nodes_created without tags, both ordered by time, so neither reads outside the window."""
+    def _newest_rowids(self, tags, since, until, limit, offset):
+        """The rowids of the newest memories carrying every tag, created in the window: from the
+        rarest tag's node_tags entries, or nodes_created without tags, both in time order."""
         db = self.db.connection()
         window, bounds = _window(since, until)
         if not tags:
@@ -2572,13 +2544,13 @@ class Store:
         spellings = self._spellings(db, tags)
         if not all(spellings):
             return []
-        counts = sorted((db.execute(f"SELECT sum(memories) FROM tags WHERE tag IN ({_marks(s)})",
+        counts = sorted((db.execute(f"SELECT sum(memories) FROM tags WHERE tag IN ({_qmarks(s)})",
                                     s).fetchone()[0], s) for s in spellings)
         first, others = counts[0][1], [s for _, s in counts[1:]]
         sql = (f"SELECT DISTINCT node, created_at FROM node_tags a WHERE tag IN "
-               f"({_marks(first)}){window}" +
+               f"({_qmarks(first)}){window}" +
                "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.node = a.node "
-                       f"AND t{i}.tag IN ({_marks(s)}))" for i, s in enumerate(others)) +
+                       f"AND t{i}.tag IN ({_qmarks(s)}))" for i, s in enumerate(others)) +
                " ORDER BY created_at DESC, node DESC LIMIT ? OFFSET ?")
         return [r for r, _ in db.execute(sql, (*first, *bounds, *(t for s in others for t in s),
                                                limit, offset))]
@@ -2586,10 +2558,10 @@ class Store:
     # -- traversal
 
     def neighbors(self, node_id, depth=1, *, offset=0, limit=MAX_NODES, fit=None):
-        """The memory and those within `depth` links of it, nearest first, each once with its
-        shortest `distance`: {"nodes": [...], "total": n, "exact": bool}, the nodes from
-        `offset` on, `limit` at most (fewer if `fit` says so), each counted as accessed;
-        `total` counted up to TRAVERSAL_CAP (`exact` is False past it)."""
+        """The memory and those within `depth` links of it, nearest first, with their shortest
+        `distance`: {"nodes", "total", "exact"}, the nodes from `offset` on, `limit` (or what
+        `fit` allows) at most, counted as accessed; `total` up to TRAVERSAL_CAP (then not
+        `exact`)."""
         node_id, depth = _node_id(node_id), _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
         limit = _int(limit, "limit", 1, MAX_NODES)
@@ -2602,9 +2574,8 @@ class Store:
         return {"nodes": nodes, "total": len(order), "exact": len(distances) <= TRAVERSAL_CAP}
 
     def _walk(self, db, node_id, depth):
-        """{id: distance} of the memories within `depth` links of `node_id`, breadth first,
-        in the order met (links in the order stored); one more than TRAVERSAL_CAP at most. A
-        link to a memory that is not there (written so by another program) leads nowhere."""
+        """{id: distance} of the memories within `depth` links of `node_id`, breadth first, in
+        the order met; TRAVERSAL_CAP + 1 at most. A link to a memory not there leads nowhere."""
         row = db.execute("SELECT links FROM nodes WHERE id = ?", (node_id,)).fetchone()
         if row is None:
             raise NotFound(f"no memory has id {node_id}")
@@ -2613,7 +2584,7 @@ class Store:
         for distance in range(1, depth + 1):
             met = []
             for links in frontier:
-                for target in _strings(links):
+                for target in _column_strings(links):
                     if target not in distances:
                         distances[target] = distance
                         met.append(target)
@@ -2652,11 +2623,9 @@ class Store:
         return nodes
 
     def count_accesses(self, wait=True):
-        """Write the accesses counted since the last time they could be (see _read_counted):
-        {id: (how many, the last one's time, rowid)} of those written, or None. Without
-        `wait`, a write of another thread or process holding the lock leaves them for the next
-        call: a recall never waits for a write, and its counts are not dropped
-        (test_a_recall_never_waits_for_another_process_s_write)."""
+        """Write the accesses counted since they last could be: {id: (how many, the last
+        one's time, rowid)} of those written, or None. Without `wait`, a lock held leaves them
+        for the next call (test_a_recall_never_waits_for_another_process_s_write)."""
         with self._uncounted_lock:
             counted, self._uncounted = self._uncounted, {}
         if not counted:
@@ -2715,9 +2684,8 @@ class Store:
             for own in (self.path, self.path + "-wal", self.path + "-shm"))
 
     def backup(self, target):
-        """Copy the database, as one consistent snapshot, to the file `target`; how many
-        memories the copy holds. Writers go on meanwhile (WAL readers do not block them). The
-        copy is made next to `target` and renamed over it only once complete and checked."""
+        """Copy the database as one snapshot (writers go on) to the file `target`, made beside
+        it and renamed over it once complete and checked; how many memories it holds."""
         target = _target_file(target, "a backup")
         if self.owns(target):
             raise InvalidInput("the backup file must not be the database itself")
@@ -2745,12 +2713,10 @@ class Store:
         return count
 
     def restore(self, source, confirm=None):
-        """Replace every memory with those of the backup file `source`; how many. Once the
-        backup has passed its checks, confirm(memories in it), if given, may say False: then
-        nothing is restored, and None returned. The backup is checked and brought to this
-        schema in a copy first, so a bad one changes nothing; SQLite's backup API then writes
-        it into the live database in one write transaction, which running servers read from
-        their next on (their log would write old pages back over a file copied in its place)."""
+        """Replace every memory with those of the backup file `source`; how many, or None if
+        confirm(memories in it) says False. Checked and brought to this schema in a copy first,
+        it is written into the live database by SQLite's backup API in one transaction, which
+        running servers read from their next on (their log would overwrite a file copied)."""
         source = os.path.abspath(os.path.expanduser(os.fspath(source)))
         if self.owns(source):
             raise InvalidInput("the backup to restore must not be the database itself")
@@ -2773,14 +2739,14 @@ class Store:
             if confirm is not None and not confirm(count):
                 return None
             with self.db.errors("restore the memories"):
-                deadline = time.monotonic() + self.timeout
+                deadline = time.monotonic() + self.db.timeout
 
                 def waited(status, remaining, total):
                     if status in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) and \
                             time.monotonic() > deadline:
                         raise Busy(f"could not restore the memories: the database stayed "
                                    f"locked by another process for more than "
-                                   f"{self.timeout:g} s")
+                                   f"{self.db.timeout:g} s")
 
                 with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as backup:
                     db = self.db.connection()
@@ -2791,17 +2757,15 @@ class Store:
         return count
 
 
-# The triggers of an insert; a load indexes its batch at once, and its rows, checked and new,
-# neither displace a row nor need refusing.
+# The triggers of an insert, set aside by a load: it indexes a batch at once, and its rows,
+# checked and new, neither displace a row nor need refusing.
 _INDEXING = ("nodes_bi", "nodes_ai", "tags_ai")
 
 
 class _Load:
-    """One Store.load, apart from the Store that other threads share: its records taken in
-    batches, each one write transaction (other writers get turns in between), and what it
-    found. The links among the new memories of a batch are written with them; one to a memory
-    stored before, or not stored yet, waits (see link). After every commit each link between
-    stored memories has its back-link; running a stopped load again makes the rest."""
+    """One Store.load: its records in batches, each one write transaction (other writers get
+    turns between), the links within a batch written with it, the others later (link). After
+    every commit each link has its back-link; running a stopped load again makes the rest."""
 
     def __init__(self, store, pause, update=False, dry_run=False):
         self.store, self.db = store, store.db
@@ -2838,9 +2802,7 @@ class _Load:
 
     def store_batch(self, batch):
         """The records of `batch` not stored yet, with the links among them, in one write
-        transaction; their links to other memories wait (see link). The next batch sized by
-        this one's pace, as many records as LOAD_TXN seconds allow, within a quarter and four
-        times LOAD_CHUNK."""
+        transaction; the next batch sized to take LOAD_TXN s, from LOAD_CHUNK / 4 to 4 times."""
         started = time.monotonic()
         with self.db.read() if self.dry_run else self.db.write() as db:
             asked = list({i: None for r in batch
@@ -2895,12 +2857,10 @@ class _Load:
             self.link()
 
     def link(self):
-        """Make the links waiting in self.pairs, both ways, once LOAD_LINKS wait and at the end,
-        in write transactions of about LOAD_TXN seconds each. Each is kept with the one of its
-        two memories stored first, and they are taken in that order, so that a memory linked
-        from thousands stored after it (an entity of the official format) is read and written
-        a few times, not once a batch, and memories stored together (its observations) in the
-        same transaction."""
+        """Make the links waiting in self.pairs both ways (once LOAD_LINKS wait, and at the
+        end), in transactions of about LOAD_TXN s, in the order of the memory stored first:
+        one linked from thousands after it (an official entity) is written a few times, not
+        once a batch, and memories stored together in the same transaction."""
         pairs, self.pairs, self.waited = self.pairs, {}, 0
         rowids, self.later = self.later, {}
         owners = sorted(pairs)
@@ -2920,10 +2880,8 @@ class _Load:
     @staticmethod
     def insert(db, rows, tags):
         """Insert the memories `rows` (of _COLUMNS), carrying `tags` ({tag: how many}), and
-        index them in the caller's write transaction: the full-text and tag indexes in one
-        statement each, not by their triggers a row at a time, which are set aside meanwhile.
-        A DROP rolls back with the transaction, and no other connection writes while this one
-        holds the write lock. Returns their rowids."""
+        index them in one statement each, their triggers set aside meanwhile (a DROP rolls back
+        with the transaction, and no one else writes); their rowids."""
         first = db.execute("SELECT max(rowid) FROM nodes").fetchone()[0] or 0
         insert = f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
         if first >= MAX_INT - len(rows):
@@ -2940,7 +2898,7 @@ class _Load:
         # In the order of the index: inserted in the order of the memories, each row went
         # somewhere else in it (three times as long).
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                   f"{_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
+                   f"{_sql_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
         db.executemany("INSERT INTO tags (tag, memories) VALUES (?, ?) ON CONFLICT (tag) DO "
                        "UPDATE SET memories = memories + excluded.memories", tags.items())
         for name, statement in _statements(SCHEMA):
@@ -2958,9 +2916,9 @@ class _Load:
             [r.id for r in records])}, []
         for r in records:
             content, tags, source = stored[r.id]
-            same = content == r.content and _strings(tags) == r.tags
+            same = content == r.content and _column_strings(tags) == r.tags
             take = not same and (self.update is True or self.update == "changed" and
-                                 _labelled(source)[1] == _said(content, _strings(tags)))
+                                 _labelled(source)[1] == _said(content, _column_strings(tags)))
             (self.kept if not (same or take) and self.update == "changed" else
              self.differ if not same else []).append(r.id)
             if take or self.update == "changed" and source != r.source:
@@ -2970,10 +2928,9 @@ class _Load:
 
     def add_links(self, db, group, rowids):
         """Make the links of `group` ([(rowid, id, [ids of memories stored after it])]) both
-        ways, in the caller's write transaction. Each memory is read and given the links it
-        lacks, after those it has (another writer may have given it some meanwhile), by rowid
-        (`rowids`: {id: rowid} of the later ones), or the later ones by id once another writer
-        has written since the load began: a link to a memory it forgot is dropped."""
+        ways: each memory given those it lacks after its own, by rowid (`rowids` of the later
+        ones), or by id once another writer wrote since the load began (a link to a memory it
+        forgot is dropped)."""
         later = {i: rowids[i] for _, _, linked in group for i in linked}
         if db.execute("PRAGMA data_version").fetchone()[0] != self.version:
             later = dict(_select_in(db, "SELECT id, rowid FROM nodes WHERE id IN", later))
@@ -2997,7 +2954,7 @@ class _Load:
 def _extended(text, ids):
     """The links column value `text` with those of `ids` it lacks after its own, or None if
     it lacks none. Without a backslash in it, no id needs escaping: _id_list writes it."""
-    had = _strings(text) if text != "[]" else []  # "[]": most memories a load links to
+    had = _column_strings(text) if text != "[]" else []  # "[]": most memories a load links to
     there = set(had)
     more = [i for i in ids if i not in there]
     plain = not isinstance(text, str) or "\\" not in text
@@ -3023,12 +2980,28 @@ def _with_skipped(node, doing, skipped):
     return node
 
 
-def open_directory(directory):
-    """The store in `directory` (`~` expanded), creating the directory if need be. A directory
-    made here is private, as is a database made in it (SQLite gives its -wal and -shm files
-    the database's mode); one that other users of the machine can read is warned about, with
-    the command that fixes it."""
-    directory = os.path.expanduser(directory)
+def data_settings(environ, paths=os.path):
+    """(the data directory, whether Litestream replicates the file) as `environ` sets them, for
+    the servers, store.py and setup.py alike: FLOOD_MEMORY_DIR (DEFAULT_DIR unset), `~`
+    expanded by `paths` (ntpath or posixpath play a system), must be absolute (a client starts
+    the server in a folder of its own, and Claude Desktop on Windows may give it no
+    USERPROFILE); FLOOD_MEMORY_LITESTREAM is 1 or 0, else None. InvalidInput says what is wrong."""
+    value = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
+    directory = paths.expanduser(value)
+    if directory.startswith("~"):
+        raise InvalidInput(f"FLOOD_MEMORY_DIR is {value}, and this process cannot expand ~ (it "
+                           f"has no {'USERPROFILE' if paths.sep == chr(92) else 'HOME'}): set "
+                           f"FLOOD_MEMORY_DIR to an absolute path")
+    if not paths.isabs(directory):
+        raise InvalidInput(f"FLOOD_MEMORY_DIR is {value}, a relative path: set it to an absolute "
+                           f"path (a client starts the server in a folder of its own choosing)")
+    return directory, {"1": True, "0": False}.get(environ.get(LITESTREAM_ENV, "").strip())
+
+
+def open_directory(directory, litestream=None):
+    """The store in `directory` (`litestream` as Store takes it), the directory made private if
+    need be, as is a database made in it (its -wal and -shm take its mode); one other users of
+    the machine can read is warned about, with the command that fixes it."""
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise StoreError(f"the data directory {directory} is a file, not a directory; set "
                          f"FLOOD_MEMORY_DIR to a directory")
@@ -3041,7 +3014,7 @@ def open_directory(directory):
                              f"{exc.strerror}") from exc
     path = os.path.join(directory, DB_NAME)
     _remove_leftovers(directory, _RESTORING)
-    store = Store(path)
+    store = Store(path, litestream=litestream)
     exposed = [p for p in (path, path + "-wal", path + "-shm") if _shared_mode(p)]
     if exposed:
         log.warning("%s can be read by other users of this machine; to make it private, run: "
@@ -3064,11 +3037,10 @@ def _quoted(path):
 
 
 def _target_file(target, what):
-    """The path `what` (a backup, an export) named `target` is written to: `target` made
-    absolute, or the regular file a symbolic link there points at (written through, so the
-    link stays); InvalidInput for a directory, a special file or a missing directory. Only a
-    link at the end is followed, so that messages name the path the person gave (a Mac's
-    temporary folder is behind the link /var; Windows would expand FIRSTL~1)."""
+    """The path `what` (a backup, an export) named `target` is written to: made absolute, or the
+    regular file a symbolic link there points at (written through); InvalidInput for a
+    directory, a special file or a missing directory. Only a last link is followed: messages
+    name the path given (a Mac's temporary folder is behind /var; Windows would say FIRSTL~1)."""
     path = os.path.abspath(os.path.expanduser(os.fspath(target)))
     if os.path.islink(path):
         path = os.path.realpath(path)
@@ -3145,10 +3117,9 @@ REPLACE_PAUSE = 0.25    # ...this many seconds apart
 
 
 def _replace(source, target, system=None):
-    """os.replace(source, target). On Windows (`system`, os.name, says "nt") a target that
-    another program holds open (an editor, a sync or backup tool, an antivirus scan) cannot
-    be replaced ("Access is denied"), often for a moment only: the rename is tried again for
-    a few seconds, then StoreError says what to close."""
+    """os.replace(source, target), tried again for a few seconds on Windows (`system`, os.name,
+    "nt"), where a file another program holds open (an editor, a sync tool, an antivirus
+    scan) cannot be replaced, often for a moment only; then StoreError says what to close."""
     for tries_left in range(REPLACE_TRIES - 1, -1, -1):
         try:
             os.replace(source, target)
@@ -3174,7 +3145,6 @@ def _checked_backup(path, name, page_size):
     with contextlib.closing(sqlite3.connect(path, isolation_level=None)) as db:
         try:
             problem = db.execute("PRAGMA quick_check").fetchone()[0]
-            version = db.execute("PRAGMA user_version").fetchone()[0]
             tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE "
                                                "type = 'table'")}
         except sqlite3.DatabaseError as exc:
@@ -3183,12 +3153,8 @@ def _checked_backup(path, name, page_size):
         raise InvalidInput(f"{name} is damaged ({problem}); nothing was restored")
     if "nodes" not in tables:
         raise InvalidInput(f"{name} is not a backup of the memories: it has no nodes table")
-    if version > SCHEMA_VERSION:
-        raise InvalidInput(f"{name} has schema version {version}, newer than the "
-                           f"{SCHEMA_VERSION} this Flood Memory understands; upgrade "
-                           f"Flood Memory to restore it")
     try:
-        with Store(path) as copy:  # brings an older schema up to date
+        with Store(path) as copy:  # brings an older schema up to date, refuses a newer one
             db = copy.db.connection()
             db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES ('integrity-check', 1)")
             count = copy.count()
@@ -3204,11 +3170,10 @@ def _checked_backup(path, name, page_size):
 
 
 def _check_file(path):
-    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it.
-    Not a file this process has open through SQLite already: closing any descriptor of a
-    file drops every POSIX lock the process holds on it, SQLite's too, and another process
-    could then take itself for the last user and remove the log and its index from under
-    this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
+    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it;
+    not one this process has open through SQLite already: closing a descriptor drops every
+    POSIX lock the process holds on the file, and another process could then remove the log
+    from under this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
     with _connected_lock:
         if _connected[os.path.realpath(path)] > 0:
             return
@@ -3243,7 +3208,14 @@ def _check_file(path):
                          f"holds {size} (truncated); restore it from a backup")
 
 
+# =============================================================================================
+# The boundary. Above: the engine, which the servers use. Below: the command line and the
+# importers, which use the engine only through its names (Store, open_directory, Record, _tags,
+# ...) and import the modules only they need where they need them: a server's start loads none.
+# =============================================================================================
+
 # ----------------------------------------------------------------------------- command line
+
 
 def reader_gone(exc, system=None):
     """Whether `exc`, raised by a write to standard output, says that its reader has gone:
@@ -3262,8 +3234,7 @@ def export(store, out):
 
 
 def read_lines(lines):
-    """("line 3", value) of each JSON line (bytes), blank lines skipped; a line that is not
-    JSON is InvalidInput naming it."""
+    """("line 3", value) of each JSON line (bytes) but blank ones; InvalidInput names a bad one."""
     number = 0
     for line_number, line in enumerate(lines, 1):
         if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
@@ -3281,14 +3252,11 @@ def read_lines(lines):
 
 
 def read_entries(lines):
-    """(graph, entries) for an import file (lines of bytes): (where, value) of each thing
-    it gives, and whether they come from a knowledge graph given as one object.
-
-    Mostly a file holds a JSON value a line ("line 3"). One whose first line is "{" alone
-    or starts with "[", or is a whole graph, is read whole, as JSON values one after another
-    (printed with indents, as `jq .` writes them). One array gives its items ("item 3"); one
-    knowledge graph (the official server's read_graph: {"entities": [...], "relations":
-    [...]}) its entities and relations ("entity 3"), each given its "type"."""
+    """(graph, entries) of an import file (lines of bytes): (where, value) of each thing it
+    gives, and whether they come from a knowledge graph given as one object. Mostly a JSON
+    value a line ("line 3"); a file whose first line is "{" alone or starts with "[" is read
+    whole (as `jq .` prints), an array giving its items ("item 3"), a knowledge graph (the
+    official server's read_graph) its entities and relations ("entity 3"), typed."""
     lines = iter(lines)
     head = []  # the blank lines before the first, and the first
     for line in lines:
@@ -3314,9 +3282,8 @@ def read_entries(lines):
 
 
 def utf8_lines(source):
-    """The lines of the binary file `source` (with peek), as UTF-8 bytes. A file that starts
-    with a UTF-16 byte order mark, as Windows PowerShell 5.1's > and Out-File write text, is
-    decoded (_text_stream)."""
+    """The lines of the binary file `source` (with peek), as UTF-8 bytes, from UTF-16 after its
+    byte order mark (as Windows PowerShell 5.1's > and Out-File write text)."""
     if source.peek(2)[:2] not in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE):
         yield from source
         return
@@ -3370,22 +3337,16 @@ def _is_graph(value):
 
 # ----------------------------------------------------------------------------- the official format
 #
-# The reference MCP memory server ("Knowledge Graph Memory Server", memory.jsonl, older versions
-# memory.json) keeps one JSON object a line: an entity {"type": "entity", "name", "entityType",
-# "observations": [...]} or a relation {"type": "relation", "from", "to", "relationType"}. Forks
-# add fields (createdAt, version, mtime); only createdAt is used. The same graph as one JSON
-# document (read_graph's {"entities", "relations"}) is read as those lines (see read_entries).
-#
-# Each entity becomes a memory ("John_Smith is a person."), each observation one of its own that
-# names its entity ("John_Smith: Speaks fluent Spanish"), both tagged with the entity's name and
-# type, and linked. Each relation becomes a memory ("John_Smith works at Anthropic") tagged with
-# both names and its type, and linked to both entities' memories; the two entities' own memories
-# are linked too. So connections from any of John's memories reaches Anthropic's within two hops.
-# Ids are made from what a memory says, so that importing a file again adds only what is new in it.
-#
-# An entity with more than OFFICIAL_LINKED observations (often one, the user) meets its relations
-# through its own memory only: linking each relation to every observation cost observations times
-# relations links, and connections from there would list its thousands of neighbours first anyway.
+# The reference MCP memory server (memory.jsonl, older versions memory.json) keeps a JSON object
+# a line: an entity {"type": "entity", "name", "entityType", "observations": [...]} or a relation
+# {"type": "relation", "from", "to", "relationType"}; of forks' fields only createdAt is used.
+# An entity becomes a memory ("John_Smith is a person."), each observation one naming it
+# ("John_Smith: Speaks fluent Spanish"), both tagged with its name and type, and linked; a
+# relation one ("John_Smith works at Anthropic") tagged with both names and its type, linked to
+# both entities' memories (theirs linked too): connections reach Anthropic from any of John's
+# in two hops. Ids are made from what a memory says: importing again adds only what is new.
+# An entity with more than OFFICIAL_LINKED observations (often the user) meets its relations
+# through its own memory only: each relation linked to every observation cost their product.
 
 OFFICIAL = uuid.UUID("5f3a2c8e-9b1d-4c6e-8a7f-0e4d2b1c3a59")  # namespace of those ids
 OFFICIAL_LINKED = 20  # past this many observations, an entity's relations link to its own memory
@@ -3395,13 +3356,18 @@ OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the
 def _official_id(key):
     """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
     one a memory): the namespace is hashed once, the version and variant set in hex digits."""
-    digest = _OFFICIAL_SHA1.copy()
+    digest = _official_namespace().copy()
     digest.update(key.encode("utf-8"))
     h = digest.hexdigest()
     return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
-_OFFICIAL_SHA1 = hashlib.sha1(OFFICIAL.bytes)
+@functools.cache
+def _official_namespace():
+    import hashlib  # here, as every module of the command line: servers need none
+    return hashlib.sha1(OFFICIAL.bytes)
+
+
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # RFC 4122's, in one digit
 
 
@@ -3412,9 +3378,9 @@ def is_official(value):
 
 
 def official_records(entries, source, report):
-    """The Records of an official memory file's `entries` (see read_entries), as an iterator;
-    `source` names the file in each. Every line is checked before this returns: a malformed
-    one is InvalidInput naming it. `report` counts what was held, and skipped and why."""
+    """The Records of an official memory file's `entries` (see read_entries), an iterator;
+    every line is checked first (InvalidInput names a bad one); `report` counts what was held,
+    and skipped and why."""
     entities, relations = {}, {}
     for where, value in entries:
         if not isinstance(value, dict):
@@ -3431,7 +3397,7 @@ def official_records(entries, source, report):
                 if name in entities:
                     report["skipped", "entity line", "entity lines",
                            "repeating a name (observations merged)"] += 1
-                created = _when(value.get("createdAt"))
+                created = _foreign_time(value.get("createdAt"))
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
@@ -3450,7 +3416,7 @@ def official_records(entries, source, report):
                 key = tuple(_official_name(value, k) for k in ("from", "relationType", "to"))
                 if key in relations:
                     report["skipped", "repeated relation", "repeated relations", ""] += 1
-                relations.setdefault(key, _when(value.get("createdAt")))
+                relations.setdefault(key, _foreign_time(value.get("createdAt")))
             else:
                 report["skipped", "line", "lines", "with no type" if kind is None else
                        f"of another type ({_shorten(kind, 30)})"] += 1
@@ -3471,12 +3437,10 @@ def _official_memories(entities, relations, source, report):
     now = _now()
     seen = {}  # name -> its tag
 
-    def tags_of(*names):
-        # The names as tags: as they are if remember takes them, else made tags it takes
-        # (counted, once a name) rather than refusing the file for them.
+    def tags_of(*names):  # made tags remember takes (counted) rather than refuse the file
         for name in names:
             if name not in seen:
-                seen[name] = _as_tag(name)  # the names are stripped: changed only if it must be
+                seen[name] = _fitted_tag(name)  # stripped names: changed only if it must be
                 if seen[name] != name:
                     report["changed", "name", "names", "made a shorter tag, or one without "
                            "control characters"] += 1
@@ -3516,11 +3480,6 @@ def _official_memories(entities, relations, source, report):
                      created or now, created or now, 0)
 
 
-def _as_tag(text):
-    """`text` made a tag that remember takes: control characters made spaces, cut to length."""
-    return _CONTROL.sub(" ", text).strip()[:MAX_TAG_LENGTH].rstrip()
-
-
 def _official_name(value, key):
     """The name, type or relation type `key` of a line, stripped; InvalidInput if it cannot
     be one (NUL separates the names in the keys of _official_id)."""
@@ -3536,7 +3495,7 @@ def _official_name(value, key):
     return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
-def _when(created):
+def _foreign_time(created):
     """A time another program wrote (ISO 8601 text, or seconds or milliseconds since 1970),
     in the stored form, or None: a field in another form is not ours to refuse a file for."""
     if created is None or isinstance(created, bool):
@@ -3548,46 +3507,25 @@ def _when(created):
         return None
 
 
-# ----------------------------------------------------------------------------- other memory servers
+# ---------------------------------------------------------------------------- other memory servers
 #
-# What other memory servers leave on disk, read as they left it and never written:
-# - mcp-memory-service: its SQLite database (sqlite_vec.db), opened read-only through a mode=ro URI
-#   (a normal connection would checkpoint their log into their file) by the standard sqlite3
-#   module, which cannot load their vector extension and need not: only the `memories` table is
-#   read, never the vec0 one. Or its JSON export ({"export_metadata": ..., "memories": [...]}, read
-#   an item at a time). A row deleted (deleted_at) or replaced by a newer version (superseded_by)
-#   is not imported. Key: content_hash.
-# - basic-memory: a folder of markdown notes. Each observation ("- [category] text #tag (context)")
-#   becomes a memory, "Title: text", tagged with the note's tags and its own; a note without one
-#   becomes one memory of its text. Relations ("- relation_type [[Target]]", and [[links]] in the
-#   text, as its parser reads them) become memories linked as the official import links a relation:
-#   to every memory of both notes, or to a note's own memory when it has more than OFFICIAL_LINKED
-#   observations (then it has one, linked to each). Key: the permalink, category and text.
-# - OpenMemory (mem0): the zip its backup router wrote (openmemory/api/app/routers/backup.py in
-#   mem0ai/mem0 before ea2ee0758 removed it): memories.json, whose memories name their app and
-#   categories by id. Active and paused memories are imported. Key: its memory id.
-# - Claude Code's memory folders (~/.claude/projects/<project>/memory/: topic files with front
-#   matter, and MEMORY.md, an index read only for the titles its links give), one memory a
-#   statement; Gemini CLI's GEMINI.md, the items of the section its save_memory tool appends to.
-#   Key: the project, the file's name and the statement.
-#
-# Ids are made from the keys as the official import makes its own (the format's name first), so
-# that importing a source again stores what is new in it only, and no key holds a path: a folder
-# moved elsewhere is the same source. What changed there under the same key takes the new content
-# and tags; what is gone from it is listed, never deleted.
+# What other memory servers leave on disk, read as they left it and never written (each reader
+# says how, and its key). Ids are made from the keys as the official import makes its own (the
+# format's name first): importing a source again stores only what is new in it, and as no key
+# holds a path, a folder moved elsewhere is the same source. What changed there under the same
+# key takes the new content and tags; what is gone from it is listed, never deleted.
 
 UNZIP_MAX = 1 << 30  # bytes a zip's memories.json may decompress to (a zip bomb stops here)
 
 
-class _Shaper:
-    """The Records of one import from another memory server, made by the official import's
-    rules: content too long is cut with a note, tags are cleaned, what was changed and what
-    was skipped is counted in `report`, a key that came before is skipped, a source ends in
-    what it said (_said). A reader yields what `record` gives, None too: _Spool drops it."""
+class _RecordMaker:
+    """The Records of one import from another memory server: content too long cut with a note,
+    tags fitted, a key seen before skipped, what was changed or skipped counted in `report`, a
+    source ending in what it said (_said). A reader yields what `record` gives, None too."""
 
     def __init__(self, report, format_name):
         self.report, self.format = report, format_name
-        self.seen = _Seen()  # the ids made so far, as _id_numbers
+        self.seen = set()  # the ids made so far, as _id_numbers
 
     def skip(self, why):
         """Count a memory skipped, and why; None, as `record` gives for it."""
@@ -3610,74 +3548,21 @@ class _Shaper:
             content = f"{kept} [cut: {len(content) - len(kept):,} more characters in the source]"
             self.report["changed", "memory", "memories", f"cut to {MAX_CONTENT:,} characters, "
                         f"with a note"] += 1
-        made = {}
-        for tag in tags:
-            cleaned = _as_tag(tag)
-            if cleaned != tag.strip():
-                self.report["changed", "tag", "tags", "made shorter, or without control "
-                            "characters"] += 1
-            if cleaned:
-                made.setdefault(cleaned.casefold(), cleaned)
-        if len(made) > MAX_TAGS:
+        self.report["changed", "tag", "tags", "made shorter, or without control characters"] += \
+            sum(_fitted_tag(tag) != tag.strip() for tag in tags)
+        tags = _fitted_tags(tags, None)
+        if len(tags) > MAX_TAGS:
             self.report["changed", "memory", "memories", f"with more than {MAX_TAGS} tags "
                         f"(the first kept)"] += 1
         self.seen.add(_id_number(node_id))
-        created, tags = created or _now(), list(made.values())[:MAX_TAGS]
+        created, tags = created or _now(), tags[:MAX_TAGS]
         return Record(node_id, content, tags, list(links),
                       f"{source[:MAX_SOURCE - 10]} @{_said(content, tags)}", created, created, 0)
 
 
-def _said(content, tags):
-    """What a source said of a memory, in 8 hex digits: an import keeps it at the end of the
-    memory's source, so that importing again tells a change there from one made here."""
-    said = zlib.crc32(content.encode("utf-8", "surrogatepass"))
-    tags = "\0".join([str(len(content)), *tags]).encode("utf-8", "surrogatepass")
-    return f"{zlib.crc32(tags, said):08x}"
-
-
-def _labelled(source):
-    """(label, what its source said (_said) or None) of the source of an imported memory."""
-    source, said = source or "", (source or "")[-8:]
-    if source[-10:-8] == " @" and len(said) == 8 and not said.strip("0123456789abcdef"):
-        return source[:-10], said
-    return source, None
-
-
 def _id_number(node_id):
-    """60 bits of a memory id as a number, never 0 (see _Seen)."""
+    """60 bits of a memory id as a number: a set of them takes half the memory of the ids."""
     return int(node_id[:8] + node_id[9:13] + node_id[15:18], 16) | 1
-
-
-class _Seen:
-    """A set of the _id_numbers of an import, in an array (open addressing): a Python set
-    takes four times the memory, and a source of short memories may hold millions."""
-
-    def __init__(self, numbers=()):
-        self.slots, self.n = array.array("Q", bytes(8 * 1024)), 0
-        for number in numbers:
-            self.add(number)
-
-    def _slot(self, number):
-        """Where `number` is, or else the empty slot where it goes."""
-        slots, mask = self.slots, len(self.slots) - 1
-        i = number & mask
-        while slots[i] and slots[i] != number:
-            i = (i + 1) & mask
-        return i
-
-    def __contains__(self, number):
-        return self.slots[self._slot(number)] == number
-
-    def add(self, number):
-        if 2 * (self.n + 1) > len(self.slots):  # at most half full: probes stay short
-            old = self.slots
-            self.slots, self.n = array.array("Q", bytes(16 * len(old))), 0
-            for kept in old:
-                if kept:
-                    self.add(kept)
-        i = self._slot(number)
-        self.n += not self.slots[i]
-        self.slots[i] = number
 
 
 def _source_name(format_name, path):
@@ -3691,6 +3576,7 @@ def _source_name(format_name, path):
 
 def _read_only(path):
     """A read-only connection to the SQLite file `path`; bytes for text, not UTF-8 as it is."""
+    import urllib.parse
     where = os.path.abspath(path).replace(os.sep, "/")
     where = where if where.startswith("/") else "/" + where  # C:/... on Windows
     db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
@@ -3722,8 +3608,11 @@ def _split_tags(value):
 
 
 def mcp_memory_service_records(path, report):
-    """The Records of mcp-memory-service's SQLite database at `path`, as an iterator."""
-    shaper = _Shaper(report, "mcp-memory-service")
+    """The Records of mcp-memory-service's SQLite database (sqlite_vec.db) at `path`, read
+    through a mode=ro URI (a connection of ours would checkpoint their log into their file),
+    its `memories` table only (sqlite3 cannot load their vector extension, and need not);
+    rows deleted or superseded there are skipped. Key: content_hash."""
+    maker = _RecordMaker(report, "mcp-memory-service")
     source = _source_name("mcp-memory-service", path)
     try:
         with contextlib.closing(_read_only(path)) as db:
@@ -3741,16 +3630,16 @@ def mcp_memory_service_records(path, report):
                     report["memories"] += 1
                     texts = [_decoded(v) for v in (key, content, tags)]
                     if deleted is not None:
-                        shaper.skip("deleted there")
+                        maker.skip("deleted there")
                     elif newer:
-                        shaper.skip("replaced there by a newer version")
+                        maker.skip("replaced there by a newer version")
                     elif None in texts[:2] or tags is not None and texts[2] is None:
-                        shaper.skip("with no content_hash or content, or text that is not "
-                                    "UTF-8")
+                        maker.skip("with no content_hash or content, or text that is not "
+                                   "UTF-8")
                     else:
-                        yield shaper.record((texts[0],), texts[1], _split_tags(texts[2]),
-                                            _when(created) or _when(_decoded(created_iso)),
-                                            source)
+                        yield maker.record((texts[0],), texts[1], _split_tags(texts[2]),
+                                           _foreign_time(created) or
+                                           _foreign_time(_decoded(created_iso)), source)
     except sqlite3.Error as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
                            f"database: {exc}") from None
@@ -3775,10 +3664,9 @@ _JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 
 def _json_members(stream, wanted, keys=None):
     """(key, value) of each member named in `wanted` of the JSON objects in the text stream
-    `stream` (one, or several one after another), read a piece at a time; an array gives
-    (key, item) for each item. A value held has RECORD_MAX characters at most, but for an
-    object, of which only the fields `wanted[key]` names (if any) are then kept. What is not
-    kept is skipped, never held past what was read. `keys` gets each key."""
+    `stream`, read a piece at a time; an array gives (key, item) for each item. A value held
+    has RECORD_MAX characters at most, but for an object, of which the fields `wanted[key]`
+    names are then kept; what is not kept is skipped unheld. `keys` gets each key."""
     text, at, base = "", 0, 0  # base: where `text` starts in the stream
 
     def more():  # read on, dropping the text before `at`; False at the end
@@ -3883,8 +3771,9 @@ def _json_members(stream, wanted, keys=None):
 
 
 def _json_export_records(binary, source, report):
-    """The Records of mcp-memory-service's JSON export in the binary stream `binary`."""
-    shaper, keys = _Shaper(report, "mcp-memory-service"), set()
+    """The Records of mcp-memory-service's JSON export ({"export_metadata", "memories"}) in
+    the binary stream `binary`, an item at a time. Key: content_hash."""
+    maker, keys = _RecordMaker(report, "mcp-memory-service"), set()
     for _, item in _json_members(_text_stream(binary), {"memories": (
             "content_hash", "content", "tags", "created_at", "created_at_iso")}, keys):
         if not isinstance(item, dict):
@@ -3892,18 +3781,21 @@ def _json_export_records(binary, source, report):
         report["memories"] += 1
         tags, content_hash = item.get("tags"), item.get("content_hash")
         if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
-            shaper.skip("without content_hash or content")
+            maker.skip("without content_hash or content")
             continue
-        yield shaper.record((content_hash,), item["content"], _split_tags(tags),
-                            _when(item.get("created_at")) or _when(item.get("created_at_iso")),
-                            source)
+        yield maker.record((content_hash,), item["content"], _split_tags(tags),
+                           _foreign_time(item.get("created_at")) or
+                           _foreign_time(item.get("created_at_iso")), source)
     if "memories" not in keys:
         raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s export')
 
 
 def openmemory_records(path, report):
-    """The Records of the OpenMemory export zip at `path`, as an iterator."""
-    shaper, source = _Shaper(report, "openmemory"), _source_name("openmemory", path)
+    """The Records of the zip OpenMemory's backup router wrote (routers/backup.py of mem0ai/mem0
+    before ea2ee0758) at `path`: memories.json, whose memories name their app and categories
+    by id; those active or paused. Key: its memory id."""
+    import zipfile
+    maker, source = _RecordMaker(report, "openmemory"), _source_name("openmemory", path)
     try:
         with zipfile.ZipFile(path) as archive:
             member = next((i for i in archive.infolist() if not i.is_dir() and
@@ -3929,32 +3821,32 @@ def openmemory_records(path, report):
                 elif key == "memories" and not names.keys() <= keys:
                     later = True
                 elif key == "memories":
-                    yield _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(maker, value, names, source, report)
             for key, value in members() if later else ():
                 if key == "memories":
-                    yield _openmemory_record(shaper, value, names, source, report)
+                    yield _openmemory_record(maker, value, names, source, report)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
             NotImplementedError, RuntimeError) as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
 
 
-def _openmemory_record(shaper, memory, names, source, report):
+def _openmemory_record(maker, memory, names, source, report):
     """The Record of one memory of memories.json, or None if it is not kept."""
     if not isinstance(memory, dict):
         raise InvalidInput("memories.json's memories must be an array of objects")
     report["memories"] += 1
     state = memory.get("state")
     if state not in ("active", "paused"):
-        return shaper.skip(f"{state} there" if state in ("archived", "deleted") else
-                           "in no state it knows")
+        return maker.skip(f"{state} there" if state in ("archived", "deleted") else
+                          "in no state it knows")
     if not isinstance(memory.get("id"), str) or not isinstance(memory.get("content"), str):
-        return shaper.skip("without id or content")
+        return maker.skip("without id or content")
     categories, app = memory.get("category_ids"), memory.get("app_id")
     tags = [names["categories"].get(c) for c in categories
             if isinstance(c, str)] if isinstance(categories, list) else []
     tags.append(names["apps"].get(app) if isinstance(app, str) else None)
-    return shaper.record((memory["id"],), memory["content"], [t for t in tags if t],
-                         _when(memory.get("created_at")), source)
+    return maker.record((memory["id"],), memory["content"], [t for t in tags if t],
+                        _foreign_time(memory.get("created_at")), source)
 
 
 def _files(folder, report):
@@ -4141,10 +4033,9 @@ _LINKS_TO = re.compile(r"(?<!\s)\s+#bm:links_to\s*$")
 
 def _note_parts(body):
     """([(category, text, context, tags)], [(relation type, target)]) of a note's text, as
-    basic-memory's parser reads them: an observation is a list item or paragraph that
-    starts with [category] or holds a #tag (not a task, - [ ]); a relation is a list item
-    "type [[Target]] (context)", and each other [[Target]] one of type links_to. Quoted
-    blocks (Obsidian's callouts) hold no observation, fenced code nothing."""
+    basic-memory's parser reads them: an observation is a list item or paragraph starting
+    with [category] or holding a #tag (not a task); a relation a list item "type [[Target]]
+    (context)", any other [[Target]] one of type links_to. Quoted blocks hold no observation."""
     observations, relations = [], []
     for kind, text in _blocks(body):
         if kind == "code":
@@ -4210,8 +4101,11 @@ def _observation(text):
 
 
 def basic_memory_records(folder, report):
-    """The Records of the basic-memory notes under `folder`, as an iterator."""
-    shaper, source = _Shaper(report, "basic-memory"), _source_name("basic-memory", folder)
+    """The Records of basic-memory's notes under `folder`: an observation ("- [category] text
+    #tag (context)") a memory "Title: text", tagged with the note's tags and its own, a note
+    with none a memory of its text; a relation ("- type [[Target]]", [[links]] in the text) a
+    memory linked as the official import links one. Key: permalink, category and text."""
+    maker, source = _RecordMaker(report, "basic-memory"), _source_name("basic-memory", folder)
     # [(permalink, title, created, reach, relations)]; name -> note; permalink -> suffixes
     notes, named, taken = [], {}, {}
     for path, relative in _files(folder, report):
@@ -4235,7 +4129,7 @@ def basic_memory_records(folder, report):
                 permalink = f"{base}-{taken[base]}"
         taken[permalink] = 0
         tags = _field_tags(fields.get("tags"))
-        created = _when(_field_text(fields.get("created"))) or _mtime(path)
+        created = _foreign_time(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)
         report["observations"] += len(observations)
         hub = len(observations) > OFFICIAL_LINKED
@@ -4244,12 +4138,12 @@ def basic_memory_records(folder, report):
             # Its text, but for a first heading that only repeats the title.
             body = re.sub(r"\A\s*#[ \t]+(\S.*)\n", lambda m: "" if m.group(1).strip() == title
                           else m.group(0), body)
-            own = shaper.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
-                                not hub else title, tags, created, source)
-            yield own  # None if skipped (_Spool drops it)
+            own = maker.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
+                               not hub else title, tags, created, source)
+            yield own  # None if skipped (_SpooledRecords drops it)
         reach = {}
         for category, content, context, own_tags in observations:
-            record = shaper.record((permalink, category, content), f"{title}: {content}" + (
+            record = maker.record((permalink, category, content), f"{title}: {content}" + (
                 f" ({context})" if context else ""), tags + own_tags, created, source,
                 [own.id] if own else ())
             if record:
@@ -4267,9 +4161,9 @@ def basic_memory_records(folder, report):
             if other is None:
                 report["skipped", "relation", "relations", "to a note not in the folder"] += 1
                 continue
-            yield shaper.record((permalink, kind, other[0]),
-                                f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
-                                created, source, dict.fromkeys(reach + other[3]))
+            yield maker.record((permalink, kind, other[0]),
+                               f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
+                               created, source, dict.fromkeys(reach + other[3]))
 
 
 def is_basic_memory(folder):
@@ -4286,6 +4180,7 @@ def is_basic_memory(folder):
 def claude_code_folders(path):
     """The Claude Code memory folders at `path`: itself when it holds MEMORY.md, its memory
     folder (a project's), or those of the projects under it (~/.claude/projects, ~/.claude)."""
+    import glob
     for pattern in ("", "memory", os.path.join("*", "memory"),
                     os.path.join("projects", "*", "memory")):
         found = [p for p in glob.glob(os.path.join(glob.escape(path), pattern))
@@ -4313,8 +4208,11 @@ _MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by on
 
 
 def claude_code_records(path, report):
-    """The Records of the Claude Code memory folders at `path`, as an iterator."""
-    shaper = _Shaper(report, "claude-code")
+    """The Records of the Claude Code memory folders at `path` (topic files with front matter;
+    MEMORY.md is read for its links' titles), one a statement. Key: the project, the file's
+    name and the statement."""
+    import urllib.parse
+    maker = _RecordMaker(report, "claude-code")
     for folder in claude_code_folders(path) or [path]:
         project = _claude_project(folder)
         source = f"claude-code: {project}"
@@ -4340,14 +4238,14 @@ def claude_code_records(path, report):
             metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
             kind = _field_text(fields.get("type")) or _field_text(metadata.get("type"))
             title = _field_text(fields.get("name")) or titles.get(relative) or relative[:-3]
-            created = _when(_field_text(fields.get("created"))) or _mtime(file)
+            created = _foreign_time(_field_text(fields.get("created"))) or _mtime(file)
             statements = [s for kind_of, s in _blocks(body) if s.strip()] or \
                 [_field_text(fields.get("description")) or ""]
             first = None
             for statement in statements:
-                record = shaper.record((project, relative, statement.strip()),
-                                       f"{title}: {statement.strip()}", [kind or "", project],
-                                       created, source, [first] if first else ())
+                record = maker.record((project, relative, statement.strip()),
+                                      f"{title}: {statement.strip()}", [kind or "", project],
+                                      created, source, [first] if first else ())
                 if record:
                     report["memories"] += 1
                     first = first or record.id
@@ -4357,7 +4255,8 @@ def claude_code_records(path, report):
 
 
 def gemini_records(path, report):
-    """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`."""
+    """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`.
+    Key: the project, the file's name and the item."""
     file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
     text = _markdown(file, report)
     if text is None:
@@ -4368,12 +4267,13 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    shaper, source, created = _Shaper(report, "gemini"), _source_name("gemini", file), _mtime(file)
+    maker, source = _RecordMaker(report, "gemini"), _source_name("gemini", file)
+    created = _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
             report["memories"] += 1
-            yield shaper.record((project, os.path.basename(file), item.strip()), item,
-                                ["gemini"] + [project] * (project != "global"), created, source)
+            yield maker.record((project, os.path.basename(file), item.strip()), item,
+                               ["gemini"] + [project] * (project != "global"), created, source)
 
 
 _GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
@@ -4476,13 +4376,13 @@ def _memories(n):
     return f"{n:,} memory" if n == 1 else f"{n:,} memories"
 
 
-class _Spool:
-    """Records kept in the binary file `file` (in marshal's form, faster to read back than
-    JSON) and read back once: an import's checked records wait on disk rather than in memory.
-    A None among `records` (see _Shaper) is dropped."""
+class _SpooledRecords:
+    """An import's checked `records` (None dropped) kept on disk in the binary file `file`,
+    not in memory, in marshal's form (faster to read than JSON), and read back once."""
 
     def __init__(self, records, file):
-        self.file, self.n = file, 0
+        import marshal
+        self.file, self.n, self.loads = file, 0, marshal.loads
         self.first = []  # the first three, for samples
         self.sources = set()  # the labels of the sources they name (see _labelled)
         for self.n, record in enumerate(filter(None, records), 1):
@@ -4499,7 +4399,7 @@ class _Spool:
         self.file.seek(0)
         read = self.file.read
         for _ in range(self.n):
-            yield Record(*marshal.loads(read(int.from_bytes(read(4), "little"))))
+            yield Record(*self.loads(read(int.from_bytes(read(4), "little"))))
 
 
 def _export_to(store, target):
@@ -4522,16 +4422,15 @@ def _export_to(store, target):
             os.remove(partial)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, with a mistake said in one line."""
-
-    def error(self, message):
-        self.exit(2, f"flood-memory: {self.prog.removeprefix('store.py ')}: {message} (see "
-                     f"{self.prog} --help)\n")
-
-
 def _parser():
-    parser = _Parser(prog="store.py", description=(
+    import argparse
+
+    class Parser(argparse.ArgumentParser):
+        def error(self, message):  # in one line
+            self.exit(2, f"flood-memory: {self.prog.removeprefix('store.py ')}: {message} (see "
+                         f"{self.prog} --help)\n")
+
+    parser = Parser(prog="store.py", description=(
         "Your memories, from the terminal: look through them, correct them, forget them, "
         "and copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default "
         "~/flood/memory); every command is safe while servers run, and looking is not an "
@@ -4539,8 +4438,14 @@ def _parser():
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = commands.choices  # for a mistake found after a command's own parse
 
-    def command(name, about):
-        return commands.add_parser(name, help=about, description=about)
+    flags = {"json": "print JSON, for scripts",
+             "yes": "go ahead without asking (needed off a terminal: a script, Git Bash)"}
+
+    def command(name, about, *options):
+        sub = commands.add_parser(name, help=about, description=about)
+        for option in options:
+            sub.add_argument(f"--{option}", action="store_true", help=flags[option])
+        return sub
 
     def file_name(text):
         if not text.strip():
@@ -4552,18 +4457,16 @@ def _parser():
                          help="only memories carrying T (whatever its case); may be repeated")
         sub.add_argument("--limit", type=int, default=limit, metavar="N",
                          help=f"at most N memories (default {limit})")
-        sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
 
-    sub = command("list", "the newest memories, one a line")
+    sub = command("list", "the newest memories, one a line", "json")
     filters(sub, 20)
     sub.add_argument("--since", metavar="D", help="created at or after D (2026-11-23, ...)")
     sub.add_argument("--until", metavar="D", help="created before D")
-    sub = command("search", "memories matching words, ranked as recall ranks them")
+    sub = command("search", "memories matching words, ranked as recall ranks them", "json")
     sub.add_argument("words", nargs="+", metavar="WORDS")
     filters(sub, 10)
-    sub = command("show", "one memory, whole, with the memories it links to")
+    sub = command("show", "one memory, whole, with the memories it links to", "json")
     sub.add_argument("id", metavar="ID", help="its id, or its first 4 characters or more")
-    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
     sub = command("edit", "change a memory: its content in your editor ($VISUAL or $EDITOR), "
                           "or what the options give")
     sub.add_argument("id", metavar="ID")
@@ -4572,14 +4475,10 @@ def _parser():
     tags.add_argument("--tag", action="append", metavar="T",
                       help="its tags become the --tag options given")
     tags.add_argument("--no-tags", action="store_true", help="take every tag away")
-    sub = command("forget", "delete memories, and every link to them")
+    sub = command("forget", "delete memories, and every link to them", "yes")
     sub.add_argument("ids", nargs="+", metavar="ID")
-    sub.add_argument("--yes", action="store_true",
-                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
-    sub = command("tags", "every tag, with how many memories carry it, most used first")
-    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
-    sub = command("stats", "how many memories, links and tags; the database's path and size")
-    sub.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    command("tags", "every tag, with how many memories carry it, most used first", "json")
+    command("stats", "how many memories, links and tags; the database's path and size", "json")
     sub = command("check", "check the database and its indexes (reads every memory); "
                            "exit status 0 when all is well")
     sub.add_argument("--repair", action="store_true",
@@ -4607,10 +4506,8 @@ def _parser():
     sub = command("backup", "copy the database, consistently, while servers keep writing")
     sub.add_argument("file", metavar="FILE", type=file_name)
     sub = command("restore", "replace every memory with those of a backup, checked first; "
-                             "what it replaces is kept as a copy in the data directory")
+                             "what it replaces is kept as a copy in the data directory", "yes")
     sub.add_argument("file", metavar="FILE", type=file_name)
-    sub.add_argument("--yes", action="store_true",
-                     help="go ahead without asking (needed off a terminal: a script, Git Bash)")
     return parser
 
 
@@ -4625,20 +4522,13 @@ def _json_out(value, **options):
     return text
 
 
-def store_py_command(system=None):
-    """store.py as a message gives it to type: after the py launcher on Windows (`system`,
-    os.name, says "nt"), where python3 is often the Microsoft Store's alias, else python3."""
-    return ("py" if (system or os.name) == "nt" else "python3") + " store.py"
-
-
 def _say(text=""):
     print(text, file=sys.stderr)
 
 
 def _asked(question, undone):
-    """Whether the person at the terminal answers yes to `question` (asked on standard error,
-    as standard output may be a file). Off a terminal (a script, or Git Bash's mintty, a pipe
-    to Python) nobody can: InvalidInput says nothing was `undone` and that --yes goes ahead."""
+    """Whether the person at the terminal answers yes to `question` (on standard error); off
+    a terminal (a script, Git Bash's mintty), InvalidInput: nothing was `undone`, say --yes."""
     if sys.stdin is None or not sys.stdin.isatty():
         raise InvalidInput(f"standard input is not a terminal, so nobody can be asked: "
                            f"nothing was {undone}; give --yes to go ahead without asking")
@@ -4647,7 +4537,7 @@ def _asked(question, undone):
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-def _one(store, given):
+def _one_id(store, given):
     """The id of the one memory `given` (an id or its start) names, else StoreError saying why."""
     found = store.resolve(given)
     if not found:
@@ -4672,15 +4562,26 @@ def _width():
     return max(60, min(200, shutil.get_terminal_size((120, 24)).columns))
 
 
-def _line(short, node, width):
-    """A memory in one line of at most `width` characters."""
-    tags = f" [{', '.join(node['tags'])}]" if node["tags"] else ""
-    text = _visible(f"{short}  {node['created_at'][:10]}{tags}  "
-                    f"{' '.join(node['content'].split())}")
+def _one_line(text, width, head=""):
+    """`head` and `text` in one line of at most `width` characters, as a terminal shows it."""
+    text = _visible(head + " ".join(text.split()))
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
-def _print_nodes(store, nodes, args):
+def _line(short, node, width):
+    """A memory in one line of at most `width` characters."""
+    tags = f" [{', '.join(node['tags'])}]" if node["tags"] else ""
+    return _one_line(node["content"], width, f"{short}  {node['created_at'][:10]}{tags}  ")
+
+
+def _list(store, args):
+    """list and search: a line a memory (or JSON), or what to try when none matches."""
+    searched = {}
+    nodes = store.newest(args.tag, args.since, args.until, args.limit) if args.command == \
+        "list" else store.search(" ".join(args.words), args.tag, args.limit, count=False,
+                                 report=searched)
+    if searched.get("cut"):
+        _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words were searched for")
     if args.json:
         print(_json_out(nodes, indent=1))
         return
@@ -4702,7 +4603,7 @@ def _forgotten_meanwhile(node_id):
 
 
 def _show(store, args):
-    node_id = _one(store, args.id)
+    node_id = _one_id(store, args.id)
     node = store.peek([node_id]).get(node_id)
     if node is None:
         raise NotFound(_forgotten_meanwhile(node_id))
@@ -4730,12 +4631,11 @@ def _show(store, args):
 
 
 def split_command(text, system=None):
-    """The words of the command line `text` (an EDITOR), as its system's programs read one:
-    a POSIX shell's quoting, or on Windows (`system`, os.name, says "nt") the C runtime's
-    (CommandLineToArgvW): double quotes group, "" inside them is a quote, and backslashes
-    are literal except before a quote, so that "C:\\Program Files\\x.exe" -n is two words.
-    ValueError for a quote left open."""
+    """The words of the command line `text` (an EDITOR) as a POSIX shell reads it, or on
+    Windows (`system`, os.name, "nt") as CommandLineToArgvW: "" inside quotes is a quote,
+    backslashes literal but before a quote. ValueError for a quote left open."""
     if (system or os.name) != "nt":
+        import shlex
         return shlex.split(text)
     words, word, quoted = [], None, False  # word: None between words
     tokens = re.finditer(r'(\\*)"|\\+|[ \t]|[^\\" \t]+', text)
@@ -4769,11 +4669,10 @@ SYSTEM_EDITORS = ("editor", "nano", "vi")
 
 
 def editor_command(environ, system=None, which=shutil.which):
-    """The editor to run, as words, program first, chosen as git chooses: VISUAL, else
-    EDITOR, else the system's (Notepad on Windows, where `system`, os.name, says "nt"; else
-    the first of SYSTEM_EDITORS). The program is looked up on the PATH of `environ` with
-    `which` (shutil.which), as a shell would: on Windows that finds a script by PATHEXT (VS
-    Code's `code` is code.cmd). InvalidInput if the setting is not a command, or no editor."""
+    """The editor to run, as words, chosen as git chooses: VISUAL, EDITOR, else Notepad on
+    Windows (`system`, os.name, "nt") or the first of SYSTEM_EDITORS; looked up on `environ`'s
+    PATH with `which`, as a shell would (PATHEXT finds VS Code's code.cmd). InvalidInput if
+    the setting is not a command, or there is no editor."""
     system = system or os.name
     path = environ.get("PATH", os.defpath)
     setting = (environ.get("VISUAL") or "").strip() or (environ.get("EDITOR") or "").strip()
@@ -4796,18 +4695,19 @@ def editor_command(environ, system=None, which=shutil.which):
     return [which(words[0], path=path) or words[0], *words[1:]]
 
 
-def _edit(store, args, environ):
-    node_id = _one(store, args.id)
+def _edit(store, args):
+    node_id = _one_id(store, args.id)
     before = store.get(node_id)["content"]
     if args.content is not None or args.tag is not None or args.no_tags:
         tags = [] if args.no_tags else args.tag
         if args.content in (None, before) and tags is None:
             _say("flood-memory: edit: the content is unchanged; nothing was saved")
-            return 0
+            return
         store.update(node_id, content=args.content, tags=tags)
         _say(f"flood-memory: edit: saved {node_id}")
-        return 0
-    command = editor_command(environ)
+        return
+    import subprocess
+    command = editor_command(args.environ)
     handle, path = tempfile.mkstemp(prefix="flood-memory-", suffix=".txt")
     kept = False  # whether the file stays, holding what the person wrote
     try:
@@ -4861,18 +4761,17 @@ def _edit(store, args, environ):
         if not kept:
             with contextlib.suppress(OSError):
                 os.remove(path)
-    return 0
 
 
 def _forget(store, args):
-    ids = list(dict.fromkeys(_one(store, given) for given in args.ids))
+    ids = list(dict.fromkeys(_one_id(store, given) for given in args.ids))
     nodes = store.peek(ids)
     for node_id in ids:
         if node_id not in nodes:
             _say(f"flood-memory: forget: {_forgotten_meanwhile(node_id)}")
     ids = [node_id for node_id in ids if node_id in nodes]
     if not ids:
-        return 0
+        return
     shorts, width = store.short_ids(ids), _width()
     for node_id in ids:
         _say(_line(shorts[node_id], nodes[node_id], width))
@@ -4891,7 +4790,6 @@ def _forget(store, args):
             _say(f"flood-memory: forgot {node_id}" +
                  (f" and its {links:,} link{'s' if links > 1 else ''}" if links else ""))
         gone.add(node_id)
-    return 0
 
 
 def _check(store, args):
@@ -4917,8 +4815,8 @@ def _check(store, args):
 KEPT = 3  # copies of what restores replaced, kept in the data directory
 
 
-def _restore(store, args, directory):
-    source, directory = args.file, os.path.expanduser(directory)
+def _restore(store, args):
+    source, directory = args.file, args.directory
     copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
 
     def confirm(count):  # once the backup has passed its checks
@@ -4934,11 +4832,11 @@ def _restore(store, args, directory):
         _say("flood-memory: restore: nothing was restored")
         return 1
     _say(f"flood-memory: restored {_memories(n)} from {source}; what it replaced is in {copy}")
+    import glob
     older = sorted(glob.glob(os.path.join(glob.escape(directory), "before-restore-*.db")))
     for path in older[:-KEPT]:
         with contextlib.suppress(OSError):
             os.remove(path)
-    return 0
 
 
 _HELD = {  # format: where an import read, and what its report counts as held
@@ -4950,16 +4848,14 @@ _HELD = {  # format: where an import read, and what its report counts as held
 }
 
 
-def _found(format_name, kind, records, report):
+def _say_what_was_read(format_name, kind, records, report):
     """Say what an import read: its kind, how many memories, three samples, what was held,
-    and what was skipped, changed or kept as text only, each counted in `report` under
-    ("skipped", "changed" or "kept as text only", singular, plural, the rest of the why)."""
-    width = _width() - 4
+    and what `report` counts as (what: "skipped", "changed"..., singular, plural, why)."""
+    width = _width() - 2
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
-        text = _visible(" ".join(record.content.split()))
-        _say("  " + (text if len(text) <= width else text[:width - 3] + "..."))
+        _say(_one_line(record.content, width, "  "))
     if report is None:
         return
     where, *held = _HELD.get(format_name, ("it", ("memory", "memories")))
@@ -4973,7 +4869,8 @@ def _found(format_name, kind, records, report):
         f"; {what}: {'; '.join(items)}" for what, items in said.items() if items))
 
 
-def _import(store, args, records, peer):
+def _import(store, args):
+    records, peer = args.records, args.peer  # peer: another memory server's data
     dry = args.dry_run  # then it says what an import would do
     done = store.load(records, checked=True, update=args.update or peer and "changed",
                       dry_run=dry)
@@ -4992,14 +4889,13 @@ def _import(store, args, records, peer):
     _listed(store, kept, f"{_memories(len(kept))} stored already, changed here since the "
             f"source gave them, {left} as they are (--update takes the source's):")
     if peer:  # what earlier imports of these sources stored that they hold no more is kept
-        seen = _Seen(_id_number(record.id) for record in records)
+        seen = {_id_number(record.id) for record in records}
         gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in seen]
         _listed(store, gone, f"{_memories(len(gone))} imported before from "
                 f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no "
                 f"longer there; kept (forget with {store_py_command()} forget ID):")
     if dry:
         _say("flood-memory: a dry run: nothing was written")
-    return 0
 
 
 def _listed(store, ids, title):
@@ -5007,16 +4903,52 @@ def _listed(store, ids, title):
     if not ids:
         return
     shown = store.peek(ids[:10])
-    shorts, width = store.short_ids(list(shown)), _width() - 14
+    shorts = store.short_ids(list(shown))
     _say(f"flood-memory: {title}")
     for node_id, node in shown.items():
-        text = _visible(" ".join(node["content"].split()))
-        _say(f"  {shorts[node_id]:<10}  " + (text if len(text) <= width else
-                                             text[:width - 3] + "..."))
+        _say(_one_line(node["content"], _width(), f"  {shorts[node_id]:<10}  "))
     if len(ids) > len(shown):
         _say(f"  and {len(ids) - len(shown):,} more")
 
 
+def _tag_list(store, args):
+    counts = store.tag_counts()
+    if args.json:
+        print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
+    for tag, n in [] if args.json else counts:
+        print(_visible(f"{n:>8,}  {tag}"))
+    if not counts and not args.json:
+        _say("flood-memory: no memory carries a tag")
+
+
+def _stats(store, args):
+    stats = store.stats()
+    print(json.dumps(stats, indent=1) if args.json else "\n".join(
+        f"{k + ':':<10} {v:,}" if isinstance(v, int) else
+        f"{k + ':':<10} {'(none)' if v is None else v}" for k, v in stats.items()))
+
+
+def _export(store, args):
+    if args.file != "-":
+        n = _export_to(store, args.file)
+        _say(f"flood-memory: exported {_memories(n)} to {args.file}")
+        return
+    if sys.stdout is None:
+        raise StoreError("standard output is closed: give a FILE to export to")
+    out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
+    n = export(store, out)
+    out.flush()
+    _say(f"flood-memory: exported {_memories(n)}")
+
+
+def _backup(store, args):
+    _say(f"flood-memory: backed up {_memories(store.backup(args.file))} to {args.file}")
+
+
+# What each command does once the store is open: (store, args) -> exit status (None: 0).
+COMMANDS = {"list": _list, "search": _list, "show": _show, "edit": _edit, "forget": _forget,
+            "tags": _tag_list, "stats": _stats, "check": _check, "export": _export,
+            "import": _import, "backup": _backup, "restore": _restore}
 PRINTING = ("list", "search", "show", "tags", "stats", "check")  # text to standard output
 
 
@@ -5028,20 +4960,20 @@ def main(argv=None, environ=None):
     environ = os.environ if environ is None else environ
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="flood-memory: %(levelname)s: %(message)s")
-    directory = environ.get("FLOOD_MEMORY_DIR") or DEFAULT_DIR
-    command, failed = args.command, "read"
+    command, failed, args.environ = args.command, "read", environ
     if command in PRINTING and hasattr(sys.stdout, "reconfigure"):
         # A redirect or pipe on Windows writes in the ANSI code page: a character it does not
         # hold is written as an escape (\u65e5) rather than ending the command.
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
-        if command != "import" and not os.path.exists(
-                os.path.join(os.path.expanduser(directory), DB_NAME)):
-            raise StoreError(f"there is no memory database in {directory}")
+        args.directory, litestream = data_settings(environ)
+        if command != "import" and not os.path.exists(os.path.join(args.directory, DB_NAME)):
+            raise StoreError(f"there is no memory database in {args.directory}")
         with contextlib.ExitStack() as stack:
             if command == "import":
                 # An import makes a million objects that live to its end, and no garbage
                 # cycles: the collector's passes over them would find nothing to free.
+                import gc
                 gc.disable()
                 stack.callback(gc.enable)
                 # The whole source is read and checked before the store is opened, so that
@@ -5051,63 +4983,16 @@ def main(argv=None, environ=None):
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
                 format_name, kind, records, report = _import_source(args, stack)
-                records = _Spool(records, spool)
-                _found(format_name, kind, records, report)
-                if args.dry_run and not os.path.exists(os.path.join(
-                        os.path.expanduser(directory), DB_NAME)):
+                args.records = _SpooledRecords(records, spool)
+                args.peer = format_name not in ("flood", "official")
+                _say_what_was_read(format_name, kind, args.records, report)
+                if args.dry_run and not os.path.exists(os.path.join(args.directory, DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"
-            store = stack.enter_context(open_directory(directory))
+            store = stack.enter_context(open_directory(args.directory, litestream))
             failed = "write"
-            if command == "import":
-                return _import(store, args, records, format_name not in ("flood", "official"))
-            if command in ("list", "search"):
-                searched = {}
-                nodes = store.newest(args.tag, args.since, args.until, args.limit) \
-                    if command == "list" else store.search(" ".join(args.words), args.tag,
-                                                           args.limit, count=False,
-                                                           report=searched)
-                if searched.get("cut"):
-                    _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words "
-                         f"were searched for")
-                _print_nodes(store, nodes, args)
-            elif command == "show":
-                _show(store, args)
-            elif command == "edit":
-                return _edit(store, args, environ)
-            elif command == "forget":
-                return _forget(store, args)
-            elif command == "tags":
-                counts = store.tag_counts()
-                if args.json:
-                    print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
-                for tag, n in [] if args.json else counts:
-                    print(_visible(f"{n:>8,}  {tag}"))
-                if not counts and not args.json:
-                    _say("flood-memory: no memory carries a tag")
-            elif command == "stats":
-                stats = store.stats()
-                print(json.dumps(stats, indent=1) if args.json else "\n".join(
-                    f"{k + ':':<10} {v:,}" if isinstance(v, int) else
-                    f"{k + ':':<10} {'(none)' if v is None else v}" for k, v in stats.items()))
-            elif command == "check":
-                return _check(store, args)
-            elif command == "export" and args.file == "-":
-                if sys.stdout is None:
-                    raise StoreError("standard output is closed: give a FILE to export to")
-                out = io.TextIOWrapper(sys.stdout.buffer, encoding="utf-8", newline="\n")
-                n = export(store, out)
-                out.flush()
-                _say(f"flood-memory: exported {_memories(n)}")
-            elif command == "export":
-                n = _export_to(store, args.file)
-                _say(f"flood-memory: exported {_memories(n)} to {args.file}")
-            elif command == "backup":
-                n = store.backup(args.file)
-                _say(f"flood-memory: backed up {_memories(n)} to {args.file}")
-            elif command == "restore":
-                return _restore(store, args, directory)
+            return COMMANDS[command](store, args) or 0
     except OSError as exc:
         if reader_gone(exc):
             # Whoever read the output stopped reading. Standard output goes to the null
@@ -5123,7 +5008,6 @@ def main(argv=None, environ=None):
     except KeyboardInterrupt:
         _say(f"flood-memory: {command}: interrupted")
         return 130
-    return 0
 
 
 if __name__ == "__main__":

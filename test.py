@@ -938,8 +938,8 @@ class RankingTest(StoreTestCase):
             return max(math.log((n - df + 0.5) / (df + 0.5)), 1e-6)
 
         with unittest.mock.patch.multiple(store, RERANK_K1=BM25_K1, RERANK_B=BM25_B,
-                                          WHEN=0.0, NEWER=0.0, TAG_WEIGHT=0.0, RERANK_DEPTH=400,
-                                          _idf=fts5_idf):
+                                          SAYS_WHEN_WEIGHT=0.0, NEWER=0.0, TAG_WEIGHT=0.0,
+                                          RERANK_DEPTH=400, _idf=fts5_idf):
             for i in range(40):
                 words = list(dict.fromkeys(self.words(self.rnd.randint(1, 4))))
                 with self.subTest(words=words), self.store.db.read() as db:
@@ -1207,7 +1207,7 @@ class RankingTest(StoreTestCase):
         # when if a time weighs nothing more.
         self.assertEqual([n["id"] for n in self.store.search("Did Nate get turtles?")][:2],
                          [plain, dated])
-        with unittest.mock.patch.object(store, "WHEN", 0.0):
+        with unittest.mock.patch.object(store, "SAYS_WHEN_WEIGHT", 0.0):
             self.assertEqual([n["id"] for n in self.store.search(
                 "When did Nate get his turtles?")][:2], [plain, dated])
         says = ["in 2022", "the 1990s", "on 7 May 2023", "March 15", "21st of March",
@@ -1416,8 +1416,8 @@ class SchemaTest(StoreTestCase):
         self.assertEqual(upgraded.neighbors(sam, 2)["total"], 1)
         problems = upgraded.check()
         self.assertEqual(len(problems), 3, problems)
-        self.assertIn(f"memories whose tags are not a JSON array of strings: 1 ({report})",
-                      problems)
+        self.assertIn(f'memories that break "tags must be a JSON array of strings" (check '
+                      f'--repair mends them): 1 ({report})', problems)
         upgraded.delete(report)
         upgraded.repair()
         self.assertEqual(upgraded.check(), [])
@@ -1472,27 +1472,61 @@ class SchemaTest(StoreTestCase):
             self.assertEqual(len(upgraded.search(upgraded.get(memory)["content"])) > 0, True)
         self.assertEqual(check_problems(self.path), [])
 
-    def test_version_8_changes_one_trigger_and_derives_nothing_again(self):
-        # Version 8's nodes_refuse also fired on every access counted; the upgrade swaps it
-        # and leaves the derived tables as they are (deriving them again took 1.2 s at 100,000).
+    def test_versions_8_and_9_change_the_triggers_and_derive_nothing_again(self):
+        # Version 8's nodes_refuse also fired on every access counted, and version 9's door
+        # let in tags that check names (nodes_bi and nodes_bu refused nothing): the upgrade
+        # makes the triggers again and leaves the derived tables as they are (deriving them
+        # again took 1.2 s at 100,000).
         node = self.store.add("the heron nests by the river", ["birds"])["id"]
+        # A backslash, then u0000: read as no tags before version 10 (taken for a NUL).
+        slash = self.store.add("the slash", ["\\u0000"])["id"]
         self.store.close()
-        db = sqlite3.connect(self.path, isolation_level=None)
-        db.execute("DROP TRIGGER nodes_refuse")
-        db.execute(f"CREATE TRIGGER nodes_refuse BEFORE UPDATE OF source, last_accessed, "
-                   f"access_count ON nodes BEGIN "
-                   f"{store._refuse(('source', 'last_accessed', 'access_count'), True)} END")
-        db.execute("INSERT INTO tags (tag, memories, folded) VALUES ('kept', 0, 'kept')")
-        db.execute("PRAGMA user_version = 8")
-        db.close()
-        upgraded = self.open_store()
-        self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
-        trigger = self.raw("SELECT sql FROM sqlite_master WHERE name = 'nodes_refuse'")[0][0]
-        self.assertNotIn("access_count", trigger.split(" ON nodes")[0])
-        self.assertEqual(self.raw("SELECT memories FROM tags WHERE tag = 'kept'"), [(0,)])
-        self.assertEqual(self.found(upgraded, "heron", ["BIRDS"]), [node])
-        with self.assertRaises(sqlite3.IntegrityError):  # the rest of the door stands
-            self.raw_write("UPDATE nodes SET source = x'00'")
+        for version, counted in ((8, ", last_accessed, access_count"), (9, "")):
+            with self.subTest(version=version):
+                db = sqlite3.connect(self.path, isolation_level=None)
+                db.execute("DELETE FROM node_tags WHERE tag = '\\u0000'")
+                for name, sql in (("nodes_bi", "BEFORE INSERT"), ("nodes_bu", "BEFORE UPDATE OF "
+                                  "id, content, tags, created_at, rowid"),
+                                  ("nodes_refuse", f"BEFORE UPDATE OF source{counted}")):
+                    db.execute(f"DROP TRIGGER IF EXISTS {name}")
+                    db.execute(f"CREATE TRIGGER {name} {sql} ON nodes BEGIN DELETE FROM "
+                               f"replaced; END")
+                db.execute("INSERT OR REPLACE INTO tags (tag, memories, folded) VALUES "
+                           "('kept', 0, 'kept')")
+                db.execute(f"PRAGMA user_version = {version}")
+                db.close()
+                upgraded = self.open_store()
+                self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
+                self.assertEqual(self.raw("SELECT name FROM sqlite_master WHERE name = "
+                                          "'nodes_refuse'"), [])
+                self.assertEqual(self.raw("SELECT memories FROM tags WHERE tag = 'kept'"),
+                                 [(0,)])
+                self.assertEqual(self.found(upgraded, "heron", ["BIRDS"]), [node])
+                self.assertEqual(self.found(upgraded, tags=["\\U0000"]), [slash])
+                self.raw_write("DELETE FROM tags WHERE tag = 'kept'")
+                self.assertEqual(check_problems(self.path), [])
+                for sql in ("UPDATE nodes SET source = x'00'", "UPDATE nodes SET tags = '[1]'",
+                            "UPDATE nodes SET tags = '[\" padded \"]'"):
+                    with self.assertRaises(sqlite3.IntegrityError):  # the door stands
+                        self.raw_write(sql)
+                upgraded.close()
+
+    def test_one_trigger_an_event(self):
+        # SQLite fires the triggers of one event newest first, and a load makes three of them
+        # again at every batch: with two on one event, their order would change (see SCHEMA).
+        self.store.load([{"id": str(uuid.uuid4()), "content": "loaded"}])
+        events = collections.Counter()
+        for table, sql in self.raw("SELECT tbl_name, sql FROM sqlite_master WHERE type = "
+                                   "'trigger'"):
+            timing, event = re.search(r"\b(BEFORE|AFTER|INSTEAD OF) (INSERT|UPDATE|DELETE)\b",
+                                      sql).groups()
+            events[table, timing, event] += 1
+        self.assertEqual([e for e, n in events.items() if n > 1], [])
+        self.assertEqual(len(events), 7)
+        # A comment of the schema is kept whole in the file, over all its lines.
+        nodes = self.raw("SELECT sql FROM sqlite_master WHERE name = 'nodes'")[0][0]
+        self.assertIn("always 2026-11-23T14:00:00.000Z, so that\n", nodes)
+        self.assertIn("-- comparing the text compares the times\n", nodes)
 
     def test_a_file_litestream_replicates_is_not_taken_for_another_program_s(self):
         self.make_spec_database(0)
@@ -1673,6 +1707,54 @@ class OutsideWriteTest(StoreTestCase):
         self.assertEqual(self.store.count(), len(bad))
         self.assertEqual(self.store.check(), [])
 
+    # Every edge of the tags rule, decided once (store._DOOR, store._TAG_RULES): True, let
+    # in and named by no check; False, refused by the triggers.
+    TAGS_AT_THE_DOOR = {
+        '["ok"]': True, "[]": True, '["X", "x"]': True, '["Straße", "STRASSE"]': True,
+        '["\\ud83d\\ude00"]': True, '["\ufffd", "\ufffe"]': True,
+        '["\\\\u0000"]': True,  # a backslash, then "u0000": no NUL
+        '[1, "a"]': False, '[null]': False, '[["a"]]': False, '[" padded "]': False,
+        '["\u3000padded"]': False, '[""]': False, '["   "]': False, None: False,
+        '"work"': False, '{"k": 1}': False, '["a\\u0000b"]': False, '["a\\tb"]': False,
+        '["\\ud83d"]': False, '["x\\udc00"]': False, json.dumps(["x" * 201]): False,
+        json.dumps([f"t{i}" for i in range(101)]): False, "not json": False, "": False,
+        b'["a"]': False, 7: False,
+    }
+
+    def test_a_tags_value_is_refused_at_the_door_or_passes_check(self):
+        db, now = self.outside(), store._now()
+        for value, let_in in self.TAGS_AT_THE_DOOR.items():
+            for way in ("INSERT", "UPDATE"):
+                with self.subTest(value=value, way=way):
+                    self.raw_write("DELETE FROM nodes")
+                    node = str(uuid.uuid4())
+                    if way == "UPDATE":
+                        node = self.store.add("the pangolin rolls into a ball", ["first"])["id"]
+                    write = (db.execute, "UPDATE nodes SET tags = ? WHERE id = ?", (value, node))
+                    if way == "INSERT":
+                        write = (db.execute, "INSERT INTO nodes (id, content, tags, created_at, "
+                                 "last_accessed) VALUES (?, 'the pangolin rolls into a ball', ?, "
+                                 "?, ?)", (node, value, now, now))
+                    if not let_in:
+                        with self.assertRaises(sqlite3.IntegrityError):
+                            write[0](*write[1:])
+                        continue
+                    write[0](*write[1:])
+                    self.assertEqual(self.store.check(), [])
+                    tags = self.store.get(node)["tags"]
+                    self.assertEqual(tags, json.loads(value))
+                    for tag in tags:  # each found by a filter, once
+                        self.assertEqual(self.found("pangolin", [tag.upper()]), [node])
+                        self.assertEqual(self.found(tags=[tag]), [node])
+        # The rules of one tag say the same in SQL and in Python.
+        samples = ["ok", "", " x", "x\u3000", "a\x01b", "x" * 201, "\ud83d", "\ufffd", "Straße"]
+        for sql, python, rule in store._TAG_RULES[1:]:
+            for tag in samples:
+                with self.subTest(rule=rule, tag=tag):
+                    asked = self.raw(f"SELECT count(*) FROM json_each(?) WHERE {sql}",
+                                     json.dumps([tag]))
+                    self.assertEqual(asked, [(1 if python(tag) else 0,)])
+
     def test_a_count_or_time_another_program_updates_is_read_around_and_mended(self):
         # Counting an access fires no trigger (one per row cost a recall 6%), so an odd
         # access_count or last_accessed set from outside is not refused: it reads as none,
@@ -1718,7 +1800,7 @@ class OutsideWriteTest(StoreTestCase):
         db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
         db.execute("DELETE FROM node_tags")
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
-                   f"{store._tag_rows('n', 'nodes n, ')}")
+                   f"{store._sql_tag_rows('n', 'nodes n, ')}")
         return rowid
 
     def test_one_bad_row_never_takes_recall_away(self):
@@ -1817,7 +1899,7 @@ class OutsideWriteTest(StoreTestCase):
         c = self.store.add("a memory linking one way")["id"]
         self.raw_write("UPDATE nodes SET links = ? WHERE id = ?",
                        json.dumps([a, str(uuid.uuid4())]), c)  # one way, and to nowhere
-        self.raw_write("UPDATE nodes SET tags = '[\" padded \"]' WHERE id = ?", a)
+        padded = self.bad_row(tags='[" padded "]')  # let in before version 10
         found = store._links_to_repair
         def meanwhile(db):
             changed = found(db)
@@ -1828,7 +1910,8 @@ class OutsideWriteTest(StoreTestCase):
         with unittest.mock.patch.object(store, "_links_to_repair", meanwhile):
             self.store.repair()
         self.assertEqual(self.store.get(c)["links"], [])  # as the other writer left it
-        self.assertEqual(self.store.get(a)["tags"], ["padded"])
+        [(padded,)] = self.raw("SELECT id FROM nodes WHERE rowid = ?", padded)
+        self.assertEqual(self.store.get(padded)["tags"], ["padded"])
         self.store.repair()
         self.assertEqual(self.store.check(), [])
 
@@ -1924,7 +2007,7 @@ class StoreTest(StoreTestCase):
             ({"content": "   "}, "content must not be empty"),
             ({"content": 5}, "content must be a string"),
             ({"content": "x", "tags": "work"}, "tags must be an array"),
-            ({"content": "x", "tags": [""]}, "tags must not be empty"),
+            ({"content": "x", "tags": [""]}, "a tag must not be empty"),
             ({"content": "x", "tags": [3]}, "tags must be an array of strings, and holds an integer"),
             ({"content": "x", "tags": [f"t{i}" for i in range(10_000)]}, "at most 100 tags"),
             ({"content": "x", "tags": ["x" * 500]}, "at most 200 characters"),
@@ -2318,13 +2401,22 @@ class LitestreamTest(TempDirTest):
         s.add("written once Litestream replicates")
         self.assertEqual(self.settings(s), (store.WAL_BOUND // 4096, -1))
         self.assertTrue(store.replicated(self.path))
+        # FLOOD_MEMORY_LITESTREAM is read by data_settings alone, and passed in.
         os.environ[store.LITESTREAM_ENV] = "0"
-        self.assertFalse(store.replicated(self.path))
-        s.add("written once told otherwise")
-        self.assertEqual(self.settings(s), (store.WAL_PAGES, store.WAL_BYTES))
+        self.assertTrue(store.replicated(self.path))
+        self.assertEqual(store.data_settings(os.environ)[1], False)
+        self.assertFalse(store.replicated(self.path, False))
+        told = store.open_directory(self.dir, store.data_settings(os.environ)[1])
+        self.addCleanup(told.close)
+        told.add("written once told otherwise")
+        self.assertEqual(self.settings(told), (store.WAL_PAGES, store.WAL_BYTES))
         os.rmdir(self.sign)
         os.environ[store.LITESTREAM_ENV] = "1"
-        self.assertTrue(store.replicated(self.path))
+        self.assertTrue(store.data_settings(os.environ)[1])
+        self.assertTrue(store.replicated(self.path, True))
+        for value in ("", "yes", " 0 "):
+            os.environ[store.LITESTREAM_ENV] = value
+            self.assertEqual(store.data_settings(os.environ)[1], {" 0 ": False}.get(value))
 
     def test_under_litestream_the_store_does_not_checkpoint_a_short_log(self):
         os.mkdir(self.sign)
@@ -3557,14 +3649,16 @@ class SetupTest(TempDirTest):
 
     def test_setup_makes_the_data_directory_and_prints_absolute_config(self):
         # FLOOD_MEMORY_DIR is printed absolute, ~ expanded: clients start the server
-        # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~.
+        # elsewhere, and Claude Desktop on Windows may give it no USERPROFILE to expand ~
+        # (a relative one is refused: test_a_data_directory_that_is_not_absolute_is_refused).
         home = os.path.join(self.dir, "home")
         os.mkdir(home)
+        data = os.path.join(self.dir, "data")
         done = subprocess.run([sys.executable, os.path.join(HERE, "setup.py"), "--no-tests"],
-                              cwd=self.dir, env=home_env(home, FLOOD_MEMORY_DIR="relative-data"),
+                              cwd=self.dir, env=home_env(home, FLOOD_MEMORY_DIR=data),
                               capture_output=True, text=True, timeout=60)
         self.assertEqual(done.returncode, 0, done.stderr)
-        data = os.path.join(os.path.realpath(self.dir), "relative-data")
+        data = os.path.realpath(data)
         self.assertTrue(os.path.exists(os.path.join(data, store.DB_NAME)))
         after = done.stdout.split("claude_desktop_config.json", 1)[1]
         config, _ = json.JSONDecoder().raw_decode(after[after.index("{"):])
@@ -4985,29 +5079,51 @@ class PlatformTest(TempDirTest):
         self.assertIn("Flood Memory needs Python 3.11 or newer", done.stderr)
         self.assertIn(f"{sys.executable} is Python 3.10.13", done.stderr)
 
+    def test_a_server_loads_none_of_the_command_line_s_modules(self):
+        # A client starts server.py at every session: store.py imports the modules only its
+        # command line needs where it needs them (they took a third of `import store`).
+        # Whatever the engine's own imports load on this system is not counted.
+        cli = ("argparse", "glob", "hashlib", "shlex", "subprocess", "urllib.parse", "zipfile")
+        engine = [a.name for n in ast.parse(open(os.path.join(HERE, "store.py"),
+                                                 encoding="utf-8").read()).body
+                  if isinstance(n, ast.Import) for a in n.names if a.name not in cli]
+
+        def loaded(imports):
+            probe = f"import sys, {imports}; print(*[m for m in {cli!r} if m in sys.modules])"
+            return set(subprocess.run([sys.executable, "-S", "-c", probe], cwd=HERE, timeout=60,
+                                      capture_output=True, text=True, check=True).stdout.split())
+
+        self.assertEqual(loaded("server") - loaded(", ".join(engine)), set())
+
     def test_a_data_directory_that_is_not_absolute_is_refused(self):
+        def directory(value, paths):
+            return store.data_settings({"FLOOD_MEMORY_DIR": value}, paths)[0]
+
         with unittest.mock.patch.dict(os.environ, clear=True):  # no USERPROFILE, no HOME
-            with self.assertRaises(ValueError) as cm:
-                server.data_directory("~/flood/memory", ntpath)
+            with self.assertRaises(store.InvalidInput) as cm:
+                directory("~/flood/memory", ntpath)
             self.assertIn("cannot expand ~ (it has no USERPROFILE)", str(cm.exception))
         with unittest.mock.patch.dict(os.environ, {"USERPROFILE": r"C:\Users\bob"}, clear=True):
-            self.assertEqual(ntpath.normpath(server.data_directory("~/flood/memory", ntpath)),
+            self.assertEqual(ntpath.normpath(directory("~/flood/memory", ntpath)),
                              r"C:\Users\bob\flood\memory")
         for paths, relative in ((ntpath, r"flood\memory"), (posixpath, "flood/memory")):
-            with self.subTest(paths=paths.__name__), self.assertRaises(ValueError) as cm:
-                server.data_directory(relative, paths)
+            with self.subTest(paths=paths.__name__), self.assertRaises(store.InvalidInput) as cm:
+                directory(relative, paths)
             self.assertIn("a relative path", str(cm.exception))
-        self.assertEqual(server.data_directory("/srv/flood", posixpath), "/srv/flood")
-        # Both servers refuse to start with it, in one line, and make nothing.
+        self.assertEqual(directory("/srv/flood", posixpath), "/srv/flood")
+        # Every entry point reads it alike (store.data_settings): both servers, the command
+        # line and setup.py refuse it in the same one line, and make nothing.
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
-        for script in ("server.py", "server_remote.py"):
-            with self.subTest(script=script):
-                done = subprocess.run([sys.executable, os.path.join(HERE, script)], input=b"",
-                                      env=dict(env, FLOOD_MEMORY_DIR="relative-data"),
+        for script, *args in (("server.py",), ("server_remote.py",), ("store.py", "list"),
+                              ("store.py", "import", "-"), ("setup.py", "--no-tests")):
+            with self.subTest(script=script, args=args):
+                done = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
+                                      input=b"", env=dict(env, FLOOD_MEMORY_DIR="relative-data"),
                                       cwd=self.dir, capture_output=True, timeout=60)
                 self.assertEqual(done.returncode, 1, done.stderr)
                 self.assertEqual(len(done.stderr.splitlines()), 1, done.stderr)
-                self.assertIn(b"FLOOD_MEMORY_DIR is relative-data, a relative path", done.stderr)
+                self.assertIn(b"FLOOD_MEMORY_DIR is relative-data, a relative path: set it to "
+                              b"an absolute path", done.stderr)
                 self.assertEqual(os.listdir(self.dir), [])
 
     def test_a_data_directory_on_a_share_or_in_a_synced_folder_is_warned_about(self):
@@ -6811,12 +6927,12 @@ class TimeAndDuplicatesTest(StoreTestCase):
         self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
         with unittest.mock.patch.object(store, "COMMON_KEPT", 2):
             self.store.add(f"Nate: {common}")
-            self.assertLessEqual(len(self.store._common), 2 + store.NEAR_PROBES)
+            self.assertLessEqual(len(self.store._common), 2 + store.SIMILAR_PROBES)
         # Forgotten memories can make a common term rare again, whoever forgot them: the set
         # is found anew every COMMON_RENEWED remembers.
         for name in ("Ivy", "Otto"):
             self.store.add(f"{name}: {common}")
-        self.assertGreater(len(self.store._common), store.NEAR_PROBES)
+        self.assertGreater(len(self.store._common), store.SIMILAR_PROBES)
         with unittest.mock.patch.object(store, "COMMON_RENEWED", 1):
             self.store.add("Pia lost her keys")
         self.assertEqual(self.store._common, set())
@@ -6847,7 +6963,7 @@ class TimeAndDuplicatesTest(StoreTestCase):
                           f"{w} and the weather", "created_at": "2026-01-01"}
                          for i, w in enumerate(["rain", "snow", "wind", "fog"] * 10)])
         kept = self.store.add("Gina lost her job at Door Dash.")
-        near, committed = store.Store._near, threading.Event()
+        near, committed = store.Store._similar_candidates, threading.Event()
         write = store.Database.write
 
         @contextlib.contextmanager
@@ -6862,7 +6978,7 @@ class TimeAndDuplicatesTest(StoreTestCase):
             db.execute("BEGIN")
             return near(self_, db, words)
 
-        with unittest.mock.patch.object(store.Store, "_near", late), \
+        with unittest.mock.patch.object(store.Store, "_similar_candidates", late), \
                 unittest.mock.patch.object(store.Database, "write", marked):
             close = self.store.add("Gina lost her job at Door Dash during the month of June.")
         self.assertEqual([s["id"] for s in close["similar"]], [kept["id"]])
@@ -9419,22 +9535,6 @@ class PeerImportTest(TempDirTest):
             (b"not UTF-8 \xff text", "x", None, None),
             ("long " * 20_010, "", None, None)]
 
-    def test_the_ids_an_import_has_seen_are_told_exactly_as_they_grow(self):
-        # _Seen keeps millions of ids in 16 bytes each (a set took 64): every number added
-        # is found, through every growth, and no other.
-        seen, rnd = store._Seen(), random.Random(4)
-        added = [store._id_number(str(uuid.UUID(int=rnd.getrandbits(128), version=5)))
-                 for _ in range(5000)]
-        for n, number in enumerate(added):
-            self.assertNotIn(number, seen)
-            seen.add(number)
-            seen.add(number)  # again: no second slot
-            self.assertIn(added[n // 2], seen)
-        self.assertEqual(seen.n, len(set(added)))
-        self.assertTrue(all(number in seen for number in added))
-        others = (store._id_number(str(uuid.uuid4())) for _ in range(5000))
-        self.assertFalse(any(number in seen for number in others if number not in added))
-
     def test_mcp_memory_service_database_read_only_without_its_extension(self):
         path = self.mcp_memory_service(self.ROWS)
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
@@ -11287,7 +11387,7 @@ def relevance(argv):
                         help="a ranking constant of store.py for this run (repeatable)")
     parser.add_argument("--hint", action="store_true",
                         help="instead: how often remember's near-duplicate hint fires asking "
-                             "FTS5 about NEAR_PROBES words, against every word")
+                             "FTS5 about SIMILAR_PROBES words, against every word")
     args = parser.parse_args(argv)
     settings = ranking_settings(args.set)
     try:
@@ -11428,9 +11528,10 @@ def newest_first(ranked, question):
 
 
 def hint_agreement(samples, facts):
-    """Store the samples' memories one by one, and before each is stored ask the near-duplicate
-    hint about it (Store._near, then store._similar) with NEAR_PROBES words and with every
-    word: how often each lists similar memories, and how often the two lists are the same."""
+    """Store the samples' memories one by one, and before each is stored ask for memories
+    similar to it (Store._similar_candidates, then store._most_similar) with SIMILAR_PROBES
+    words and with every word: how often each lists similar memories, and how often the two
+    lists are the same."""
     work = tempfile.mkdtemp(prefix="flood-hint-")
     s = Store(os.path.join(work, store.DB_NAME))
     fired, same, stored = collections.Counter(), 0, 0
@@ -11443,10 +11544,10 @@ def hint_agreement(samples, facts):
                 found = []
                 # Asked as remember asks, knowing the common terms (a copy: the add below
                 # learns them), and asking every word, knowing none.
-                for probes, common in ((store.NEAR_PROBES, set(s._common)), (len(words), set())):
-                    with unittest.mock.patch.object(store, "NEAR_PROBES", probes), \
+                for probes, common in ((store.SIMILAR_PROBES, set(s._common)), (len(words), set())):
+                    with unittest.mock.patch.object(store, "SIMILAR_PROBES", probes), \
                             unittest.mock.patch.object(s, "_common", common), s.db.read() as db:
-                        found.append(store._similar(s._near(db, words), len(content), words))
+                        found.append(store._most_similar(s._similar_candidates(db, words), len(content), words))
                 fired.update(i for i, similar in enumerate(found) if similar)
                 same += found[0] == found[1]
                 stored += not s.add(content, [sample["sample_id"], f"session-{session}"]).get(
@@ -11455,7 +11556,7 @@ def hint_agreement(samples, facts):
         s.close()
         shutil.rmtree(work, ignore_errors=True)
     print(f"hint: {stored:,} {'observations' if facts else 'turns'} stored; the hint fired on "
-          f"{fired[0] / stored:.2%} of them asking about {store.NEAR_PROBES} words, "
+          f"{fired[0] / stored:.2%} of them asking about {store.SIMILAR_PROBES} words, "
           f"{fired[1] / stored:.2%} asking about every word; the same memories listed on "
           f"{same / stored:.2%}")
     return 0
