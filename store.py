@@ -689,10 +689,9 @@ class _Stems(dict):
 stems = _Stems().of  # stems(words) -> the terms FTS5's porter tokenizer indexes for them
 
 
-def first_words(text, n=None):
-    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds more,
-    tokenizing only its start (a query may be megabytes)."""
-    n = MAX_QUERY_WORDS if n is None else n
+def first_words(text, n=MAX_QUERY_WORDS):
+    """The first `n` words of `text`, and whether it holds more, tokenizing only its start (a
+    query may be megabytes)."""
     size = 16 * n
     while True:
         words = tokenize(text[:size])
@@ -977,11 +976,6 @@ def _labelled(source):
     return source, None
 
 
-def check_records(values):
-    """The memory objects `values`, checked, as a list of Records (see _checked)."""
-    return list(_checked(values))
-
-
 def _checked(values):
     """Records from memory objects, one by one; InvalidInput at a bad one or a repeated id."""
     first = {}  # id -> the number of the record that gave it
@@ -1036,7 +1030,6 @@ def _folded(tags):
 
 @functools.lru_cache(maxsize=1024)
 def _column_folded_tags(tags_json):
-    """The tags of a `tags` column value, folded (see _folded)."""
     return _folded(_column_strings(tags_json))
 
 
@@ -1706,7 +1699,6 @@ def _tag_terms(tag):
 
 @functools.lru_cache(maxsize=4096)
 def _column_tag_terms(tags_json):
-    """The terms of each tag of a tags column value (_tag_terms)."""
     return tuple(map(_tag_terms, _column_strings(tags_json)))
 
 
@@ -1872,7 +1864,6 @@ class Search:
         return set(stems(list(self.capital))) - set(stems(list(self.lower)))
 
     def _contents(self, rowids):
-        """{rowid: content} of the memories at `rowids`."""
         return dict(_select_in(self.db, "SELECT rowid, CAST(content AS TEXT) FROM nodes "
                                "WHERE rowid IN", rowids))
 
@@ -2356,7 +2347,7 @@ class Store:
         (True; "changed": but those changed here, `kept`: find_differ). Links to ids found
         nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
-            records = check_records(records)
+            records = list(_checked(records))
         return _Load(self, pause, update, dry_run).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
@@ -3064,7 +3055,6 @@ def _open_private(path):
 
 
 def _copy_private(source, target):
-    """Copy the file `source` to a new file `target` that only its owner may read."""
     with open(source, "rb") as f, open(_open_private(target), "wb") as out:
         shutil.copyfileobj(f, out)
 
@@ -3237,8 +3227,6 @@ def read_lines(lines):
     """("line 3", value) of each JSON line (bytes) but blank ones; InvalidInput names a bad one."""
     number = 0
     for line_number, line in enumerate(lines, 1):
-        if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]  # a byte-order mark, as some editors write
         if not line.strip():
             continue
         number += 1
@@ -4247,7 +4235,6 @@ def claude_code_records(path, report):
                                       f"{title}: {statement.strip()}", [kind or "", project],
                                       created, source, [first] if first else ())
                 if record:
-                    report["memories"] += 1
                     first = first or record.id
                     yield record
         report["skipped", "link of MEMORY.md", "links of MEMORY.md", "to a file not in the "
