@@ -2063,23 +2063,21 @@ class Store:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return  # another process did it meanwhile
-        if version == 0:
-            tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
-                } - _LITESTREAM_TABLES
-            if not tables:
-                for _, statement in _statements(SCHEMA):
-                    db.execute(statement)
-                db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
-                return
-            if "nodes" in tables and tables <= _SPEC_TABLES:
-                version = 1  # made from SPEC.md's schema before versions were recorded
-            else:
-                raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
-                                 f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
-                                 f"); refusing to touch it")
-        log.info("upgrading %s from schema version %d to %d", self.path, version, SCHEMA_VERSION)
-        _upgrade(db, version)
+        tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+            } - _LITESTREAM_TABLES
+        if not version and not tables:
+            for _, statement in _statements(SCHEMA):
+                db.execute(statement)
+        elif not version and not ("nodes" in tables and tables <= _SPEC_TABLES):
+            raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
+                             f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}); "
+                             f"refusing to touch it")
+        else:
+            version = version or 1  # 0: made from SPEC.md's schema before versions were recorded
+            log.info("upgrading %s from schema version %d to %d", self.path, version,
+                     SCHEMA_VERSION)
+            _upgrade(db, version)
         db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
 
     # -- reading
