@@ -2548,9 +2548,8 @@ class Store:
 
     def neighbors(self, node_id, depth=1, *, offset=0, limit=MAX_NODES, fit=None):
         """The memory and those within `depth` links of it, nearest first, with their shortest
-        `distance`: {"nodes", "total", "exact"}, the nodes from `offset` on, `limit` (or what
-        `fit` allows) at most, counted as accessed; `total` up to TRAVERSAL_CAP (then not
-        `exact`)."""
+        `distance`: {"nodes", "total", "exact"}, the nodes from `offset` on, at most `limit` (or
+        what `fit` allows), counted as accessed; `total` stops at TRAVERSAL_CAP (then inexact)."""
         node_id, depth = _node_id(node_id), _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
         limit = _int(limit, "limit", 1, MAX_NODES)
@@ -2731,11 +2730,9 @@ class Store:
                 deadline = time.monotonic() + self.db.timeout
 
                 def waited(status, remaining, total):
-                    if status in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) and \
-                            time.monotonic() > deadline:
-                        raise Busy(f"could not restore the memories: the database stayed "
-                                   f"locked by another process for more than "
-                                   f"{self.db.timeout:g} s")
+                    if status in _LOCKED and time.monotonic() > deadline:
+                        raise Busy(f"could not restore the memories: the database stayed locked "
+                                   f"by another process for more than {self.db.timeout:g} s")
 
                 with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as backup:
                     db = self.db.connection()
@@ -4416,10 +4413,9 @@ def _parser():
                          f"{self.prog} --help)\n")
 
     parser = Parser(prog="store.py", description=(
-        "Your memories, from the terminal: look through them, correct them, forget them, "
-        "and copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default "
-        "~/flood/memory); every command is safe while servers run, and looking is not an "
-        "access."))
+        "Your memories, from the terminal: look through them, correct them, forget them, and "
+        "copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory); "
+        "every command is safe while servers run, and looking is not an access."))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = commands.choices  # for a mistake found after a command's own parse
 
