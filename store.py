@@ -2354,13 +2354,10 @@ class Store:
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
-        if content is not None:
-            content = _content(content)
-        if tags is not None:
-            tags = _tags(tags)
+        content = None if content is None else _content(content)
+        tags = None if tags is None else _tags(tags)
         skipped = []
-        if links is not None:
-            links = _link_ids(links, skipped=skipped)
+        links = None if links is None else _link_ids(links, skipped=skipped)
         with self.db.errors("update the memory"), self.db.write() as db:
             old = self._row(db, node_id)
             changes = {}
