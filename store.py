@@ -689,10 +689,9 @@ class _Stems(dict):
 stems = _Stems().of  # stems(words) -> the terms FTS5's porter tokenizer indexes for them
 
 
-def first_words(text, n=None):
-    """The first `n` words of `text` (MAX_QUERY_WORDS by default), and whether it holds more,
-    tokenizing only its start (a query may be megabytes)."""
-    n = MAX_QUERY_WORDS if n is None else n
+def first_words(text, n=MAX_QUERY_WORDS):
+    """The first `n` words of `text`, and whether it holds more, tokenizing only its start (a
+    query may be megabytes)."""
     size = 16 * n
     while True:
         words = tokenize(text[:size])
@@ -977,11 +976,6 @@ def _labelled(source):
     return source, None
 
 
-def check_records(values):
-    """The memory objects `values`, checked, as a list of Records (see _checked)."""
-    return list(_checked(values))
-
-
 def _checked(values):
     """Records from memory objects, one by one; InvalidInput at a bad one or a repeated id."""
     first = {}  # id -> the number of the record that gave it
@@ -1036,7 +1030,6 @@ def _folded(tags):
 
 @functools.lru_cache(maxsize=1024)
 def _column_folded_tags(tags_json):
-    """The tags of a `tags` column value, folded (see _folded)."""
     return _folded(_column_strings(tags_json))
 
 
@@ -1706,7 +1699,6 @@ def _tag_terms(tag):
 
 @functools.lru_cache(maxsize=4096)
 def _column_tag_terms(tags_json):
-    """The terms of each tag of a tags column value (_tag_terms)."""
     return tuple(map(_tag_terms, _column_strings(tags_json)))
 
 
@@ -1872,7 +1864,6 @@ class Search:
         return set(stems(list(self.capital))) - set(stems(list(self.lower)))
 
     def _contents(self, rowids):
-        """{rowid: content} of the memories at `rowids`."""
         return dict(_select_in(self.db, "SELECT rowid, CAST(content AS TEXT) FROM nodes "
                                "WHERE rowid IN", rowids))
 
@@ -2072,23 +2063,21 @@ class Store:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version == SCHEMA_VERSION:
             return  # another process did it meanwhile
-        if version == 0:
-            tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
-                } - _LITESTREAM_TABLES
-            if not tables:
-                for _, statement in _statements(SCHEMA):
-                    db.execute(statement)
-                db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
-                return
-            if "nodes" in tables and tables <= _SPEC_TABLES:
-                version = 1  # made from SPEC.md's schema before versions were recorded
-            else:
-                raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
-                                 f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}"
-                                 f"); refusing to touch it")
-        log.info("upgrading %s from schema version %d to %d", self.path, version, SCHEMA_VERSION)
-        _upgrade(db, version)
+        tables = {row[0] for row in db.execute(  # sqlite_stat1 and the like: SQLite's own
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
+            } - _LITESTREAM_TABLES
+        if not version and not tables:
+            for _, statement in _statements(SCHEMA):
+                db.execute(statement)
+        elif not version and not ("nodes" in tables and tables <= _SPEC_TABLES):
+            raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
+                             f"{', '.join(sorted(tables - _SPEC_TABLES)) or 'no nodes table'}); "
+                             f"refusing to touch it")
+        else:
+            version = version or 1  # 0: made from SPEC.md's schema before versions were recorded
+            log.info("upgrading %s from schema version %d to %d", self.path, version,
+                     SCHEMA_VERSION)
+            _upgrade(db, version)
         db.execute(f"PRAGMA user_version = {int(SCHEMA_VERSION)}")
 
     # -- reading
@@ -2356,7 +2345,7 @@ class Store:
         (True; "changed": but those changed here, `kept`: find_differ). Links to ids found
         nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
-            records = check_records(records)
+            records = list(_checked(records))
         return _Load(self, pause, update, dry_run).run(records)
 
     def update(self, node_id, content=None, tags=None, links=None):
@@ -2365,13 +2354,10 @@ class Store:
         node_id = _node_id(node_id)
         if content is None and tags is None and links is None:
             raise InvalidInput("nothing to update: give content, tags or links")
-        if content is not None:
-            content = _content(content)
-        if tags is not None:
-            tags = _tags(tags)
+        content = None if content is None else _content(content)
+        tags = None if tags is None else _tags(tags)
         skipped = []
-        if links is not None:
-            links = _link_ids(links, skipped=skipped)
+        links = None if links is None else _link_ids(links, skipped=skipped)
         with self.db.errors("update the memory"), self.db.write() as db:
             old = self._row(db, node_id)
             changes = {}
@@ -2559,9 +2545,8 @@ class Store:
 
     def neighbors(self, node_id, depth=1, *, offset=0, limit=MAX_NODES, fit=None):
         """The memory and those within `depth` links of it, nearest first, with their shortest
-        `distance`: {"nodes", "total", "exact"}, the nodes from `offset` on, `limit` (or what
-        `fit` allows) at most, counted as accessed; `total` up to TRAVERSAL_CAP (then not
-        `exact`)."""
+        `distance`: {"nodes", "total", "exact"}, the nodes from `offset` on, at most `limit` (or
+        what `fit` allows), counted as accessed; `total` stops at TRAVERSAL_CAP (then inexact)."""
         node_id, depth = _node_id(node_id), _int(depth, "depth", 0, MAX_DEPTH)
         offset = _int(offset, "offset", 0, TRAVERSAL_CAP)
         limit = _int(limit, "limit", 1, MAX_NODES)
@@ -2742,11 +2727,9 @@ class Store:
                 deadline = time.monotonic() + self.db.timeout
 
                 def waited(status, remaining, total):
-                    if status in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED) and \
-                            time.monotonic() > deadline:
-                        raise Busy(f"could not restore the memories: the database stayed "
-                                   f"locked by another process for more than "
-                                   f"{self.db.timeout:g} s")
+                    if status in _LOCKED and time.monotonic() > deadline:
+                        raise Busy(f"could not restore the memories: the database stayed locked "
+                                   f"by another process for more than {self.db.timeout:g} s")
 
                 with contextlib.closing(sqlite3.connect(copy, isolation_level=None)) as backup:
                     db = self.db.connection()
@@ -3064,7 +3047,6 @@ def _open_private(path):
 
 
 def _copy_private(source, target):
-    """Copy the file `source` to a new file `target` that only its owner may read."""
     with open(source, "rb") as f, open(_open_private(target), "wb") as out:
         shutil.copyfileobj(f, out)
 
@@ -3237,8 +3219,6 @@ def read_lines(lines):
     """("line 3", value) of each JSON line (bytes) but blank ones; InvalidInput names a bad one."""
     number = 0
     for line_number, line in enumerate(lines, 1):
-        if line_number == 1 and line.startswith(b"\xef\xbb\xbf"):
-            line = line[3:]  # a byte-order mark, as some editors write
         if not line.strip():
             continue
         number += 1
@@ -4247,7 +4227,6 @@ def claude_code_records(path, report):
                                       f"{title}: {statement.strip()}", [kind or "", project],
                                       created, source, [first] if first else ())
                 if record:
-                    report["memories"] += 1
                     first = first or record.id
                     yield record
         report["skipped", "link of MEMORY.md", "links of MEMORY.md", "to a file not in the "
@@ -4431,10 +4410,9 @@ def _parser():
                          f"{self.prog} --help)\n")
 
     parser = Parser(prog="store.py", description=(
-        "Your memories, from the terminal: look through them, correct them, forget them, "
-        "and copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default "
-        "~/flood/memory); every command is safe while servers run, and looking is not an "
-        "access."))
+        "Your memories, from the terminal: look through them, correct them, forget them, and "
+        "copy them. The database is memory.db in $FLOOD_MEMORY_DIR (default ~/flood/memory); "
+        "every command is safe while servers run, and looking is not an access."))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     parser.commands = commands.choices  # for a mistake found after a command's own parse
 

@@ -1977,7 +1977,7 @@ class StoreTest(StoreTestCase):
         self.raw_write("UPDATE nodes SET access_count = 9.3e18")  # as an older version left it
         record = next(self.store.records())
         self.assertEqual(record["access_count"], store.MAX_INT)
-        self.assertEqual(store.check_records([record])[0].access_count, store.MAX_INT)
+        self.assertEqual(next(store._checked([record])).access_count, store.MAX_INT)
 
     def test_remember_linking_to_a_memory_whose_links_are_null_links_both_ways(self):
         # Another tool may leave NULL there; json_insert(NULL, ...) is NULL, and the back-link
