@@ -193,9 +193,10 @@ _DOOR = [
      "CAST({0} AS TEXT)"),
     ("access_count", "typeof({0}) NOT IN ('integer', 'real', 'null')",
      "access_count must be a number", "coalesce(CAST({0} AS INTEGER), 0)"),
-    *(("tags", f"EXISTS (SELECT 1 FROM json_each({_sql_tag_array('{0}')}) WHERE {test})", rule, "")
-      for test, _, rule in _TAG_RULES),  # the triggers ask these of each tag at once
 ]
+_DOOR += [("tags", f"EXISTS (SELECT 1 FROM json_each({_sql_tag_array('{0}')}) WHERE {test})",
+           rule, "") for test, _, rule in _TAG_RULES]  # the triggers ask these of a tag at once
+_COLUMN_RULES = len(_DOOR) - len(_TAG_RULES)
 _LINKS_BROKEN = ("links IS NOT NULL AND (NOT json_valid(links) OR json_type(links) <> 'array' "
                  f"OR EXISTS (SELECT 1 FROM json_each({_LINKS}) WHERE type <> 'text'))")
 _STORED_GLOB = "####-##-##T##:##:##.###Z".replace("#", "[0-9]")  # as _format_time writes
@@ -220,7 +221,7 @@ def _refuse(update=False):
     changed = "new.{0} IS NOT old.{0} AND " if update else ""
     rows = "\n        ".join(
         f"WHEN {changed.format(c)}({test.format(f'new.{c}')}) THEN RAISE(ABORT, '{rule}')"
-        for c, test, rule, _ in _DOOR[:-len(_TAG_RULES)] if not update or c in _REFUSED_ON_UPDATE)
+        for c, test, rule, _ in _DOOR[:_COLUMN_RULES] if not update or c in _REFUSED_ON_UPDATE)
     tags = " ".join(f"WHEN {test} THEN RAISE(ABORT, '{rule}')" for test, _, rule in _TAG_RULES)
     return (f"SELECT CASE {rows} END;\n    SELECT CASE {tags} END FROM json_each("
             f"{_sql_tag_array('new.tags')}){' WHERE new.tags IS NOT old.tags' * update};")
@@ -241,9 +242,14 @@ _DISPLACED = ("DELETE FROM replaced; INSERT INTO replaced SELECT rowid, id, cont
 _DISPLACED_GONE = f"""INSERT INTO nodes_fts(nodes_fts, rowid, content)
         SELECT 'delete', rowid, content FROM replaced WHERE id = new.id OR rowid = new.rowid;
     DELETE FROM node_tags WHERE (tag, node) IN (SELECT j.value, r.rowid FROM replaced r,
-        json_each({_sql_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);"""
-_UPDATED = ("id", "content", "tags", "created_at")  # what the derived tables are made of
-_REFUSED_ON_UPDATE = (*_UPDATED, "source")
+        json_each({_sql_tag_array('r.tags')}) j WHERE r.id = new.id OR r.rowid = new.rowid);
+    DELETE FROM replaced;"""
+# What the derived tables are made of, the rowid by each of its names (an UPDATE OF trigger
+# fires for the name written: SET oid = ... fires none that lists rowid alone).
+_UPDATED = ("id", "content", "tags", "created_at", "rowid", "oid", "_rowid_")
+# An update is refused in these: not in a count or time every access writes (see nodes_bu).
+_REFUSED_ON_UPDATE = (*_UPDATED, *sorted({c for c, *_ in _DOOR} - {*_UPDATED, "last_accessed",
+                                                                   "access_count"}))
 
 SCHEMA = f"""
 -- One row per memory: the one source of truth. `rowid` is implicit; the full-text index and
@@ -281,7 +287,8 @@ CREATE TABLE node_tags (
 -- A tag's memories newest first, and within a window, straight from an index range.
 CREATE INDEX node_tags_created ON node_tags (tag, created_at);
 
--- The rows a write is about to displace (see _DISPLACED): empty but within one statement.
+-- The rows a write is about to displace (see _DISPLACED), emptied once it has (an ignored
+-- INSERT leaves its copy until the next write, or the forget of that memory).
 CREATE TABLE replaced (rowid INTEGER PRIMARY KEY, id, content, tags);
 
 -- The full-text index and node_tags follow the table through these triggers; the BEFORE
@@ -302,15 +309,16 @@ END;
 CREATE TRIGGER nodes_ad AFTER DELETE ON nodes BEGIN
     INSERT INTO nodes_fts(nodes_fts, rowid, content) VALUES ('delete', old.rowid, old.content);
     {_sql_untag("old")};
+    DELETE FROM replaced WHERE rowid = old.rowid;
 END;
 -- Counting an access or editing links fires neither: they change nothing derived, and a
 -- trigger a row counted cost a recall 6% (an odd count or time there is read around, named
 -- by check, and mended by the next access).
-CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_REFUSED_ON_UPDATE)}, rowid ON nodes BEGIN
+CREATE TRIGGER nodes_bu BEFORE UPDATE OF {", ".join(_REFUSED_ON_UPDATE)} ON nodes BEGIN
     {_refuse(update=True)}
     {_DISPLACED.format(" AND rowid <> old.rowid")}
 END;
-CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)}, rowid ON nodes BEGIN
+CREATE TRIGGER nodes_au AFTER UPDATE OF {", ".join(_UPDATED)} ON nodes BEGIN
     {_DISPLACED_GONE}
     INSERT INTO nodes_fts(nodes_fts, rowid, content) SELECT 'delete', old.rowid, old.content
         WHERE {_changed("content")};
@@ -354,7 +362,9 @@ END;
 # 9: counting an access fires no trigger (nodes_refuse).
 # 10: the door refuses every tags value check would name (_TAG_RULES), and NULL tags; the
 #     BEFORE triggers refuse (nodes_refuse gone).
-SCHEMA_VERSION = 10
+# 11: a rowid moved as oid or _rowid_ fires the update triggers; `replaced` keeps no copy of
+#     a row after its write, nor of a forgotten memory (a REPLACE under recursive_triggers).
+SCHEMA_VERSION = 11
 
 # The tables of SPEC.md's schema (version 1), FTS5's own included.
 _SPEC_TABLES = {"nodes", "nodes_fts", "nodes_fts_data", "nodes_fts_idx", "nodes_fts_docsize",
@@ -392,12 +402,13 @@ def _upgrade(db, version):
     keeps its rows, times put in the stored form (before 5), links made two-way (version 1's
     tools and a version 6 load cut short left some one-way); all else is derived again, but
     for the full-text index from version 2 on (version 1's may be anyone's, or empty)."""
-    if version >= 8:  # only the triggers changed: nothing to derive again
+    if version >= 8:  # only the triggers changed
         statements = dict(_statements(SCHEMA))
         for name in ("nodes_refuse", *_TRIGGERED):
             db.execute(f"DROP TRIGGER IF EXISTS {name}")
         for name in _TRIGGERED:
             db.execute(statements[name])
+        db.execute("DELETE FROM replaced")
         # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
                    f"{_sql_tag_rows('n', 'nodes n, ')} AND instr(n.tags, '\\u0000')")

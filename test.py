@@ -1472,7 +1472,7 @@ class SchemaTest(StoreTestCase):
             self.assertEqual(len(upgraded.search(upgraded.get(memory)["content"])) > 0, True)
         self.assertEqual(check_problems(self.path), [])
 
-    def test_versions_8_and_9_change_the_triggers_and_derive_nothing_again(self):
+    def test_versions_8_to_10_change_the_triggers_and_derive_nothing_again(self):
         # Version 8's nodes_refuse also fired on every access counted, and version 9's door
         # let in tags that check names (nodes_bi and nodes_bu refused nothing): the upgrade
         # makes the triggers again and leaves the derived tables as they are (deriving them
@@ -1481,7 +1481,7 @@ class SchemaTest(StoreTestCase):
         # A backslash, then u0000: read as no tags before version 10 (taken for a NUL).
         slash = self.store.add("the slash", ["\\u0000"])["id"]
         self.store.close()
-        for version, counted in ((8, ", last_accessed, access_count"), (9, "")):
+        for version, counted in ((8, ", last_accessed, access_count"), (9, ""), (10, "")):
             with self.subTest(version=version):
                 db = sqlite3.connect(self.path, isolation_level=None)
                 db.execute("DELETE FROM node_tags WHERE tag = '\\u0000'")
@@ -1504,6 +1504,8 @@ class SchemaTest(StoreTestCase):
                 self.assertEqual(self.found(upgraded, "heron", ["BIRDS"]), [node])
                 self.assertEqual(self.found(upgraded, tags=["\\U0000"]), [slash])
                 self.raw_write("DELETE FROM tags WHERE tag = 'kept'")
+                self.raw_write("UPDATE nodes SET oid = oid + 100 WHERE id = ?", node)
+                self.assertEqual(self.found(upgraded, "heron", ["BIRDS"]), [node])
                 self.assertEqual(check_problems(self.path), [])
                 for sql in ("UPDATE nodes SET source = x'00'", "UPDATE nodes SET tags = '[1]'",
                             "UPDATE nodes SET tags = '[\" padded \"]'"):
@@ -1636,13 +1638,44 @@ class OutsideWriteTest(StoreTestCase):
                 self.assertEqual(self.store.check(), [])
 
     def test_a_row_moved_to_another_rowid_takes_its_index_entries_along(self):
-        node = self.store.add("the heron nests by the river", ["birds"])["id"]
-        self.outside().execute("UPDATE nodes SET rowid = rowid + 1000")
-        self.assertEqual(self.found("heron"), [node])
-        self.assertEqual(self.found(tags=["Birds"]), [node])
-        self.assertEqual(self.store.check(), [])
-        self.store.delete(node)
-        self.assertEqual(self.store.check(), [])
+        # By any of the rowid's names: an UPDATE OF trigger fires for the name written.
+        for name in ("rowid", "oid", "_rowid_"):
+            with self.subTest(name=name):
+                node = self.store.add(f"the heron nests by the river ({name})", ["birds"])["id"]
+                self.outside().execute(f"UPDATE nodes SET {name} = {name} + 1000 WHERE id = ?",
+                                       (node,))
+                self.assertEqual(self.found("heron"), [node])
+                self.assertEqual(self.found(tags=["Birds"]), [node])
+                self.assertEqual(self.store.check(), [])
+                self.store.delete(node)
+                self.assertEqual(self.store.check(), [])
+
+    def test_a_replace_under_recursive_triggers_and_a_forget_leave_no_copy_behind(self):
+        # With recursive_triggers, a REPLACE fires the delete trigger too: the old row must
+        # leave the index once, not twice. And a forgotten memory leaves no copy of its text
+        # in `replaced` (an INSERT OR IGNORE that met it copied it there).
+        now = store._now()
+        for sql in ("INSERT OR REPLACE INTO nodes (id, content, tags, created_at, "
+                    "last_accessed) VALUES (?, 'the zebra', '[\"beta\"]', ?, ?)",
+                    "UPDATE OR REPLACE nodes SET id = ?1, content = 'the zebra', created_at = ?2,"
+                    " last_accessed = ?3 WHERE content = 'the decoy'"):
+            with self.subTest(sql=sql[:20]):
+                self.raw_write("DELETE FROM nodes")
+                old = self.store.add("the giraffe", ["alpha"])["id"]
+                self.store.add("the decoy")
+                db = self.outside()
+                db.execute("PRAGMA recursive_triggers = ON")
+                db.execute(sql, (old, now, now))
+                self.assertEqual(self.found("zebra"), [old])
+                self.assertEqual(self.found("giraffe"), [])
+                self.assertTrue(fts_agrees(self.path))
+                self.assertEqual(self.store.check(), [])
+        secret = self.store.add("my bank PIN is 4321")["id"]
+        self.outside().execute("INSERT OR IGNORE INTO nodes (id, content, created_at, "
+                               "last_accessed) VALUES (?, 'x', ?, ?)", (secret, now, now))
+        self.store.delete(secret)
+        self.assertEqual(self.raw("SELECT count(*) FROM replaced WHERE content LIKE '%PIN%'"),
+                         [(0,)])
 
     def test_another_lower_or_collation_leaves_the_store_s_indexes_alone(self):
         # An ICU build, or Python's create_function, gives lower() and NOCASE other meanings:
