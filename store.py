@@ -1453,8 +1453,8 @@ class Database:
 
 # What a search reads of a memory: occurrences of each term (Search.terms order) in its content
 # and, TAG_WEIGHT each, its tags; its length in tokens (a tag's word TAG_WEIGHT); its tags
-# column; its created_at; whether it asks something (holds a "?").
-Features = collections.namedtuple("Features", "counts length tags created asks")
+# column; its created_at; its content.
+Features = collections.namedtuple("Features", "counts length tags created content")
 
 # A question that asks when, in English: "when" asking ("when did", "when's"; not "what to do
 # when it fails"), "what year was", "which month did", "how long ago" (see _asks_when).
@@ -1627,9 +1627,10 @@ def _idf(df, n, name=False):
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
-def _impact(tf, dl, avgdl, k1, b):
-    """BM25's term-frequency part for `tf` occurrences in a memory of `dl` tokens."""
-    return tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))
+def _impact(tf, dl, avgdl):
+    """BM25's term-frequency part (RERANK_K1, RERANK_B) for `tf` occurrences in a memory of
+    `dl` tokens."""
+    return tf * (RERANK_K1 + 1) / (tf + RERANK_K1 * (1 - RERANK_B + RERANK_B * dl / avgdl))
 
 
 def _varint(data, i=0):
@@ -1722,12 +1723,32 @@ def _moment(text):
 
 
 def _tags_holding(db, term):
-    """[(tag, how many memories carry it)] of the tags one of whose words has `term`: looked
-    up by their first letters (a tag's later words are found only in the memories read)."""
+    """({tag: how many memories carry it} of the tags one of whose words has `term`, whether
+    tags not folded yet were met): looked up by their first letters (a tag's later words are
+    found only in the memories read), and among those not folded yet (see _fold_tags)."""
     start = term[:-1] if len(term) > 3 else term
-    return [(tag, n) for tag, n in db.execute(
-        "SELECT tag, memories FROM tags WHERE folded >= ?1 AND folded < ?1 || char(1114111) "
-        "OR folded IS NULL", (start,)) if term in _tag_terms(tag)]
+    rows = db.execute("SELECT tag, memories, folded FROM tags WHERE folded >= ?1 AND folded < "
+                      "?1 || char(1114111) OR folded IS NULL", (start,)).fetchall()
+    return ({tag: n for tag, n, _ in rows if term in _tag_terms(tag)},
+            any(folded is None for _, _, folded in rows))
+
+
+def _newest(db, spellings, since, until, limit, offset=0):
+    """The rowids of the newest memories carrying every tag of `spellings` (a {spelling:
+    memories} each, as Store._spellings gives them), created from `since` to `until`: from the
+    rarest tag's node_tags entries, or nodes_created without tags, both in time order."""
+    if not spellings:
+        window, bounds = _window(since, until)
+        return [r for (r,) in db.execute(
+            f"SELECT rowid FROM nodes WHERE 1{window} ORDER BY created_at DESC, rowid DESC "
+            f"LIMIT ? OFFSET ?", (*bounds, limit, offset))]
+    first, *others = sorted(spellings, key=lambda s: sum(s.values()))
+    joins, parameters = _sql_tag_filter(others, "a.node")
+    window, bounds = _window(since, until, "a.created_at")
+    return [r for r, _ in db.execute(
+        f"SELECT DISTINCT a.node, a.created_at FROM node_tags a{joins} WHERE a.tag IN "
+        f"({_qmarks(first)}){window} ORDER BY a.created_at DESC, a.node DESC LIMIT ? OFFSET ?",
+        (*parameters, *first, *bounds, limit, offset))]
 
 
 class Search:
@@ -1745,9 +1766,9 @@ class Search:
             "ORDER BY created_at DESC LIMIT 1").fetchone() or [None])[0])
         times = _times(question.said, self.anchor) if question.said and self.anchor else None
         self.times = times and (_format_time(times[0]), _format_time(times[1]))
-        self.words = [w for w in words if not times or w not in times[2]] or list(words)
+        # The time words are searched for only if there is no time to favour instead.
+        self.words = [w for w in words if not times or w not in times[2]]
         self.terms = list(dict.fromkeys(stems(self.words)))
-        self.names = set(stems([w for w in self.words if w in question.names]))
         # Porter rewrites at most the last few letters of a word, so only words starting
         # like a term can stem to it: the others need no stemming.
         self.prefixes = tuple(t[:max(1, len(t) - 3)] for t in self.terms)
@@ -1758,7 +1779,7 @@ class Search:
             f"(?<![a-z0-9])(?:{'|'.join(ascii_prefixes)})[a-z0-9]*") if ascii_prefixes else None
         self.features = {}   # rowid -> Features, read once a search
         self.capital, self.lower = set(), set()  # how the memories read write words (_names)
-        self.span = None     # the rowids the window spans, once asked (see _span)
+        self.unfolded = False  # tags not folded yet were met (see _tags_holding)
 
     # -- stage one
 
@@ -1773,32 +1794,28 @@ class Search:
 
     def tagged(self):
         """({term: memories carrying a tag holding it}, rowids of the newest RERANK_DEPTH
-        memories carrying such a tag for each term, among those carrying the tags and created
-        in the window)."""
-        counts, rowids = {}, []
-        joins, parameters = _sql_tag_filter(self.tags, "a.node")
-        window, ends = _window(self.since, self.until, "a.created_at")
+        memories carrying such a tag, among those carrying the tags and created in the window):
+        of each term's tags, the rarest first, RERANK_DEPTH in all (a query may be 300 words)."""
+        found = {}
         for term in self.terms:
-            found = _tags_holding(self.db, term)
-            if found:
-                counts[term] = sum(n for _, n in found)
-                rowids += [r for (r,) in self.db.execute(
-                    f"SELECT DISTINCT a.node FROM node_tags a{joins} WHERE a.tag IN "
-                    f"({_qmarks(found)}){window} ORDER BY a.created_at DESC LIMIT ?",
-                    (*parameters, *(tag for tag, _ in found), *ends, RERANK_DEPTH))]
-        return counts, rowids
+            found[term], unfolded = _tags_holding(self.db, term)
+            self.unfolded = self.unfolded or unfolded
+        rowids = []
+        for term in sorted((t for t in found if found[t]), key=lambda t: sum(found[t].values())):
+            rowids += _newest(self.db, [*self.tags, found[term]], self.since, self.until,
+                              RERANK_DEPTH - len(rowids))
+            if len(rowids) >= RERANK_DEPTH:
+                break
+        return {t: sum(held.values()) for t, held in found.items()}, rowids
 
     def dated(self):
         """(how many memories were created in the time the question names, the rowids of the
         newest RERANK_DEPTH of them carrying the tags and created in the window)."""
-        joins, parameters = _sql_tag_filter(self.tags, "n.rowid")
-        window, ends = _window(self.since, self.until, "n.created_at")
         held = self.db.execute("SELECT count(*) FROM nodes WHERE created_at >= ? AND "
                                "created_at < ?", self.times).fetchone()[0]
-        return held, [r for (r,) in self.db.execute(
-            f"SELECT n.rowid FROM nodes n{joins} WHERE n.created_at >= ? AND n.created_at < ?"
-            f"{window} ORDER BY n.created_at DESC LIMIT ?",
-            (*parameters, *self.times, *ends, RERANK_DEPTH))]
+        start, end = (max(filter(None, (self.since, self.times[0]))),
+                      min(filter(None, (self.until, self.times[1]))))
+        return held, _newest(self.db, self.tags, start, end, RERANK_DEPTH) if start < end else []
 
     def _where(self, column):
         """(SQL, parameters) of joins that keep only the memories at `column` that carry the
@@ -1806,18 +1823,13 @@ class Search:
         sql, parameters = _sql_tag_filter(self.tags, column)
         if self.since is not None or self.until is not None:
             window, ends = _window(self.since, self.until, "w.created_at")
+            # FTS5 skips to the rowids the window spans (memories are mostly stored in time
+            # order: the range is narrow).
+            span = self.db.execute(f"SELECT min(rowid), max(rowid) FROM nodes w WHERE 1{window}",
+                                   ends).fetchone()
             sql += f" JOIN nodes w ON w.rowid = {column}{window} AND {column} BETWEEN ? AND ?"
-            parameters += [*ends, *self._span()]
+            parameters += [*ends, *span]
         return sql, parameters
-
-    def _span(self):
-        """(first, last) rowid of the memories created in the window, which FTS5 skips to
-        (memories are mostly stored in time order: the range is narrow)."""
-        if self.span is None:
-            window, ends = _window(self.since, self.until)
-            self.span = self.db.execute(
-                f"SELECT min(rowid), max(rowid) FROM nodes WHERE 1{window}", ends).fetchone()
-        return self.span
 
     def _in_window(self, created):
         return (self.since is None or created >= self.since) and \
@@ -1845,7 +1857,7 @@ class Search:
                         for found in self.ascii_words.finditer(lowered):
                             self._note_case(found[0], content, found.start())
             read.append((rowid, words, _varint(size)[0] if size else 0, tagged or "[]",
-                         created, "?" in content))
+                         created, content))
         found = iter(stems([w for row in read for w in row[1]]))  # new words asked together
         wanted = set(terms)
         for rowid, words, length, tagged, *rest in read:
@@ -1871,12 +1883,8 @@ class Search:
         """The terms that are names: those the question writes with a capital or, all in lower
         case, those the memories read write with one within a sentence and never without."""
         if self.question.names:
-            return self.names
+            return set(stems([w for w in self.words if w in self.question.names]))
         return set(stems(list(self.capital))) - set(stems(list(self.lower)))
-
-    def _contents(self, rowids):
-        return dict(_select_in(self.db, "SELECT rowid, CAST(content AS TEXT) FROM nodes "
-                               "WHERE rowid IN", rowids))
 
     # -- stage two
 
@@ -1894,32 +1902,31 @@ class Search:
         df = _doc_counts(self.db, terms)
         tag_df, tagged = self.tagged()
         held, dated = self.dated() if self.times else (0, [])
-        first = [r for _, r in self.top(max(limit, RERANK_DEPTH))]
+        first = [r for _, r in self.top(max(limit, RERANK_DEPTH))] if terms else []
         candidates = list(dict.fromkeys(first + tagged + dated))
         self._read(candidates)
         names = self._names()
-        idf = [_idf(df.get(t, 0) + tag_df.get(t, 0), count, t in names) for t in terms]
-        time_idf = TIME_WEIGHT * _idf(held, count)
         held_by = [df.get(t, 0) + tag_df.get(t, 0) for t in terms]
+        idf = [_idf(n, count, t in names) for t, n in zip(terms, held_by)]
+        time_idf = TIME_WEIGHT * _idf(held, count)
         weighty = [i for i, n in enumerate(held_by) if 0 < n < count / 2] or \
             [i for i, n in enumerate(held_by) if n]
         newer = NEWER_NOW if self.question.present else NEWER
 
         def score(rowids):
             features = self._read(rowids)
-            says_when = {r for r, text in self._contents(features).items()
-                         if _SAYS_WHEN.search(text.lower())} if self.question.when else ()
             scores = {}
             for r, f in features.items():
-                weight = sum(idf[i] * _impact(tf, f.length, avgdl, RERANK_K1, RERANK_B)
+                weight = sum(idf[i] * _impact(tf, f.length, avgdl)
                              for i, tf in enumerate(f.counts) if tf)
                 if self.times and self.times[0] <= f.created < self.times[1]:
-                    weight += time_idf * _impact(1, f.length, avgdl, RERANK_K1, RERANK_B)
+                    weight += time_idf * _impact(1, f.length, avgdl)
                 moment = _moment(f.created)
                 if moment and self.anchor:
                     age = max(0, (self.anchor - moment).days)  # a day apart at least
                     weight *= 1 + newer * 0.5 ** (age / NEWER_DAYS)
-                scores[r] = weight * (1 + SAYS_WHEN_WEIGHT if r in says_when else 1)
+                says_when = self.question.when and _SAYS_WHEN.search(f.content.lower())
+                scores[r] = weight * (1 + SAYS_WHEN_WEIGHT if says_when else 1)
             return scores, features
 
         scores, features = score(candidates)
@@ -1945,7 +1952,8 @@ class Search:
                                        (lender,)).fetchall()
                 stored.update(rows)
                 before = [r for r, _ in rows]
-            context, asks = _column_folded_tags(features[lender].tags), features[lender].asks
+            context = _column_folded_tags(features[lender].tags)
+            asks = "?" in features[lender].content
             neighbours = [(share, r, asks) for share, r in zip(FOLLOWERS, following)]
             neighbours += [(PRECEDER, r, False) for r in before]
             for share, rowid, answer in neighbours:
@@ -1956,8 +1964,8 @@ class Search:
                     cap[rowid] = max(cap.get(rowid, 0.0), math.nextafter(scores[lender], 0.0))
                     if answer:
                         answers.add(rowid)
-        extra_scores, extra_features = score([r for r in lent if r not in scores and
-                                              r in self._read([r], window=True)])
+        extra_scores, extra_features = score(list(self._read(
+            [r for r in lent if r not in scores], window=True)))
         features.update(extra_features)
         scores.update(extra_scores)
         matched = set(first) | set(tagged) | set(dated)
@@ -1976,8 +1984,7 @@ class Search:
         """The newest state first: of the SUPERSEDED best, one much like an older one (SAME_STATE
         of their terms in common) and a day newer or more ranks just above it."""
         best = heapq.nsmallest(SUPERSEDED, scores, key=lambda r: (-scores[r], r))
-        contents = self._contents(best)
-        terms = {r: set(stems(list(_distinctive(tokenize(contents[r]))))).union(
+        terms = {r: set(stems(list(_distinctive(first_words(features[r].content)[0])))).union(
             *_column_tag_terms(features[r].tags)) for r in best}
         moments = {r: _moment(features[r].created) for r in best}
         best = sorted((r for r in best if moments[r]), key=moments.get)
@@ -2457,12 +2464,15 @@ class Store:
             spellings = self._spellings(db, tags)
             if not all(spellings):
                 return []  # no memory carries one of the tags
-            return Search(db, words, spellings, since, until, question).rank(limit)
+            search = Search(db, words, spellings, since, until, question)
+            ranked = search.rank(limit)
+            self._unfolded = self._unfolded or search.unfolded
+            return ranked
 
     def _spellings(self, db, tags):
         """For each of `tags`, the spellings memories carry of it whatever their case (as
-        str.casefold has it), most used first: [[spelling, ...], ...], from tags.folded and
-        the tags not folded yet (_fold_tags), which the next access counted folds."""
+        str.casefold has it), most used first: [{spelling: memories}, ...], from tags.folded
+        and the tags not folded yet (_fold_tags), which the next access counted folds."""
         out = []
         for tag in tags:
             folded = tag.casefold()
@@ -2470,7 +2480,7 @@ class Store:
                               "folded IS NULL", (folded,)).fetchall()
             self._unfolded = self._unfolded or any(f is None for _, _, f in rows)
             counts = {t: n for t, n, _ in rows if t.casefold() == folded}
-            out.append(sorted(counts, key=lambda t: (-counts[t], t)))
+            out.append({t: counts[t] for t in sorted(counts, key=lambda t: (-counts[t], t))})
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
@@ -2493,16 +2503,15 @@ class Store:
             if not tags:
                 out["most_used"] = db.execute("SELECT tag, memories FROM tags ORDER BY memories "
                                               "DESC, tag LIMIT ?", (CLOSEST_TAGS,)).fetchall()
-            out["word_tags"] = [{"word": word, "memories": sum(n for _, n in held),
-                                 "tags": [t for _, t in sorted((-n, t) for t, n in held)]}
+            out["word_tags"] = [{"word": word, "memories": sum(held.values()),
+                                 "tags": sorted(held, key=lambda t: (-held[t], t))}
                                 for word, term in zip(words, stems(list(words)))
-                                if (held := _tags_holding(db, term))]
+                                if (held := _tags_holding(db, term)[0])]
             out["tags"] = []
             for n, (tag, spellings) in enumerate(zip(tags, self._spellings(db, tags))):
-                held = db.execute(f"SELECT total(memories) FROM tags WHERE tag IN "
-                                  f"({_qmarks(spellings)})", spellings).fetchone()[0]
+                held = sum(spellings.values())
                 closest = [] if held or n >= CLOSEST_TAGS else self._closest_tags(db, tag)
-                out["tags"].append({"tag": tag, "memories": int(held), "closest": closest})
+                out["tags"].append({"tag": tag, "memories": held, "closest": closest})
         return out
 
     def _closest_tags(self, db, tag):
@@ -2530,27 +2539,10 @@ class Store:
         return list(named.values())[:CLOSEST_TAGS]
 
     def _newest_rowids(self, tags, since, until, limit, offset):
-        """The rowids of the newest memories carrying every tag, created in the window: from the
-        rarest tag's node_tags entries, or nodes_created without tags, both in time order."""
+        """The rowids of the newest memories carrying every one of `tags` (see _newest)."""
         db = self.db.connection()
-        window, bounds = _window(since, until)
-        if not tags:
-            return [r for (r,) in db.execute(
-                f"SELECT rowid FROM nodes WHERE 1{window} ORDER BY created_at DESC, rowid DESC "
-                f"LIMIT ? OFFSET ?", (*bounds, limit, offset))]
         spellings = self._spellings(db, tags)
-        if not all(spellings):
-            return []
-        counts = sorted((db.execute(f"SELECT sum(memories) FROM tags WHERE tag IN ({_qmarks(s)})",
-                                    s).fetchone()[0], s) for s in spellings)
-        first, others = counts[0][1], [s for _, s in counts[1:]]
-        sql = (f"SELECT DISTINCT node, created_at FROM node_tags a WHERE tag IN "
-               f"({_qmarks(first)}){window}" +
-               "".join(f" AND EXISTS (SELECT 1 FROM node_tags t{i} WHERE t{i}.node = a.node "
-                       f"AND t{i}.tag IN ({_qmarks(s)}))" for i, s in enumerate(others)) +
-               " ORDER BY created_at DESC, node DESC LIMIT ? OFFSET ?")
-        return [r for r, _ in db.execute(sql, (*first, *bounds, *(t for s in others for t in s),
-                                               limit, offset))]
+        return _newest(db, spellings, since, until, limit, offset) if all(spellings) else []
 
     # -- traversal
 

@@ -1055,6 +1055,43 @@ class RankingTest(StoreTestCase):
             found = self.ids_of("coffee beans roasters")
             self.assertLess(found.index(old), found.index(new))
 
+    def test_asked_for_the_present_the_newer_weighs_more(self):
+        old = self.dated("Standup is daily at 09:30 in the huddle", "2025-06-03T10:00:00Z")
+        new = self.dated("Moved the standup meeting to ten o'clock: works better with the "
+                         "nursery drop-off for Tom", "2026-04-22T10:00:00Z")
+        for i in range(8):
+            self.dated(f"Unrelated note {i} about the garden", f"2026-0{1 + i}-05T10:00:00Z")
+        self.assertEqual(self.ids_of("standup time")[:2], [old, new])
+        self.assertEqual(self.ids_of("standup time now")[:2], [new, old])
+        with unittest.mock.patch.object(store, "NEWER_NOW", store.NEWER):
+            self.assertEqual(self.ids_of("standup time now")[:2], [old, new])
+
+    def test_tags_another_program_wrote_count_as_words_before_they_are_folded(self):
+        self.fill()
+        db = sqlite3.connect(self.path, isolation_level=None)
+        node = str(uuid.uuid4())
+        db.execute("INSERT INTO nodes (id, content, tags, created_at, last_accessed) VALUES "
+                   "(?, 'Went with the fixed rate', '[\"Décisions\"]', ?, ?)",
+                   (node, store._now(), store._now()))
+        db.close()
+        self.assertEqual(self.raw("SELECT folded FROM tags WHERE tag = 'Décisions'"), [(None,)])
+        self.assertEqual(self.ids_of("my decisions"), [node])
+
+    def test_a_tag_s_numbers_are_no_words_and_its_words_add_to_the_length(self):
+        self.fill()
+        three = self.store.add("Caroline talked about her kids", ["session-3"])["id"]
+        four = self.store.add("Caroline talked about her kids", ["session-4"])["id"]
+        self.assertEqual(self.ids_of("kids 3"), [four, three])  # the newer first, as equals
+        few = self.store.add("The orchid needs water", ["plants"])["id"]
+        many = self.store.add("The orchid needs water", ["house plants on the sill"])["id"]
+        self.assertEqual(self.ids_of("orchid"), [few, many])  # else the newer first
+
+    def test_the_words_that_only_say_when_are_not_searched_for(self):
+        self.dated("The year of the dragon begins", "2026-02-10T09:00:00Z")
+        trip = self.dated("Holiday in Brittany with the kids", "2025-08-17T09:00:00Z")
+        self.dated("Newest note", "2026-11-20T09:00:00Z")
+        self.assertEqual(self.ids_of("what did we do last year?"), [trip])
+
     def test_of_equal_memories_the_newer_ranks_first(self):
         older = self.dated("The spare key is under the blue pot", "2025-01-01T00:00:00Z")
         newer = self.dated("The spare key is under the blue pot!", "2026-01-01T00:00:00Z")
