@@ -396,6 +396,9 @@ def _statements(script):
     return statements
 
 
+_STATEMENTS = dict(_statements(SCHEMA))  # name -> statement, in SCHEMA's order
+
+
 def _upgrade(db, version):
     """Bring a file of schema `version` to this one, in the caller's write transaction. What
     this module made is dropped by name first (no old trigger fires), the rest kept; `nodes`
@@ -403,11 +406,10 @@ def _upgrade(db, version):
     tools and a version 6 load cut short left some one-way); all else is derived again, but
     for the full-text index from version 2 on (version 1's may be anyone's, or empty)."""
     if version >= 8:  # only the triggers changed
-        statements = dict(_statements(SCHEMA))
         for name in ("nodes_refuse", *_TRIGGERED):
             db.execute(f"DROP TRIGGER IF EXISTS {name}")
         for name in _TRIGGERED:
-            db.execute(statements[name])
+            db.execute(_STATEMENTS[name])
         db.execute("DELETE FROM replaced")
         # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
@@ -426,7 +428,7 @@ def _upgrade(db, version):
             db.execute(f"DROP {kind.upper()} IF EXISTS \"{name}\"")
     if version < 5:
         _fix_times(db)
-    for name, statement in _statements(SCHEMA):
+    for name, statement in _STATEMENTS.items():
         if name not in keep:
             db.execute(statement)
     if version == 1:
@@ -1158,14 +1160,6 @@ def _breaking(*rules):
     """SQL: 1 if a row of nodes breaks one of `rules` (of _ROW_RULES), else NULL (a CASE: a
     test such as json_type's may fail unless the one before it is false)."""
     return f"CASE {' '.join(f'WHEN {t.format(c)} THEN 1' for c, t, _, _ in rules)} END"
-
-
-def _mend_rows(db):
-    """What check --repair mends in SQL of the rows that break a rule (_ROW_RULES)."""
-    for rule in _ROW_RULES:
-        if rule[3]:
-            db.execute(f"UPDATE nodes SET {rule[0]} = {rule[3].format(rule[0])} "
-                       f"WHERE {_breaking(rule)}")
 
 
 # ----------------------------------------------------------------------------- connections
@@ -2085,7 +2079,7 @@ class Store:
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite%'")
             } - _LITESTREAM_TABLES
         if not version and not tables:
-            for _, statement in _statements(SCHEMA):
+            for statement in _STATEMENTS.values():
                 db.execute(statement)
         elif not version and not ("nodes" in tables and tables <= _SPEC_TABLES):
             raise StoreError(f"{self.path} is not a Flood Memory database (it holds "
@@ -2224,8 +2218,10 @@ class Store:
                 with self.db.write() as db:
                     for name in set(re.findall(r"index (\w+)", found)) or [""]:
                         db.execute(f"REINDEX {name}")
-            with self.db.write() as db:
-                _mend_rows(db)
+            with self.db.write() as db:  # what a rule of _ROW_RULES mends in SQL
+                for rule in (r for r in _ROW_RULES if r[3]):
+                    db.execute(f"UPDATE nodes SET {rule[0]} = {rule[3].format(rule[0])} "
+                               f"WHERE {_breaking(rule)}")
             with self.db.read() as db:
                 tags = [(_json(_fitted_tags(text)), rowid, text) for rowid, text in db.execute(
                     f"SELECT rowid, tags FROM nodes WHERE {_breaking(*_RULES_OF['tags'])}")]
@@ -2754,7 +2750,7 @@ class _Load:
     every commit each link has its back-link; running a stopped load again makes the rest."""
 
     def __init__(self, store, pause, update=False, dry_run=False):
-        self.store, self.db = store, store.db
+        self.db = store.db
         self.pause, self.update, self.dry_run = pause, update, dry_run
         self.size = LOAD_CHUNK  # records in the next batch
         self.waiting = collections.defaultdict(list)  # id not stored -> ids linking to it
@@ -2887,9 +2883,8 @@ class _Load:
                    f"{_sql_tag_rows('n', 'nodes n, ')} AND n.rowid > ? ORDER BY 1, 2", (first,))
         db.executemany("INSERT INTO tags (tag, memories) VALUES (?, ?) ON CONFLICT (tag) DO "
                        "UPDATE SET memories = memories + excluded.memories", tags.items())
-        for name, statement in _statements(SCHEMA):
-            if name in _INDEXING:
-                db.execute(statement)
+        for name in _INDEXING:
+            db.execute(_STATEMENTS[name])
         return range(first + 1, first + 1 + len(rows))
 
     def find_differ(self, db, records):

@@ -8320,7 +8320,7 @@ class LoadTest(TempDirTest):
             stored = {n["id"] for n in other.records()}
             found = {n["id"] for n in other.search("imported memory", limit=100)}
             seen.append((len(stored), stored & set(ids) == found,
-                         links_are_mutual(self.store.path), other.check()))
+                         links_are_mutual(self.db.path), other.check()))
             other.add(f"written between batch {len(seen)} and the next")
 
         with unittest.mock.patch.object(store, "LOAD_CHUNK", 10), \
