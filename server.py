@@ -104,8 +104,8 @@ class RpcError(Exception):
 class Session:
     """The era and revision a message follows: in the handshake era, what one client's
     initialize negotiated for its connection; in 2026-07-28, what one request names. `modern`
-    is the era; a stdio connection's session starts without one (None) and its first request
-    decides it for the rest of the connection (`admit`), as the official SDK does.
+    is the era; a stdio connection's session starts without one (None) and the first request
+    it admits decides it for the rest of the connection (`admit`), as the official SDK does.
 
     `cache_scope` is what cacheable 2026-07-28 results say about who may keep them: a
     transport behind a bearer token makes it "private", so that a shared cache never hands
@@ -124,23 +124,25 @@ class Session:
 
     def admit(self, message):
         """The session that serves `message`, a well-formed request: a 2026-07-28 one gets one
-        of its own once its _meta is checked. A stdio connection's first request decides its
-        era (README, Protocol); a request of the other era is refused after it."""
+        of its own once its _meta is checked. A stdio connection's first request admitted
+        decides its era (README, Protocol); a request of the other era is refused after it."""
         modern = modern_request(message)
-        if self.modern is None:
-            self.modern = modern
-        elif self.keeps_era and self.modern and message["method"] == "initialize":
+        if self.keeps_era and self.modern and message["method"] == "initialize":
             asked = (message.get("params") or {}).get("protocolVersion")
             raise RpcError(UNSUPPORTED_VERSION, "this connection serves 2026-07-28, as its first "
                            "request chose: the handshake needs a connection of its own",
                            {"supported": list(MODERN_VERSIONS),
                             **({"requested": asked[:100]} if isinstance(asked, str) else {})})
-        elif self.keeps_era and modern and not self.modern:
+        if self.keeps_era and modern and self.modern is False:
             raise RpcError(INVALID_REQUEST, f"this connection is in the handshake era, as its "
                            f"first request chose: a 2026-07-28 request ({message['method'][:100]})"
                            f" needs a connection of its own")
-        return Session(request_version(message.get("params") or {}), cache_scope=self.cache_scope,
-                       modern=True, request_id=message["id"]) if self.modern else self
+        era = modern if self.modern is None else self.modern
+        session = Session(request_version(message.get("params") or {}),
+                          cache_scope=self.cache_scope, modern=True,
+                          request_id=message["id"]) if era else self
+        self.modern = era  # only now: a request refused chooses nothing
+        return session
 
     def notify(self, method, params):
         self.outbox.append({"jsonrpc": "2.0", "method": method, "params": params})

@@ -3129,6 +3129,22 @@ class ModernProtocolTest(StoreTestCase):
             self.assertEqual(refused["error"]["data"], data)
         self.assertEqual(modern_first[4]["error"]["code"], server.INVALID_PARAMS)
         self.assertEqual(len(marked(modern_first[5]["result"])["tools"]), 5)
+        # A request refused before it is served chooses nothing either: a dual-era client
+        # whose discover names a revision not served here falls back to initialize, as the
+        # -32022 says (a refused discover fixed the connection to 2026-07-28 before).
+        for refused_first, code in (
+                (modern("server/discover", protocolVersion="2099-01-01"),
+                 server.UNSUPPORTED_VERSION),
+                (modern("server/discover", clientCapabilities=None), server.INVALID_PARAMS)):
+            with self.subTest(refused_first=refused_first):
+                replies = self.exchange(
+                    refused_first,
+                    request("initialize", {"protocolVersion": "2025-11-25"}, id=2),
+                    modern("tools/list", id=3))
+                self.assertEqual(replies[0]["error"]["code"], code)
+                self.assertEqual(replies[1]["result"]["protocolVersion"], "2025-11-25")
+                self.assertIn("handshake era, as its first request chose",
+                              replies[2]["error"]["message"])
 
     def test_listen_is_acknowledged_then_ended_at_once(self):
         replies = self.exchange(
