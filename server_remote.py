@@ -231,9 +231,10 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self._raw_rfile = self.rfile
+        self.token_passed = False  # by one of this connection's requests (see evictable)
 
     def handle_one_request(self):
-        self.server.evictable(self.connection)
+        self.server.evictable(self.connection, self.token_passed)
         self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.header_timeout,
                                MAX_HEADER_BYTES)
         try:
@@ -330,6 +331,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self.on_mcp_path() or not self.well_formed() or not self.origin_allowed() or \
                 not self.authorized():
             return
+        self.token_passed = True
         self.server.in_service(self.connection)
         body = self.read_body()
         if body is None:
@@ -540,12 +542,14 @@ class RemoteServer(ThreadingHTTPServer):
         self._busy = 0
         self._stopping = False
         self._idle = threading.Condition()
-        self._open_lock = threading.Lock()  # guards the four fields below
+        self._open_lock = threading.Lock()  # guards the five fields below
         self._open = 0                  # connections with a thread of their own
         # Those of them serving no request that passed the token check, the longest so
-        # first: when every slot is taken, a new connection closes the first of them and
-        # takes its slot (see process_request).
-        self._evictable = collections.OrderedDict()
+        # first: those none of whose requests passed it, then those of the token holder
+        # between two requests. When every slot is taken, a new connection closes the first
+        # of them and takes its slot (see process_request).
+        self._strangers = collections.OrderedDict()
+        self._idle_holders = collections.OrderedDict()
         self._refused = set()  # those whose thread refused a request unread (see linger)
         self._lingering = collections.deque()  # (when to close, connection) (see linger)
         if ":" in address[0]:
@@ -587,15 +591,17 @@ class RemoteServer(ThreadingHTTPServer):
                 time.sleep(0.1)
             raise
 
-    def evictable(self, connection):
-        """The connection serves no request that passed the token check (see _evictable)."""
+    def evictable(self, connection, token_passed):
+        """The connection serves no request that passed the token check; `token_passed`
+        whether an earlier one of its requests did (see _strangers)."""
         with self._open_lock:
-            self._evictable.setdefault(connection, None)
+            (self._idle_holders if token_passed else self._strangers).setdefault(connection)
 
     def in_service(self, connection):
         """The connection serves a request that passed the token check: it keeps its slot."""
         with self._open_lock:
-            self._evictable.pop(connection, None)
+            self._strangers.pop(connection, None)
+            self._idle_holders.pop(connection, None)
 
     def refused(self, connection):
         """The connection's thread refused a request unread: linger when it is done."""
@@ -605,19 +611,22 @@ class RemoteServer(ThreadingHTTPServer):
     def process_request(self, request, client_address):
         """Serve the connection in a thread. Past max_connections at once (slow clients
         holding many connections must not starve the process of file descriptors: about
-        1,000 did at ulimit -n 1024), a new connection closes the one that has served no
-        request passing the token check for longest and takes its slot, so that clients
-        without the token cannot keep its holder out, whatever state they hold their
-        connections in; only when every slot serves the token holder is it answered 503."""
+        1,000 did at ulimit -n 1024), a new connection closes one serving no request that
+        passed the token check and takes its slot: the oldest of those none of whose requests
+        passed it, else the token holder's idle the longest. So clients without the token
+        cannot keep its holder out, whatever state they hold their connections in, nor close
+        the connection it keeps alive between requests; only when every slot serves a request
+        of the token holder is a new connection answered 503."""
         evicted = None
         with self._open_lock:
+            candidates = self._strangers or self._idle_holders
             full = self._open >= self.max_connections
-            if full and self._evictable:
-                evicted, _ = self._evictable.popitem(last=False)
+            if full and candidates:
+                evicted, _ = candidates.popitem(last=False)
                 full = False
             if not full:
                 self._open += 1
-                self._evictable[request] = None
+                self._strangers[request] = None
         if evicted is not None:
             with contextlib.suppress(OSError):
                 evicted.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
@@ -682,7 +691,8 @@ class RemoteServer(ThreadingHTTPServer):
         finally:
             with self._open_lock:
                 self._open -= 1
-                self._evictable.pop(request, None)
+                self._strangers.pop(request, None)
+                self._idle_holders.pop(request, None)
             self.store.close_thread()
 
     def handle_error(self, request, client_address):

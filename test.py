@@ -6462,6 +6462,32 @@ class RemoteTest(StoreTestCase):
                 self.assertEqual(self.rpc(request("tools/list"))["result"]["tools"][0]["name"],
                                  "remember")
 
+    def test_the_token_holders_idle_connection_gives_way_last(self):
+        # A token holder's connection, kept alive between its requests, was closed for four
+        # connections that sent nothing: its next request read the end of the connection
+        # (httpx: "Server disconnected"). Those that never passed the token check go first.
+        self.start(max_connections=4)
+        holder = self.connection()
+        self.assertEqual(self.post(request("ping"), conn=holder)[0], 200)
+        time.sleep(0.2)  # its thread waits for the next request
+        strangers = []
+        for _ in range(4):  # the fourth takes the first one's slot
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            self.addCleanup(sock.close)
+            strangers.append(sock)
+        time.sleep(0.2)
+        status, _, body = self.post(request("ping", id=2), conn=holder)
+        self.assertEqual((status, json.loads(body)["id"]), (200, 2))
+        self.assertEqual(strangers[0].recv(1), b"")
+        # With every slot the token holder's, a new connection takes the idle one's longest
+        # so: a stranger past the cap is never answered 503 while one is idle.
+        self.start(max_connections=2)
+        holders = [self.connection() for _ in range(2)]
+        for conn in holders:
+            self.assertEqual(self.post(request("ping"), conn=conn)[0], 200)
+        time.sleep(0.2)
+        self.assertEqual(self.rpc(request("ping", id=3))["id"], 3)
+
     def test_headers_must_arrive_within_their_deadline_the_body_within_the_requests(self):
         self.start(header_timeout=0.3, request_timeout=10)
         slow = socket.create_connection(("127.0.0.1", self.port), timeout=10)
