@@ -119,7 +119,8 @@ def modern_post(versions, payload):
     """Whether a POST is served in 2026-07-28: an MCP-Protocol-Version header names that
     revision, or the body's _meta names a revision (of any era: a modern request naming a
     revision not served per request is answered that it is not). The era is decided here."""
-    return any(v in MODERN_VERSIONS for v in versions) or carries_version(payload)
+    params = payload.get("params") if isinstance(payload, dict) else None
+    return any(v in MODERN_VERSIONS for v in versions) or carries_version(params)
 
 
 def header_mismatch(headers, payload):
@@ -141,7 +142,7 @@ def header_mismatch(headers, payload):
             if values[name] is None:
                 return f"the {name} header holds a character a header value may not"
     params = payload.get("params")
-    if carries_version(payload):
+    if carries_version(params):
         version = params["_meta"][VERSION_KEY]
         if "MCP-Protocol-Version" not in values:
             return "the MCP-Protocol-Version header is missing: it must name the revision " \
