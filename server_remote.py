@@ -761,7 +761,8 @@ def _settings(environ):
 def _connection_cap():
     """MAX_CONNECTIONS, or fewer when the descriptor limit would run out first: a connection
     takes one descriptor, and its thread's SQLite connection three more (-wal, -shm). The 64
-    kept back serve the process itself and the LINGER_MAX connections refused with 503."""
+    kept back serve the process itself and the LINGER_MAX connections lingering after a
+    refusal (see linger)."""
     try:
         import resource
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
