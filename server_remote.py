@@ -47,7 +47,9 @@ MAX_CONNECTIONS = 256       # open at once, fewer if the descriptor limit asks (
 LINGER = 1.0                # seconds a connection refused unread stays open to its client...
 LINGER_MAX = 16             # ...for at most this many such connections (see linger)
 SHUTDOWN_GRACE = 10.0       # seconds in-flight requests get to finish on SIGTERM
-POLL_INTERVAL = 0.1         # seconds between serve_forever's looks at whether to stop
+# Seconds between serve_forever's looks at its lingering connections. A stop ends its wait
+# at once (see main), except on Windows, where a signal's handler runs only when it ends.
+POLL_INTERVAL = 0.5
 # Revision assumed for a request without an MCP-Protocol-Version header (transport spec).
 HEADERLESS_VERSION = "2025-03-26"
 
@@ -805,13 +807,21 @@ def main(argv=None):
     log.info("listening on http://%s:%d%s", f"[{host}]" if ":" in host else host,
              httpd.server_address[1], MCP_PATH)
 
-    def stop(signum, frame):
-        log.info("stopping: letting requests in flight finish")
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+    signals = (*stop_signals(), signal.SIGINT)
 
-    for signum in (*stop_signals(), signal.SIGINT):
-        signal.signal(signum, stop)
+    def stop(signum, frame):
+        """Raised in the main thread, this ends serve_forever's wait for a connection at once,
+        as Ctrl-C's KeyboardInterrupt does (a thread calling shutdown() waited for the wait
+        to time out); the requests in flight finish below. One stop is enough: a second
+        signal does not cut the drain short."""
+        for other in signals:
+            signal.signal(other, signal.SIG_IGN)
+        log.info("stopping: letting requests in flight finish")
+        raise SystemExit(0)
+
     try:
+        for signum in signals:
+            signal.signal(signum, stop)
         httpd.serve_forever(POLL_INTERVAL)
     finally:
         drained = httpd.drain(SHUTDOWN_GRACE)

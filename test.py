@@ -626,12 +626,16 @@ def can_symlink():
 KILLED = -signal.SIGKILL if hasattr(signal, "SIGKILL") else 1
 
 
-def remote_process(data_dir, settings, project=HERE, **popen):
+def remote_process(data_dir, settings, project=HERE, prelude=None, **popen):
     """`project`'s server_remote.py in a subprocess serving `data_dir`, configured by
     `settings` (its FLOOD_MEMORY_ variables) alone: the caller's own FLOOD_MEMORY_ variables
-    are left out. Stop it with ask_to_stop."""
+    are left out. With a `prelude`, this checkout's, run as `simulated` runs it. Stop it
+    with ask_to_stop."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
     env = dict(env, FLOOD_MEMORY_DIR=data_dir, **settings)
+    if prelude is not None:
+        return simulated(prelude, "server_remote.py", env=env, stdin=subprocess.DEVNULL,
+                         **OWN_GROUP, **popen)
     return subprocess.Popen([sys.executable, os.path.join(project, "server_remote.py")],
                             env=env, stdin=subprocess.DEVNULL, **OWN_GROUP, **popen)
 
@@ -6703,6 +6707,25 @@ class RemoteTest(StoreTestCase):
                          "the database was not closed")
         with Store(os.path.join(data, store.DB_NAME)) as reopened:
             self.assertEqual(len(reopened.search("kept")), 1)
+
+    @unittest.skipIf(os.name == "nt", "Windows runs a signal's handler only when the wait for "
+                     "a connection ends: there POLL_INTERVAL bounds a stop, which "
+                     "test_sigterm_shuts_down_cleanly checks")
+    def test_a_stop_ends_the_wait_for_connections_at_once(self):
+        # A thread calling shutdown() on SIGTERM waited for serve_forever's next look, every
+        # POLL_INTERVAL; here it would look once a minute, and the stop still comes at once.
+        prelude = ("import socketserver\n_serve = socketserver.BaseServer.serve_forever\n"
+                   "socketserver.BaseServer.serve_forever = lambda self, poll_interval=0.5: "
+                   "_serve(self, 60)")
+        port = free_port()
+        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port)}, prelude=prelude)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.assertTrue(wait_for_port(port, proc))
+        time.sleep(0.5)  # the probe's connection served, it waits for the next one
+        ask_to_stop(proc)
+        _, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(err.splitlines()[-1], b"flood-memory: INFO: stopped")
 
     def test_a_token_that_cannot_protect_is_refused_at_start(self):
         for token, message in (("1", b"has 1 characters; a token needs at least 32"),
