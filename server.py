@@ -104,8 +104,8 @@ class RpcError(Exception):
 class Session:
     """The era and revision a message follows: in the handshake era, what one client's
     initialize negotiated for its connection; in 2026-07-28, what one request names. `modern`
-    is the era; a stdio connection's session starts without one (None) and its first request
-    decides it for the rest of the connection (`admit`), as the official SDK does.
+    is the era; a stdio connection's session starts without one (None) and the first request
+    it admits decides it for the rest of the connection (`admit`), as the official SDK does.
 
     `cache_scope` is what cacheable 2026-07-28 results say about who may keep them: a
     transport behind a bearer token makes it "private", so that a shared cache never hands
@@ -118,29 +118,34 @@ class Session:
         self.protocol_version = protocol_version
         self.cache_scope = cache_scope
         self.modern = modern
-        self.keeps_era = modern is None  # a connection's, decided by its first request
+        self.keeps_era = modern is None  # stdio's: its first request decides, for good
         self.request_id = request_id
         self.outbox = []
 
-    def admit(self, message):
-        """The session that serves `message`, a well-formed request: a 2026-07-28 one gets one
-        of its own once its _meta is checked. A stdio connection's first request decides its
-        era (README, Protocol); a request of the other era is refused after it."""
-        modern = modern_request(message)
-        if self.modern is None:
-            self.modern = modern
-        elif self.keeps_era and self.modern and message["method"] == "initialize":
-            asked = (message.get("params") or {}).get("protocolVersion")
-            raise RpcError(UNSUPPORTED_VERSION, "this connection serves 2026-07-28, as its first "
-                           "request chose: the handshake needs a connection of its own",
-                           {"supported": list(MODERN_VERSIONS),
-                            **({"requested": asked[:100]} if isinstance(asked, str) else {})})
-        elif self.keeps_era and modern and not self.modern:
-            raise RpcError(INVALID_REQUEST, f"this connection is in the handshake era, as its "
-                           f"first request chose: a 2026-07-28 request ({message['method'][:100]})"
-                           f" needs a connection of its own")
-        return Session(request_version(message.get("params") or {}), cache_scope=self.cache_scope,
-                       modern=True, request_id=message["id"]) if self.modern else self
+    def admit(self, method, params, request_id):
+        """The session that serves a well-formed request: a 2026-07-28 one gets one of its
+        own once its _meta is checked. An HTTP POST's era was decided with it (`modern_post`);
+        a stdio connection's is decided by the first request it admits (README, Protocol),
+        and a request of the other era is refused after it."""
+        era = self.modern
+        if self.keeps_era:
+            modern = modern_request(method, params)
+            if era is None:
+                era = modern
+            elif era and method == "initialize":
+                asked = params.get("protocolVersion")
+                raise RpcError(UNSUPPORTED_VERSION, "this connection serves 2026-07-28, as its "
+                               "first request chose: the handshake needs a connection of its own",
+                               {"supported": list(MODERN_VERSIONS),
+                                **({"requested": asked[:100]} if isinstance(asked, str) else {})})
+            elif modern and not era:
+                raise RpcError(INVALID_REQUEST, f"this connection is in the handshake era, as "
+                               f"its first request chose: a 2026-07-28 request ({method[:100]}) "
+                               f"needs a connection of its own")
+        session = Session(request_version(params), cache_scope=self.cache_scope, modern=True,
+                          request_id=request_id) if era else self
+        self.modern = era  # only now: a request refused chooses nothing
+        return session
 
     def notify(self, method, params):
         self.outbox.append({"jsonrpc": "2.0", "method": method, "params": params})
@@ -850,19 +855,17 @@ def _valid_id(value):
     return isinstance(value, (str, int)) and not isinstance(value, bool)
 
 
-def carries_version(message):
-    """Whether a message's params._meta names a protocol revision: the mark of a 2026-07-28
-    request (a handshake-era _meta holds a progressToken at most)."""
-    params = message.get("params") if isinstance(message, dict) else None
+def carries_version(params):
+    """Whether a message's params (any value) hold a _meta naming a protocol revision: the
+    mark of a 2026-07-28 request (a handshake-era _meta holds a progressToken at most)."""
     meta = params.get("_meta") if isinstance(params, dict) else None
     return isinstance(meta, dict) and VERSION_KEY in meta
 
 
-def modern_request(message):
+def modern_request(method, params):
     """Whether a request is 2026-07-28's by its look: its _meta names a revision, or its
     method exists only there. An initialize never is: it opens the handshake era."""
-    method = message["method"]
-    return method != "initialize" and (method in MODERN_ONLY or carries_version(message))
+    return method != "initialize" and (method in MODERN_ONLY or carries_version(params))
 
 
 def unsupported_version(version, named_by="protocol version"):
@@ -928,7 +931,7 @@ def handle_message(message, store, session, *, in_batch=False):
     try:
         if not isinstance(params, dict):
             raise RpcError(INVALID_PARAMS, "params must be an object")
-        session = session.admit(message)
+        session = session.admit(method, params, request_id)
         handler = (MODERN_METHODS if session.modern else METHODS).get(method)
         if handler is None:
             gone = f" is not part of protocol revision {session.version}" \

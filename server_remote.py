@@ -47,7 +47,9 @@ MAX_CONNECTIONS = 256       # open at once, fewer if the descriptor limit asks (
 LINGER = 1.0                # seconds a connection refused unread stays open to its client...
 LINGER_MAX = 16             # ...for at most this many such connections (see linger)
 SHUTDOWN_GRACE = 10.0       # seconds in-flight requests get to finish on SIGTERM
-POLL_INTERVAL = 0.1         # seconds between serve_forever's looks at whether to stop
+# Seconds between serve_forever's looks at its lingering connections. A stop ends its wait
+# at once (see main), except on Windows, where a signal's handler runs only when it ends.
+POLL_INTERVAL = 0.5
 # Revision assumed for a request without an MCP-Protocol-Version header (transport spec).
 HEADERLESS_VERSION = "2025-03-26"
 
@@ -119,7 +121,8 @@ def modern_post(versions, payload):
     """Whether a POST is served in 2026-07-28: an MCP-Protocol-Version header names that
     revision, or the body's _meta names a revision (of any era: a modern request naming a
     revision not served per request is answered that it is not). The era is decided here."""
-    return any(v in MODERN_VERSIONS for v in versions) or carries_version(payload)
+    params = payload.get("params") if isinstance(payload, dict) else None
+    return any(v in MODERN_VERSIONS for v in versions) or carries_version(params)
 
 
 def header_mismatch(headers, payload):
@@ -141,7 +144,7 @@ def header_mismatch(headers, payload):
             if values[name] is None:
                 return f"the {name} header holds a character a header value may not"
     params = payload.get("params")
-    if carries_version(payload):
+    if carries_version(params):
         version = params["_meta"][VERSION_KEY]
         if "MCP-Protocol-Version" not in values:
             return "the MCP-Protocol-Version header is missing: it must name the revision " \
@@ -231,9 +234,10 @@ class Handler(BaseHTTPRequestHandler):
     def setup(self):
         super().setup()
         self._raw_rfile = self.rfile
+        self.token_passed = False  # by one of this connection's requests (see evictable)
 
     def handle_one_request(self):
-        self.server.evictable(self.connection)
+        self.server.evictable(self.connection, self.token_passed)
         self.rfile = _Deadline(self._raw_rfile, self.connection, self.server.header_timeout,
                                MAX_HEADER_BYTES)
         try:
@@ -330,6 +334,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self.on_mcp_path() or not self.well_formed() or not self.origin_allowed() or \
                 not self.authorized():
             return
+        self.token_passed = True
         self.server.in_service(self.connection)
         body = self.read_body()
         if body is None:
@@ -540,12 +545,14 @@ class RemoteServer(ThreadingHTTPServer):
         self._busy = 0
         self._stopping = False
         self._idle = threading.Condition()
-        self._open_lock = threading.Lock()  # guards the four fields below
+        self._open_lock = threading.Lock()  # guards the five fields below
         self._open = 0                  # connections with a thread of their own
         # Those of them serving no request that passed the token check, the longest so
-        # first: when every slot is taken, a new connection closes the first of them and
-        # takes its slot (see process_request).
-        self._evictable = collections.OrderedDict()
+        # first: those none of whose requests passed it, then those of the token holder
+        # between two requests. When every slot is taken, a new connection closes the first
+        # of them and takes its slot (see process_request).
+        self._strangers = collections.OrderedDict()
+        self._idle_holders = collections.OrderedDict()
         self._refused = set()  # those whose thread refused a request unread (see linger)
         self._lingering = collections.deque()  # (when to close, connection) (see linger)
         if ":" in address[0]:
@@ -587,15 +594,17 @@ class RemoteServer(ThreadingHTTPServer):
                 time.sleep(0.1)
             raise
 
-    def evictable(self, connection):
-        """The connection serves no request that passed the token check (see _evictable)."""
+    def evictable(self, connection, token_passed):
+        """The connection serves no request that passed the token check; `token_passed`
+        whether an earlier one of its requests did (see _strangers)."""
         with self._open_lock:
-            self._evictable.setdefault(connection, None)
+            (self._idle_holders if token_passed else self._strangers).setdefault(connection)
 
     def in_service(self, connection):
         """The connection serves a request that passed the token check: it keeps its slot."""
         with self._open_lock:
-            self._evictable.pop(connection, None)
+            self._strangers.pop(connection, None)
+            self._idle_holders.pop(connection, None)
 
     def refused(self, connection):
         """The connection's thread refused a request unread: linger when it is done."""
@@ -605,19 +614,22 @@ class RemoteServer(ThreadingHTTPServer):
     def process_request(self, request, client_address):
         """Serve the connection in a thread. Past max_connections at once (slow clients
         holding many connections must not starve the process of file descriptors: about
-        1,000 did at ulimit -n 1024), a new connection closes the one that has served no
-        request passing the token check for longest and takes its slot, so that clients
-        without the token cannot keep its holder out, whatever state they hold their
-        connections in; only when every slot serves the token holder is it answered 503."""
+        1,000 did at ulimit -n 1024), a new connection closes one serving no request that
+        passed the token check and takes its slot: the oldest of those none of whose requests
+        passed it, else the token holder's idle the longest. So clients without the token
+        cannot keep its holder out, whatever state they hold their connections in, nor close
+        the connection it keeps alive between requests; only when every slot serves a request
+        of the token holder is a new connection answered 503."""
         evicted = None
         with self._open_lock:
+            candidates = self._strangers or self._idle_holders
             full = self._open >= self.max_connections
-            if full and self._evictable:
-                evicted, _ = self._evictable.popitem(last=False)
+            if full and candidates:
+                evicted, _ = candidates.popitem(last=False)
                 full = False
             if not full:
                 self._open += 1
-                self._evictable[request] = None
+                self._strangers[request] = None
         if evicted is not None:
             with contextlib.suppress(OSError):
                 evicted.shutdown(socket.SHUT_RDWR)  # its thread reads the end, and ends
@@ -682,7 +694,8 @@ class RemoteServer(ThreadingHTTPServer):
         finally:
             with self._open_lock:
                 self._open -= 1
-                self._evictable.pop(request, None)
+                self._strangers.pop(request, None)
+                self._idle_holders.pop(request, None)
             self.store.close_thread()
 
     def handle_error(self, request, client_address):
@@ -750,7 +763,8 @@ def _settings(environ):
 def _connection_cap():
     """MAX_CONNECTIONS, or fewer when the descriptor limit would run out first: a connection
     takes one descriptor, and its thread's SQLite connection three more (-wal, -shm). The 64
-    kept back serve the process itself and the LINGER_MAX connections refused with 503."""
+    kept back serve the process itself and the LINGER_MAX connections lingering after a
+    refusal (see linger)."""
     try:
         import resource
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -793,13 +807,21 @@ def main(argv=None):
     log.info("listening on http://%s:%d%s", f"[{host}]" if ":" in host else host,
              httpd.server_address[1], MCP_PATH)
 
-    def stop(signum, frame):
-        log.info("stopping: letting requests in flight finish")
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
+    signals = (*stop_signals(), signal.SIGINT)
 
-    for signum in (*stop_signals(), signal.SIGINT):
-        signal.signal(signum, stop)
+    def stop(signum, frame):
+        """Raised in the main thread, this ends serve_forever's wait for a connection at once,
+        as Ctrl-C's KeyboardInterrupt does (a thread calling shutdown() waited for the wait
+        to time out); the requests in flight finish below. One stop is enough: a second
+        signal does not cut the drain short."""
+        for other in signals:
+            signal.signal(other, signal.SIG_IGN)
+        log.info("stopping: letting requests in flight finish")
+        raise SystemExit(0)
+
     try:
+        for signum in signals:
+            signal.signal(signum, stop)
         httpd.serve_forever(POLL_INTERVAL)
     finally:
         drained = httpd.drain(SHUTDOWN_GRACE)

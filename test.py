@@ -626,12 +626,16 @@ def can_symlink():
 KILLED = -signal.SIGKILL if hasattr(signal, "SIGKILL") else 1
 
 
-def remote_process(data_dir, settings, project=HERE, **popen):
+def remote_process(data_dir, settings, project=HERE, prelude=None, **popen):
     """`project`'s server_remote.py in a subprocess serving `data_dir`, configured by
     `settings` (its FLOOD_MEMORY_ variables) alone: the caller's own FLOOD_MEMORY_ variables
-    are left out. Stop it with ask_to_stop."""
+    are left out. With a `prelude`, this checkout's, run as `simulated` runs it. Stop it
+    with ask_to_stop."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOOD_MEMORY_")}
     env = dict(env, FLOOD_MEMORY_DIR=data_dir, **settings)
+    if prelude is not None:
+        return simulated(prelude, "server_remote.py", env=env, stdin=subprocess.DEVNULL,
+                         **OWN_GROUP, **popen)
     return subprocess.Popen([sys.executable, os.path.join(project, "server_remote.py")],
                             env=env, stdin=subprocess.DEVNULL, **OWN_GROUP, **popen)
 
@@ -3199,6 +3203,22 @@ class ModernProtocolTest(StoreTestCase):
             self.assertEqual(refused["error"]["data"], data)
         self.assertEqual(modern_first[4]["error"]["code"], server.INVALID_PARAMS)
         self.assertEqual(len(marked(modern_first[5]["result"])["tools"]), 5)
+        # A request refused before it is served chooses nothing either: a dual-era client
+        # whose discover names a revision not served here falls back to initialize, as the
+        # -32022 says (a refused discover fixed the connection to 2026-07-28 before).
+        for refused_first, code in (
+                (modern("server/discover", protocolVersion="2099-01-01"),
+                 server.UNSUPPORTED_VERSION),
+                (modern("server/discover", clientCapabilities=None), server.INVALID_PARAMS)):
+            with self.subTest(refused_first=refused_first):
+                replies = self.exchange(
+                    refused_first,
+                    request("initialize", {"protocolVersion": "2025-11-25"}, id=2),
+                    modern("tools/list", id=3))
+                self.assertEqual(replies[0]["error"]["code"], code)
+                self.assertEqual(replies[1]["result"]["protocolVersion"], "2025-11-25")
+                self.assertIn("handshake era, as its first request chose",
+                              replies[2]["error"]["message"])
 
     def test_listen_is_acknowledged_then_ended_at_once(self):
         replies = self.exchange(
@@ -6300,12 +6320,16 @@ class RemoteTest(StoreTestCase):
         self.assertTrue(reply.startswith(b"HTTP/1.1 413"), reply)
         self.assertIn(b"the limit is 1000", reply)
 
-    def test_connection_keeps_working_after_401_and_413(self):
+    def test_a_401_or_413_closes_the_connection_and_the_client_connects_again(self):
+        # Every refusal closes its connection (its body is never read); http.client sees
+        # Connection: close and opens a new one for the next request.
         self.start(token=TOKEN, max_body=2000)
         conn = self.connection()
-        self.assertEqual(self.post(request("ping"), auth=False, conn=conn)[0], 401)
+        status, headers, _ = self.post(request("ping"), auth=False, conn=conn)
+        self.assertEqual((status, headers["connection"]), (401, "close"))
         self.assertEqual(self.post(request("ping", id=2), conn=conn)[0], 200)
-        self.assertEqual(self.post(call("remember", {"content": "x" * 5000}), conn=conn)[0], 413)
+        status, headers, _ = self.post(call("remember", {"content": "x" * 5000}), conn=conn)
+        self.assertEqual((status, headers["connection"]), (413, "close"))
         status, _, body = self.post(request("ping", id=3), conn=conn)
         self.assertEqual((status, json.loads(body)["id"]), (200, 3))
         self.assertEqual(self.store.count(), 0)
@@ -6516,6 +6540,32 @@ class RemoteTest(StoreTestCase):
                 self.assertEqual(self.rpc(request("tools/list"))["result"]["tools"][0]["name"],
                                  "remember")
 
+    def test_the_token_holders_idle_connection_gives_way_last(self):
+        # A token holder's connection, kept alive between its requests, was closed for four
+        # connections that sent nothing: its next request read the end of the connection
+        # (httpx: "Server disconnected"). Those that never passed the token check go first.
+        self.start(max_connections=4)
+        holder = self.connection()
+        self.assertEqual(self.post(request("ping"), conn=holder)[0], 200)
+        time.sleep(0.2)  # its thread waits for the next request
+        strangers = []
+        for _ in range(4):  # the fourth takes the first one's slot
+            sock = socket.create_connection(("127.0.0.1", self.port), timeout=10)
+            self.addCleanup(sock.close)
+            strangers.append(sock)
+        time.sleep(0.2)
+        status, _, body = self.post(request("ping", id=2), conn=holder)
+        self.assertEqual((status, json.loads(body)["id"]), (200, 2))
+        self.assertEqual(strangers[0].recv(1), b"")
+        # With every slot the token holder's, a new connection takes the idle one's longest
+        # so: a stranger past the cap is never answered 503 while one is idle.
+        self.start(max_connections=2)
+        holders = [self.connection() for _ in range(2)]
+        for conn in holders:
+            self.assertEqual(self.post(request("ping"), conn=conn)[0], 200)
+        time.sleep(0.2)
+        self.assertEqual(self.rpc(request("ping", id=3))["id"], 3)
+
     def test_headers_must_arrive_within_their_deadline_the_body_within_the_requests(self):
         self.start(header_timeout=0.3, request_timeout=10)
         slow = socket.create_connection(("127.0.0.1", self.port), timeout=10)
@@ -6543,7 +6593,7 @@ class RemoteTest(StoreTestCase):
         self.assertEqual(status, 503, reply)
         self.assertEqual(headers["retry-after"], "1")
         self.assertEqual(len(self.httpd._lingering), 1)
-        time.sleep(server_remote.LINGER + 0.7)  # serve_forever looks every half second
+        time.sleep(server_remote.LINGER + 0.7)  # serve_http's server looks every 0.05 s
         self.assertEqual(len(self.httpd._lingering), 0, "a refused connection is never closed")
 
     def test_an_ipv6_address_can_be_served(self):
@@ -6713,8 +6763,11 @@ class RemoteTest(StoreTestCase):
         self.assertTrue(wait_for_port(port, proc), proc.stderr.read() if proc.poll() else "")
         self.port = port
         self.assertEqual(self.post(call("remember", {"content": "kept"}))[0], 200)
+        asked = time.monotonic()
         ask_to_stop(proc)  # its connection still open, idle
         out, err = proc.communicate(timeout=30)
+        # Within a second with nothing in flight (issue 53, item 4: it took 2-3.5 s).
+        self.assertLess(time.monotonic() - asked, 1.0)
         self.assertEqual(proc.returncode, 0, err)
         self.assertNotIn(b"Traceback", err)
         # The log says it stopped (it ended at "stopping: letting requests in flight finish").
@@ -6724,6 +6777,25 @@ class RemoteTest(StoreTestCase):
                          "the database was not closed")
         with Store(os.path.join(data, store.DB_NAME)) as reopened:
             self.assertEqual(len(reopened.search("kept")), 1)
+
+    @unittest.skipIf(os.name == "nt", "Windows runs a signal's handler only when the wait for "
+                     "a connection ends: there POLL_INTERVAL bounds a stop, which "
+                     "test_sigterm_shuts_down_cleanly checks")
+    def test_a_stop_ends_the_wait_for_connections_at_once(self):
+        # A thread calling shutdown() on SIGTERM waited for serve_forever's next look, every
+        # POLL_INTERVAL; here it would look once a minute, and the stop still comes at once.
+        prelude = ("import socketserver\n_serve = socketserver.BaseServer.serve_forever\n"
+                   "socketserver.BaseServer.serve_forever = lambda self, poll_interval=0.5: "
+                   "_serve(self, 60)")
+        port = free_port()
+        proc = self.run_remote({"FLOOD_MEMORY_PORT": str(port)}, prelude=prelude)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        self.assertTrue(wait_for_port(port, proc))
+        time.sleep(0.5)  # the probe's connection served, it waits for the next one
+        ask_to_stop(proc)
+        _, err = proc.communicate(timeout=30)
+        self.assertEqual(proc.returncode, 0, err)
+        self.assertEqual(err.splitlines()[-1], b"flood-memory: INFO: stopped")
 
     def test_a_token_that_cannot_protect_is_refused_at_start(self):
         for token, message in (("1", b"has 1 characters; a token needs at least 32"),
