@@ -2127,7 +2127,7 @@ class Store:
         with self._snapshot() as db:
             yield from (i for i, source in db.execute("SELECT id, source FROM nodes WHERE "
                                                       "source LIKE '% @%'")
-                        if _labelled(source)[1] and _labelled(source)[0] in labels)
+                        if (label := _labelled(source))[1] and label[0] in labels)
 
     def resolve(self, given):
         """The ids of the memories whose id is `given`, or starts with it (4 characters at
@@ -2353,10 +2353,11 @@ class Store:
 
     def load(self, records, *, checked=False, pause=LOAD_PAUSE, update=False, dry_run=False):
         """Insert whole memories, ids and times as given, in batches `pause` s apart (_Load), each
-        record checked first unless `checked`; {"loaded", "skipped", "differ", "kept"}. A record
-        stored already is skipped but for its links (a load run again completes one cut short);
-        `differ` lists those whose content or tags differ, which take the record's with `update`
-        (True; "changed": but those changed here, `kept`: find_differ). Links to ids found
+        record checked first unless `checked`; {"loaded", "skipped", "differ", "kept",
+        "unsaid"}. A record stored already is skipped but for its links (a load run again
+        completes one cut short); `differ` lists those whose content or tags differ, which take
+        the record's with `update` (True; "changed": but those changed here, `kept`, or stored
+        before imports kept what the source said, `unsaid`: find_differ). Links to ids found
         nowhere are dropped, with a warning. A `dry_run` only counts."""
         if not checked:
             records = list(_checked(records))
@@ -2670,31 +2671,37 @@ class Store:
     def backup(self, target):
         """Copy the database as one snapshot (writers go on) to the file `target`, made beside
         it and renamed over it once complete and checked; how many memories it holds."""
-        target = _target_file(target, "a backup")
+        with self.written_beside(target, "the backup") as (target, partial), \
+                self.db.errors(f"back up the memories to {target}"), \
+                contextlib.closing(sqlite3.connect(partial, isolation_level=None)) as copy:
+            self.db.connection().backup(copy)
+            problem = copy.execute("PRAGMA quick_check").fetchone()[0]
+            if problem != "ok":
+                raise StoreError(f"the copy of {self.path} failed its check: {problem}")
+            copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
+            return copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
+
+    @contextlib.contextmanager
+    def written_beside(self, target, what):
+        """(the path `target` names, a new private file beside it) for `what` (a backup, an
+        export) to be written in, renamed over the target once written; what killed writers
+        left there is removed first, and this one's own if the writing fails."""
+        named, target = target, _target_file(target, what)
         if self.owns(target):
-            raise InvalidInput("the backup file must not be the database itself")
-        directory = os.path.dirname(target)
-        name = f".{os.path.basename(target)}."
-        _remove_leftovers(directory, re.escape(name) + r"(\d+)\.part(-journal|-wal|-shm)?")
-        partial = os.path.join(directory, f"{name}{os.getpid()}.part")
+            raise InvalidInput(f"{named} is the memory database itself: {what} goes elsewhere")
+        directory, name = os.path.split(target)
+        _remove_leftovers(directory, re.escape(f".{name}.") + r"(\d+)\.part(-journal|-wal|-shm)?")
+        partial = os.path.join(directory, f".{name}.{os.getpid()}.part")
         try:
-            with self.db.errors(f"back up the memories to {target}"):
-                os.close(_open_private(partial))
-                with contextlib.closing(sqlite3.connect(partial, isolation_level=None)) as copy:
-                    self.db.connection().backup(copy)
-                    problem = copy.execute("PRAGMA quick_check").fetchone()[0]
-                    if problem != "ok":
-                        raise StoreError(f"the copy of {self.path} failed its check: {problem}")
-                    copy.execute("PRAGMA journal_mode=DELETE")  # one self-contained file
-                    count = copy.execute("SELECT count(*) FROM nodes").fetchone()[0]
+            os.close(_open_private(partial))
+            yield target, partial
             _replace(partial, target)
         except OSError as exc:
-            raise StoreError(f"cannot write the backup {target}: {exc.strerror}") from exc
+            raise StoreError(f"cannot write {what} {target}: {exc.strerror}") from exc
         finally:
             for leftover in (partial, partial + "-journal", partial + "-wal", partial + "-shm"):
                 with contextlib.suppress(OSError):
                     os.remove(leftover)
-        return count
 
     def restore(self, source, confirm=None):
         """Replace every memory with those of the backup file `source`; how many, or None if
@@ -2760,7 +2767,7 @@ class _Load:
         self.later = {}  # id -> rowid of the memories in pairs' lists
         self.waited = 0  # links in pairs
         self.loaded = self.skipped = 0
-        self.differ, self.kept = [], []  # ids stored already that differ (see Store.load)
+        self.differ, self.kept, self.unsaid = [], [], []  # ids stored already that differ
 
     def run(self, records):
         db = self.db.connection()
@@ -2780,7 +2787,7 @@ class _Load:
         _log_skipped("import", [{"id": target, "reason": NO_SUCH_MEMORY}
                                 for target, sources in self.waiting.items() for _ in sources])
         return {"loaded": self.loaded, "skipped": self.skipped, "differ": self.differ,
-                "kept": self.kept}
+                "kept": self.kept, "unsaid": self.unsaid}
 
     def store_batch(self, batch):
         """The records of `batch` not stored yet, with the links among them, in one write
@@ -2897,12 +2904,16 @@ class _Load:
             [r.id for r in records])}, []
         for r in records:
             content, tags, source = stored[r.id]
-            same = content == r.content and _column_strings(tags) == r.tags
+            same, said = content == r.content and _column_strings(tags) == r.tags, \
+                _labelled(source)[1]
             take = not same and (self.update is True or self.update == "changed" and
-                                 _labelled(source)[1] == _said(content, _column_strings(tags)))
-            (self.kept if not (same or take) and self.update == "changed" else
-             self.differ if not same else []).append(r.id)
-            if take or self.update == "changed" and source != r.source:
+                                 said == _said(content, _column_strings(tags)))
+            # A memory whose source says nothing of what it gave is left, and so said, till
+            # --update: who changed it cannot be told.
+            unsaid = not (same or take) and self.update == "changed" and said is None
+            (self.unsaid if unsaid else self.kept if not (same or take) and
+             self.update == "changed" else self.differ if not same else []).append(r.id)
+            if take or self.update == "changed" and source != r.source and not unsaid:
                 changes.append(((r.content, _json(r.tags)) if take else (None, None)) +
                                (r.source, r.id))
         return changes
@@ -3221,7 +3232,7 @@ def read_lines(lines):
             continue
         number += 1
         try:
-            yield f"line {line_number}", json.loads(line.decode("utf-8"))
+            yield f"line {line_number}", _DECODER.decode(line.decode("utf-8"))
         except UnicodeDecodeError:
             raise InvalidInput(f"record {number} (line {line_number}) is not UTF-8 text") from None
         except (ValueError, RecursionError) as exc:
@@ -3356,9 +3367,8 @@ def is_official(value):
 
 
 def official_records(entries, source, report):
-    """The Records of an official memory file's `entries` (see read_entries), an iterator;
-    every line is checked first (InvalidInput names a bad one); `report` counts what was held,
-    and skipped and why."""
+    """The Records of an official memory file's `entries` (read_entries), once every line is
+    checked (InvalidInput names a bad one); `report` counts what was held, skipped and why."""
     entities, relations = {}, {}
     for where, value in entries:
         if not isinstance(value, dict):
@@ -3403,9 +3413,9 @@ def official_records(entries, source, report):
     if not entities and not relations and report:  # lines, and none of them the format's
         raise InvalidInput("the file holds no entity and no relation: it is not the official "
                            "memory server's (--format flood reads Flood Memory's own)")
-    report["entities"] = len(entities)
-    report["observations"] = sum(len(e["observations"]) for e in entities.values())
-    report["relations"] = len(relations)
+    report["entity", "entities"] = len(entities)
+    report["observation", "observations"] = sum(len(e["observations"]) for e in entities.values())
+    report["relation", "relations"] = len(relations)
     return _official_memories(entities, relations, source, report)
 
 
@@ -3501,15 +3511,21 @@ class _RecordMaker:
     tags fitted, a key seen before skipped, what was changed or skipped counted in `report`, a
     source ending in what it said (_said). A reader yields what `record` gives, None too."""
 
-    def __init__(self, report, format_name):
-        self.report, self.format = report, format_name
+    def __init__(self):
+        self.report, self.labels = collections.Counter(), set()  # labels: of the sources read
         self.seen = set()  # the ids made so far, as _id_numbers
+
+    def source(self, format_name, path, label=None):
+        """Make the next Records those of `path`, labelled `label` (else _source_name)."""
+        self.format = format_name
+        self.label = (label or _source_name(format_name, path))[:MAX_SOURCE - 10]
+        self.labels.add(self.label)
 
     def skip(self, why):
         """Count a memory skipped, and why; None, as `record` gives for it."""
         self.report["skipped", "memory", "memories", why] += 1
 
-    def record(self, key, content, tags, created, source, links=()):
+    def record(self, key, content, tags, created, links=()):
         """The Record made from `key` (a tuple of strings) and the rest; None if skipped."""
         node_id = _official_id("\0".join((self.format, *key)))
         if _id_number(node_id) in self.seen:
@@ -3534,8 +3550,8 @@ class _RecordMaker:
                         f"(the first kept)"] += 1
         self.seen.add(_id_number(node_id))
         created, tags = created or _now(), tags[:MAX_TAGS]
-        return Record(node_id, content, tags, list(links),
-                      f"{source[:MAX_SOURCE - 10]} @{_said(content, tags)}", created, created, 0)
+        return Record(node_id, content, tags, list(links), f"{self.label} @{_said(content, tags)}",
+                      created, created, 0)
 
 
 def _id_number(node_id):
@@ -3546,54 +3562,44 @@ def _id_number(node_id):
 def _source_name(format_name, path):
     """The source label of an import's memories: the format and the file's or folder's path,
     the home folder's part as ~: two folders of one name are two sources."""
+    if path == "-":
+        return f"{format_name}: standard input"
     path, home = os.path.normpath(os.path.abspath(path)), os.path.expanduser("~")
     if os.path.dirname(home) != home and (path + os.sep).startswith(os.path.join(home, "")):
         path = "~" + path[len(home):]
     return f"{format_name}: {path}"
 
 
-def _read_only(path):
-    """A read-only connection to the SQLite file `path`; bytes for text, not UTF-8 as it is."""
-    import urllib.parse
-    where = os.path.abspath(path).replace(os.sep, "/")
-    where = where if where.startswith("/") else "/" + where  # C:/... on Windows
-    db = sqlite3.connect(f"file:{urllib.parse.quote(where, safe='/:')}?mode=ro", uri=True)
-    db.text_factory = bytes
-    return db
-
-
 def _decoded(value):
     """The text of a column value read as bytes, or None when it is not UTF-8 text."""
-    if isinstance(value, str) or value is None:
-        return value
-    if isinstance(value, bytes):
-        with contextlib.suppress(UnicodeDecodeError):
-            return value.decode("utf-8")
-        return None
-    return str(value)
+    if not isinstance(value, bytes):  # NULL, or a number: text_factory makes text bytes
+        return None if value is None else str(value)
+    with contextlib.suppress(UnicodeDecodeError):
+        return value.decode("utf-8")
+    return None
 
 
 def _split_tags(value):
     """mcp-memory-service's tags: comma-separated text, or a JSON array (older versions)."""
-    if isinstance(value, list):
-        return [t for t in value if isinstance(t, str)]
-    if not isinstance(value, str):
-        return []
-    if value.lstrip().startswith("["):
+    if isinstance(value, str) and value.lstrip().startswith("["):
         with contextlib.suppress(ValueError):
-            return _split_tags(json.loads(value))
-    return [t for t in value.split(",") if t.strip()]
+            value = json.loads(value)
+    if isinstance(value, str):
+        return value.split(",")  # empty ones are left out as every tag is (_fitted_tags)
+    return [t for t in value if isinstance(t, str)] if isinstance(value, list) else []
 
 
-def mcp_memory_service_records(path, report):
+def mcp_memory_service_records(path, maker):
     """The Records of mcp-memory-service's SQLite database (sqlite_vec.db) at `path`, read
     through a mode=ro URI (a connection of ours would checkpoint their log into their file),
     its `memories` table only (sqlite3 cannot load their vector extension, and need not);
     rows deleted or superseded there are skipped. Key: content_hash."""
-    maker = _RecordMaker(report, "mcp-memory-service")
-    source = _source_name("mcp-memory-service", path)
+    import pathlib
+    maker.source("mcp-memory-service", path)
+    uri = pathlib.Path(os.path.abspath(path)).as_uri() + "?mode=ro"  # file:///C:/... on Windows
     try:
-        with contextlib.closing(_read_only(path)) as db:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            db.text_factory = bytes  # not UTF-8 as it is: read as bytes, decoded one by one
             columns = {row[1].decode() for row in db.execute("PRAGMA table_info(memories)")}
             if not {"content_hash", "content"} <= columns:
                 raise InvalidInput(f"{os.path.basename(path)} is a SQLite database, but not "
@@ -3603,21 +3609,19 @@ def mcp_memory_service_records(path, report):
                       "deleted_at", "superseded_by")
             cursor = db.execute("SELECT " + ", ".join(c if c in columns else "NULL"
                                                       for c in wanted) + " FROM memories")
-            while rows := cursor.fetchmany(500):
-                for key, content, tags, created, created_iso, deleted, newer in rows:
-                    report["memories"] += 1
-                    texts = [_decoded(v) for v in (key, content, tags)]
-                    if deleted is not None:
-                        maker.skip("deleted there")
-                    elif newer:
-                        maker.skip("replaced there by a newer version")
-                    elif None in texts[:2] or tags is not None and texts[2] is None:
-                        maker.skip("with no content_hash or content, or text that is not "
-                                   "UTF-8")
-                    else:
-                        yield maker.record((texts[0],), texts[1], _split_tags(texts[2]),
-                                           _foreign_time(created) or
-                                           _foreign_time(_decoded(created_iso)), source)
+            for key, content, tags, created, created_iso, deleted, newer in cursor:
+                maker.report["memory", "memories"] += 1
+                texts = [_decoded(v) for v in (key, content, tags)]
+                if deleted is not None:
+                    maker.skip("deleted there")
+                elif newer:
+                    maker.skip("replaced there by a newer version")
+                elif None in texts[:2] or tags is not None and texts[2] is None:
+                    maker.skip("with no content_hash or content, or text that is not UTF-8")
+                else:
+                    yield maker.record((texts[0],), texts[1], _split_tags(texts[2]),
+                                       _foreign_time(created) or
+                                       _foreign_time(_decoded(created_iso)))
     except sqlite3.Error as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as mcp-memory-service's "
                            f"database: {exc}") from None
@@ -3748,32 +3752,33 @@ def _json_members(stream, wanted, keys=None):
                     after = expect(",]")
 
 
-def _json_export_records(binary, source, report):
+def _json_export_records(binary, path, maker):
     """The Records of mcp-memory-service's JSON export ({"export_metadata", "memories"}) in
-    the binary stream `binary`, an item at a time. Key: content_hash."""
-    maker, keys = _RecordMaker(report, "mcp-memory-service"), set()
+    the binary stream `binary` of `path`, an item at a time. Key: content_hash."""
+    keys = set()
+    maker.source("mcp-memory-service", path)
     for _, item in _json_members(_text_stream(binary), {"memories": (
             "content_hash", "content", "tags", "created_at", "created_at_iso")}, keys):
         if not isinstance(item, dict):
             raise InvalidInput("the export's memories must be an array of objects")
-        report["memories"] += 1
+        maker.report["memory", "memories"] += 1
         tags, content_hash = item.get("tags"), item.get("content_hash")
         if not isinstance(content_hash, str) or not isinstance(item.get("content"), str):
             maker.skip("without content_hash or content")
             continue
         yield maker.record((content_hash,), item["content"], _split_tags(tags),
                            _foreign_time(item.get("created_at")) or
-                           _foreign_time(item.get("created_at_iso")), source)
+                           _foreign_time(item.get("created_at_iso")))
     if "memories" not in keys:
         raise InvalidInput('the file has no "memories": it is not mcp-memory-service\'s export')
 
 
-def openmemory_records(path, report):
+def openmemory_records(path, maker):
     """The Records of the zip OpenMemory's backup router wrote (routers/backup.py of mem0ai/mem0
     before ea2ee0758) at `path`: memories.json, whose memories name their app and categories
     by id; those active or paused. Key: its memory id."""
     import zipfile
-    maker, source = _RecordMaker(report, "openmemory"), _source_name("openmemory", path)
+    maker.source("openmemory", path)
     try:
         with zipfile.ZipFile(path) as archive:
             member = next((i for i in archive.infolist() if not i.is_dir() and
@@ -3799,20 +3804,20 @@ def openmemory_records(path, report):
                 elif key == "memories" and not names.keys() <= keys:
                     later = True
                 elif key == "memories":
-                    yield _openmemory_record(maker, value, names, source, report)
+                    yield _openmemory_record(maker, value, names)
             for key, value in members() if later else ():
                 if key == "memories":
-                    yield _openmemory_record(maker, value, names, source, report)
+                    yield _openmemory_record(maker, value, names)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, zlib.error, EOFError,
             NotImplementedError, RuntimeError) as exc:
         raise InvalidInput(f"{os.path.basename(path)} cannot be read as a zip: {exc}") from None
 
 
-def _openmemory_record(maker, memory, names, source, report):
+def _openmemory_record(maker, memory, names):
     """The Record of one memory of memories.json, or None if it is not kept."""
     if not isinstance(memory, dict):
         raise InvalidInput("memories.json's memories must be an array of objects")
-    report["memories"] += 1
+    maker.report["memory", "memories"] += 1
     state = memory.get("state")
     if state not in ("active", "paused"):
         return maker.skip(f"{state} there" if state in ("archived", "deleted") else
@@ -3824,13 +3829,12 @@ def _openmemory_record(maker, memory, names, source, report):
             if isinstance(c, str)] if isinstance(categories, list) else []
     tags.append(names["apps"].get(app) if isinstance(app, str) else None)
     return maker.record((memory["id"],), memory["content"], [t for t in tags if t],
-                        _foreign_time(memory.get("created_at")), source)
+                        _foreign_time(memory.get("created_at")))
 
 
 def _files(folder, report):
-    """(path, path relative to `folder` with /) of each file under `folder`, in order.
-    Hidden files and folders (.git, .obsidian) are skipped, and a folder reached again
-    through a symbolic link (a loop) is skipped too, counted."""
+    """(path, path relative to `folder` with /) of each file under `folder`, in order; hidden
+    ones (.git, .obsidian) and a folder reached again through a link (a loop) skipped, counted."""
     seen, stack = set(), [(folder, "")]
     while stack:
         path, relative = stack.pop()
@@ -3856,6 +3860,20 @@ def _files(folder, report):
                 report["skipped", "broken link or special file", "broken links and "
                        "special files", ""] += 1
         yield from reversed(files)
+
+
+def _notes(folder, report, other, index=None):
+    """(path relative to `folder`, front matter, the text after it, when it was created) of
+    each markdown file under `folder` but `index`; the rest counted skipped as `other`."""
+    for path, relative in _files(folder, report):
+        if relative == index:
+            continue
+        if not relative.lower().endswith(".md"):
+            report["skipped", *other, ""] += 1
+        elif (text := _markdown(path, report)) is not None:
+            fields, body = _front_matter(text)
+            created = _foreign_time(_field_text(fields.get("created"))) or _mtime(path)
+            yield relative, fields, body, created
 
 
 def _markdown(path, report):
@@ -3948,9 +3966,8 @@ def _field_tags(value):
 
 
 def _mtime(path):
-    with contextlib.suppress(OSError, ValueError, OverflowError):
-        return _format_time(datetime.fromtimestamp(os.stat(path).st_mtime, timezone.utc))
-    return None
+    with contextlib.suppress(OSError):
+        return _foreign_time(os.stat(path).st_mtime)
 
 
 _HEADING = re.compile(r" {0,3}#{1,6}(?:\s|$)")
@@ -4078,23 +4095,17 @@ def _observation(text):
     return (category, content, context, tags) if content else None
 
 
-def basic_memory_records(folder, report):
+def basic_memory_records(folder, maker):
     """The Records of basic-memory's notes under `folder`: an observation ("- [category] text
     #tag (context)") a memory "Title: text", tagged with the note's tags and its own, a note
     with none a memory of its text; a relation ("- type [[Target]]", [[links]] in the text) a
     memory linked as the official import links one. Key: permalink, category and text."""
-    maker, source = _RecordMaker(report, "basic-memory"), _source_name("basic-memory", folder)
+    report = maker.report
+    maker.source("basic-memory", folder)
     # [(permalink, title, created, reach, relations)]; name -> note; permalink -> suffixes
     notes, named, taken = [], {}, {}
-    for path, relative in _files(folder, report):
-        if not relative.lower().endswith(".md"):
-            report["skipped", "attachment", "attachments", ""] += 1
-            continue
-        text = _markdown(path, report)
-        if text is None:
-            continue
-        report["notes"] += 1
-        fields, body = _front_matter(text)
+    for relative, fields, body, created in _notes(folder, report, ("attachment", "attachments")):
+        report["note", "notes"] += 1
         stem = relative[:-3]
         title = _field_text(fields.get("title")) or stem.rsplit("/", 1)[-1]
         permalink = _field_text(fields.get("permalink")) or re.sub(r"[\s_]+", "-", stem.lower())
@@ -4107,9 +4118,8 @@ def basic_memory_records(folder, report):
                 permalink = f"{base}-{taken[base]}"
         taken[permalink] = 0
         tags = _field_tags(fields.get("tags"))
-        created = _foreign_time(_field_text(fields.get("created"))) or _mtime(path)
         observations, relations = _note_parts(body)
-        report["observations"] += len(observations)
+        report["observation", "observations"] += len(observations)
         hub = len(observations) > OFFICIAL_LINKED
         own = None
         if hub or not observations:
@@ -4117,12 +4127,12 @@ def basic_memory_records(folder, report):
             body = re.sub(r"\A\s*#[ \t]+(\S.*)\n", lambda m: "" if m.group(1).strip() == title
                           else m.group(0), body)
             own = maker.record((permalink,), f"{title}: {body.strip()}" if body.strip() and
-                               not hub else title, tags, created, source)
+                               not hub else title, tags, created)
             yield own  # None if skipped (_SpooledRecords drops it)
         reach = {}
         for category, content, context, own_tags in observations:
             record = maker.record((permalink, category, content), f"{title}: {content}" + (
-                f" ({context})" if context else ""), tags + own_tags, created, source,
+                f" ({context})" if context else ""), tags + own_tags, created,
                 [own.id] if own else ())
             if record:
                 reach[record.id] = None
@@ -4135,21 +4145,21 @@ def basic_memory_records(folder, report):
         for kind, target in relations:
             other = named.get(target.casefold()) or named.get(
                 re.sub(r"[\s_]+", "-", target.casefold()))
-            report["relations"] += 1
+            report["relation", "relations"] += 1
             if other is None:
                 report["skipped", "relation", "relations", "to a note not in the folder"] += 1
                 continue
             yield maker.record((permalink, kind, other[0]),
                                f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
-                               created, source, dict.fromkeys(reach + other[3]))
+                               created, dict.fromkeys(reach + other[3]))
 
 
 def is_basic_memory(folder):
     """Whether a note in `folder` has the front matter basic-memory writes (title, type...)."""
     for path, relative in _files(folder, collections.Counter()):
         if relative.lower().endswith(".md"):
-            with contextlib.suppress(OSError), open(path, "rb") as f:
-                head = f.read(1 << 16).decode("utf-8", "replace").replace("\r\n", "\n")
+            with contextlib.suppress(OSError, UnicodeDecodeError), open(path, "rb") as f:
+                head = _text_stream(f).read(1 << 16).replace("\r\n", "\n")
                 if {"title", "type", "permalink"} <= _front_matter(head)[0].keys():
                     return True
     return False
@@ -4185,45 +4195,34 @@ _MARKDOWN_LINK = re.compile(  # no bracket within: each character is tried by on
     r"\[([^\[\]]+)\]\(<?([^()<>\[\]]+?\.md)>?\)|\[\[([^\[\]|]+)(?:\|[^\[\]]*)?\]\]")
 
 
-def claude_code_records(path, report):
+def claude_code_records(path, maker):
     """The Records of the Claude Code memory folders at `path` (topic files with front matter;
-    MEMORY.md is read for its links' titles), one a statement. Key: the project, the file's
-    name and the statement."""
+    MEMORY.md read for its links' titles), one a statement. Key: project, file, statement."""
     import urllib.parse
-    maker = _RecordMaker(report, "claude-code")
+    report = maker.report
     for folder in claude_code_folders(path) or [path]:
         project = _claude_project(folder)
-        source = f"claude-code: {project}"
+        maker.source("claude-code", folder, f"claude-code: {project}")
         titles = {}  # file name -> the title MEMORY.md's link gives it
         index = _markdown(os.path.join(folder, "MEMORY.md"), collections.Counter())
         for text, target, wiki in _MARKDOWN_LINK.findall(index or ""):
             name = urllib.parse.unquote(target or wiki + ".md").strip().lstrip("./")
             titles.setdefault(name, text.strip() or name[:-3])
         found = set()
-        for file, relative in _files(folder, report):
-            if relative == "MEMORY.md":
-                continue  # an index: read for its links only
-            if not relative.lower().endswith(".md"):
-                report["skipped", "file other than a topic file", "files other than "
-                       "topic files", ""] += 1
-                continue
+        for relative, fields, body, created in _notes(folder, report, (
+                "file other than a topic file", "files other than topic files"), "MEMORY.md"):
             found.add(relative)
-            text = _markdown(file, report)
-            if text is None:
-                continue
-            report["topic files"] += 1
-            fields, body = _front_matter(text)
+            report["topic file", "topic files"] += 1
             metadata = fields.get("metadata") if isinstance(fields.get("metadata"), dict) else {}
             kind = _field_text(fields.get("type")) or _field_text(metadata.get("type"))
             title = _field_text(fields.get("name")) or titles.get(relative) or relative[:-3]
-            created = _foreign_time(_field_text(fields.get("created"))) or _mtime(file)
             statements = [s for kind_of, s in _blocks(body) if s.strip()] or \
                 [_field_text(fields.get("description")) or ""]
             first = None
             for statement in statements:
                 record = maker.record((project, relative, statement.strip()),
                                       f"{title}: {statement.strip()}", [kind or "", project],
-                                      created, source, [first] if first else ())
+                                      created, [first] if first else ())
                 if record:
                     first = first or record.id
                     yield record
@@ -4231,11 +4230,11 @@ def claude_code_records(path, report):
                "folder"] += len(titles.keys() - found)
 
 
-def gemini_records(path, report):
+def gemini_records(path, maker):
     """The Records of the "## Gemini Added Memories" items of the GEMINI.md at or in `path`.
     Key: the project, the file's name and the item."""
     file = os.path.join(path, "GEMINI.md") if os.path.isdir(path) else path
-    text = _markdown(file, report)
+    text = _markdown(file, maker.report)
     if text is None:
         raise InvalidInput(f"{os.path.basename(file)} cannot be read as UTF-8 text")
     section = _GEMINI_SECTION.search(text)
@@ -4244,13 +4243,13 @@ def gemini_records(path, report):
                            f'section: it holds nothing that Gemini CLI\'s save_memory saved')
     folder = os.path.basename(os.path.dirname(os.path.abspath(file)))
     project = "global" if folder == ".gemini" else folder
-    maker, source = _RecordMaker(report, "gemini"), _source_name("gemini", file)
+    maker.source("gemini", file)
     created = _mtime(file)
     for kind, item in _blocks(section.group(1)):
         if kind == "item" and item.strip():
-            report["memories"] += 1
+            maker.report["memory", "memories"] += 1
             yield maker.record((project, os.path.basename(file), item.strip()), item,
-                               ["gemini"] + [project] * (project != "global"), created, source)
+                               ["gemini"] + [project] * (project != "global"), created)
 
 
 _GEMINI_SECTION = re.compile(r"^## Gemini Added Memories[ \t]*\n(.*?)(?=^#{1,2}\s|\Z)",
@@ -4287,16 +4286,15 @@ def _folder_format(path):
 
 
 def _import_source(args, stack):
-    """(format, what it is, its Records as an iterator, report) of what `store.py import`
-    reads: the format as --format names it, or told from the content. `report` counts what
-    was held, skipped and changed (None for Flood Memory's export)."""
-    path, format_name, report = args.file, args.format, collections.Counter()
+    """(format, what it is, its Records, the _RecordMaker whose report counts what was held,
+    skipped and changed) of what `store.py import` reads: its --format, else told."""
+    path, format_name, maker = args.file, args.format, _RecordMaker()
     readers = {"basic-memory": basic_memory_records, "claude-code": claude_code_records,
                "gemini": gemini_records, "openmemory": openmemory_records}  # of a path
     if path != "-" and os.path.isdir(path):
         format_name = format_name or _folder_format(path)
         if format_name in ("basic-memory", "claude-code", "gemini"):
-            return format_name, FORMATS[format_name], readers[format_name](path, report), report
+            return format_name, FORMATS[format_name], readers[format_name](path, maker), maker
         if format_name != "mcp-memory-service":
             raise InvalidInput(f"{args.file} is a folder: --format {format_name} reads a file")
         path = os.path.join(path, "sqlite_vec.db")
@@ -4313,21 +4311,20 @@ def _import_source(args, stack):
         format_name = "openmemory"
     elif format_name is None and path.lower().endswith((".md", ".markdown")):
         format_name = "gemini"
-    if (database or archive) and path == "-":
-        raise InvalidInput("a database or a zip cannot be read from standard input: give "
-                           "its path")
-    name = "standard input" if path == "-" else os.path.basename(path)
+    if path == "-" and (database or archive or format_name in ("openmemory", "gemini")):
+        raise InvalidInput("a database, a zip or a GEMINI.md cannot be read from standard "
+                           "input: give its path")
+    name, report = "standard input" if path == "-" else os.path.basename(path), maker.report
     if format_name == "mcp-memory-service" and database:
         return (format_name, "mcp-memory-service's database",
-                mcp_memory_service_records(path, report), report)
+                mcp_memory_service_records(path, maker), maker)
     if format_name == "mcp-memory-service":
         return (format_name, "mcp-memory-service's export",
-                _json_export_records(source, _source_name(format_name, path) if path != "-"
-                                     else f"{format_name}: {name}", report), report)
+                _json_export_records(source, path, maker), maker)
     if format_name in ("basic-memory", "claude-code"):
         raise InvalidInput(f"--format {format_name} reads a folder, and {args.file} is a file")
     if format_name in ("openmemory", "gemini"):
-        return format_name, FORMATS[format_name], readers[format_name](path, report), report
+        return format_name, FORMATS[format_name], readers[format_name](path, maker), maker
     try:  # a file that is none of the formats fails here, at its first value
         graph, entries = read_entries(utf8_lines(source))
         first = next(entries, None)
@@ -4335,18 +4332,13 @@ def _import_source(args, stack):
                 not (isinstance(first[1], dict) and {"id", "content"} & first[1].keys()):
             _record(first[1], 1)  # not a memory: says why
     except InvalidInput as exc:
-        raise InvalidInput(f"{exc}: expected {_EXPECTED}" if format_name is None else exc)
+        raise InvalidInput(f"{exc}: expected {'; '.join(FORMATS.values())}"
+                           if format_name is None else exc)
     entries = itertools.chain([first] if first else [], entries)
     if format_name == "official" or format_name is None and (
             graph or first and is_official(first[1])):
-        return "official", FORMATS["official"], official_records(entries, name, report), report
-    return "flood", FORMATS["flood"], _checked(value for _, value in entries), None
-
-
-_EXPECTED = ("Flood Memory's export or the official memory server's memory.jsonl (JSON), "
-             "mcp-memory-service's sqlite_vec.db or JSON export, OpenMemory's export zip, a "
-             "folder of basic-memory's notes, a Claude Code memory folder or Gemini CLI's "
-             "GEMINI.md")
+        return "official", FORMATS["official"], official_records(entries, name, report), maker
+    return "flood", FORMATS["flood"], _checked(value for _, value in entries), maker
 
 
 def _memories(n):
@@ -4361,12 +4353,10 @@ class _SpooledRecords:
         import marshal
         self.file, self.n, self.loads = file, 0, marshal.loads
         self.first = []  # the first three, for samples
-        self.sources = set()  # the labels of the sources they name (see _labelled)
         for self.n, record in enumerate(filter(None, records), 1):
             data = marshal.dumps(tuple(record))
             if self.n <= 3:
                 self.first.append(record)
-            self.sources.add(_labelled(record.source)[0])
             try:
                 file.write(len(data).to_bytes(4, "little") + data)
             except OSError as exc:
@@ -4381,22 +4371,9 @@ class _SpooledRecords:
 
 def _export_to(store, target):
     """Export to a file, written beside it and renamed into place once complete."""
-    named, target = target, _target_file(target, "an export")
-    if store.owns(target):
-        raise InvalidInput(f"{named} is the memory database itself; export to another file")
-    _remove_leftovers(os.path.dirname(target), re.escape(os.path.basename(target)) +
-                      r"\.(\d+)\.part")
-    partial = f"{target}.{os.getpid()}.part"
-    try:
-        with open(_open_private(partial), "w", encoding="utf-8", newline="\n") as out:
-            n = export(store, out)
-        _replace(partial, target)
-        return n
-    except OSError as exc:
-        raise StoreError(f"cannot write {target}: {exc.strerror}") from exc
-    finally:
-        with contextlib.suppress(OSError):
-            os.remove(partial)
+    with store.written_beside(target, "the export") as (_, partial), \
+            open(partial, "w", encoding="utf-8", newline="\n") as out:
+        return export(store, out)
 
 
 def _parser():
@@ -4463,11 +4440,8 @@ def _parser():
     sub.add_argument("file", nargs="?", default="-", metavar="FILE", type=file_name,
                      help="where to write them (standard output without it, or with -)")
     sub = command("import", "load memories from an export, the official memory server's "
-                            "memory.jsonl, or another memory server's data: mcp-memory-service "
-                            "(sqlite_vec.db, or its JSON export), basic-memory (a folder of "
-                            "notes), OpenMemory (its export zip), Claude Code (memory "
-                            "folders), Gemini CLI (GEMINI.md); all of it is read first, and "
-                            "what is stored already is skipped")
+                            "memory.jsonl or another memory server's data (see --format); all "
+                            "of it is read first, and what is stored already is skipped")
     sub.add_argument("file", metavar="PATH", type=file_name,
                      help="the file or folder (- reads standard input)")
     sub.add_argument("--format", choices=tuple(FORMATS),
@@ -4717,20 +4691,13 @@ def _edit(store, args):
         else:
             kept = True
             try:
-                current = store.get(node_id)["content"]
-            except NotFound:
-                raise NotFound(f"the memory was forgotten meanwhile (by a server or another "
-                               f"command); nothing was saved, and your text is in "
-                               f"{path}") from None
-            if current != before:
-                raise StoreError(f"the memory was changed meanwhile (by a server or another "
-                                 f"command); nothing was saved, and your text is in {path}: "
-                                 f"run the edit again")
-            try:
+                if store.get(node_id)["content"] != before:
+                    raise StoreError(f"{node_id} was changed meanwhile (by a server or another "
+                                     f"command): run the edit again")
                 store.update(node_id, content=after)
             except StoreError as exc:
-                raise type(exc)(f"{exc}; nothing was saved, and your text is in "
-                                f"{path}") from None
+                said = _forgotten_meanwhile(node_id) if isinstance(exc, NotFound) else exc
+                raise type(exc)(f"{said}; nothing was saved, and your text is in {path}") from None
             kept = False
             _say(f"flood-memory: edit: saved {node_id}")
     finally:
@@ -4815,33 +4782,26 @@ def _restore(store, args):
             os.remove(path)
 
 
-_HELD = {  # format: where an import read, and what its report counts as held
-    "official": ("the file", ("entity", "entities"), ("observation", "observations"),
-                 ("relation", "relations")),
-    "basic-memory": ("the folder", ("note", "notes"), ("observation", "observations"),
-                     ("relation", "relations")),
-    "claude-code": ("the folders", ("topic file", "topic files")),
-}
+_READ_IN = {"official": "the file", "basic-memory": "the folder", "claude-code": "the folders"}
 
 
 def _say_what_was_read(format_name, kind, records, report):
-    """Say what an import read: its kind, how many memories, three samples, what was held,
-    and what `report` counts as (what: "skipped", "changed"..., singular, plural, why)."""
+    """Say what an import read: its kind, memories, three samples and what `report` counts as
+    held (singular, plural) or as (what: "skipped", "changed"..., singular, plural, why)."""
     width = _width() - 2
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
         _say(_one_line(record.content, width, "  "))
-    if report is None:
+    if format_name == "flood":
         return
-    where, *held = _HELD.get(format_name, ("it", ("memory", "memories")))
-    made = ", ".join(f"{report[k]:,} {k if report[k] != 1 else one}" for one, k in held)
-    said = {"skipped": [], "changed": [], "kept as text only": []}
+    said = {"held": [], "skipped": [], "changed": [], "kept as text only": []}
     for key, n in report.items():
-        if isinstance(key, tuple) and n:
-            what, one, many, why = key
+        what, one, many, why = key if len(key) == 4 else ("held", *key, "")
+        if n or what == "held":
             said[what].append(f"{n:,} {one if n == 1 else many}" + (f" {why}" if why else ""))
-    _say(f"flood-memory: {where} held {made}" + "".join(
+    _say(f"flood-memory: {_READ_IN.get(format_name, 'it')} held "
+         f"{', '.join(said.pop('held')) or 'nothing'}" + "".join(
         f"; {what}: {'; '.join(items)}" for what, items in said.items() if items))
 
 
@@ -4864,11 +4824,14 @@ def _import(store, args):
             f"{store_py_command()} edit ID:")
     _listed(store, kept, f"{_memories(len(kept))} stored already, changed here since the "
             f"source gave them, {left} as they are (--update takes the source's):")
+    _listed(store, done["unsaid"], f"{_memories(len(done['unsaid']))} stored already, imported "
+            f"before Flood Memory kept what the source said, {left} as they are (--update takes "
+            f"the source's):")
     if peer:  # what earlier imports of these sources stored that they hold no more is kept
-        seen = {_id_number(record.id) for record in records}
-        gone = [i for i in store.ids_from(records.sources) if _id_number(i) not in seen]
+        labels, seen = args.maker.labels, args.maker.seen
+        gone = [i for i in store.ids_from(labels) if _id_number(i) not in seen]
         _listed(store, gone, f"{_memories(len(gone))} imported before from "
-                f"{', '.join(sorted(records.sources))} {'is' if len(gone) == 1 else 'are'} no "
+                f"{', '.join(sorted(labels))} {'is' if len(gone) == 1 else 'are'} no "
                 f"longer there; kept (forget with {store_py_command()} forget ID):")
     if dry:
         _say("flood-memory: a dry run: nothing was written")
@@ -4958,10 +4921,10 @@ def main(argv=None, environ=None):
                 failed = "write a temporary file"
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
-                format_name, kind, records, report = _import_source(args, stack)
+                format_name, kind, records, args.maker = _import_source(args, stack)
                 args.records = _SpooledRecords(records, spool)
                 args.peer = format_name not in ("flood", "official")
-                _say_what_was_read(format_name, kind, args.records, report)
+                _say_what_was_read(format_name, kind, args.records, args.maker.report)
                 if args.dry_run and not os.path.exists(os.path.join(args.directory, DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0

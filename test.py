@@ -8094,7 +8094,7 @@ class BackupTest(TempDirTest):
             # after a restore's own time were removed, so a killed one's stayed for ever.
             parts = [os.path.join(self.dir, f".{name}.{pid}.part{end}") for end in ("", "-journal")
                      for name in ("backup.db", "before-restore-20261201-101500-123456.db")]
-            parts.append(os.path.join(self.dir, f"export.jsonl.{pid}.part"))
+            parts.append(os.path.join(self.dir, f".export.jsonl.{pid}.part"))
             for part in parts:
                 with open(part, "w") as f:
                     f.write("partial")
@@ -8318,7 +8318,7 @@ class BackupTest(TempDirTest):
         self.assertFalse([f for f in os.listdir(self.dir) if f.endswith(".part")])
         done = self.run_store("backup", self.path)
         self.assertEqual(done.returncode, 1)
-        self.assertIn(b"must not be the database itself", done.stderr)
+        self.assertIn(b"is the memory database itself", done.stderr)
 
 
 class LoadTest(TempDirTest):
@@ -8537,7 +8537,7 @@ class LoadTest(TempDirTest):
 
         with in_batches(s, 5, 2, meddle) as batches:
             self.assertEqual(s.load(records), {"loaded": 40, "skipped": 0, "differ": [],
-                                             "kept": []})
+                                             "kept": [], "unsaid": []})
         self.assertEqual(len(batches), 8)
         self.assertEqual(len(nulled), 3)
         self.assertEqual(s.count(), 40)
@@ -9180,9 +9180,9 @@ class CommandLineTest(TempDirTest):
                                       environ={"EDITOR": command_line(spaced_python(), editor)})
         self.assertEqual(status, 1)
         [kept] = os.listdir(temp)
-        self.assertEqual(err, f"flood-memory: edit: the memory was forgotten meanwhile (by a "
-                              f"server or another command); nothing was saved, and your text "
-                              f"is in {os.path.join(temp, kept)}\n")
+        self.assertEqual(err, f"flood-memory: edit: {self.tea['id']} was forgotten meanwhile (by "
+                              f"a server or another command); nothing was saved, and your "
+                              f"text is in {os.path.join(temp, kept)}\n")
         with open(os.path.join(temp, kept)) as f:
             self.assertEqual(f.read(), "mine")
 
@@ -9844,6 +9844,14 @@ class PeerImportTest(TempDirTest):
         code, err = self.imported(path)
         self.assertEqual(code, 0, err)
         self.assertIn("imported 1 memory", err)
+        # The official memory.jsonl, a line at a time, reads it as its one-document form does.
+        path = self.source("memory.jsonl")
+        with open(path, "w") as f:
+            f.write(f'{{"type": "entity", "name": "Kim", "entityType": "person", '
+                    f'"observations": ["Kim likes tea"], "createdAt": {huge}}}\n')
+        code, err = self.imported(path)
+        self.assertEqual(code, 0, err)
+        self.assertIn("imported 2 memories", err)
 
     def basic_memory(self):
         """A basic-memory folder as its write_note leaves it, with what else a folder of
@@ -10086,6 +10094,36 @@ class PeerImportTest(TempDirTest):
         self.assertIn("imported 0 memories, skipped 3 stored already: nothing new", err)
         self.assertNotIn("left as", err)
 
+    def test_a_source_emptied_since_lists_all_it_held_as_gone(self):
+        # The labels were gathered from the records read: a source that gave none named
+        # nothing, and its memories were never listed as no longer there.
+        gemini = self.source("app", "GEMINI.md")
+        with open(gemini, "w") as f:
+            f.write("## Gemini Added Memories\n- Kim drinks tea.\n- Kim cycles.\n")
+        self.assertEqual(self.imported(gemini)[0], 0)
+        with open(gemini, "w") as f:
+            f.write("## Gemini Added Memories\n")
+        code, err = self.imported(gemini)
+        self.assertEqual(code, 0, err)
+        self.assertIn(f"2 memories imported before from {store._source_name('gemini', gemini)}"
+                      f" are no longer there", err)
+
+    def test_notes_in_utf16_are_told_as_basic_memory_s(self):
+        folder = os.path.dirname(self.source("notes", "a.md"))
+        with open(os.path.join(folder, "a.md"), "w", encoding="utf-16") as f:
+            f.write("---\ntitle: A\ntype: note\npermalink: a\n---\n- [fact] Kim drinks tea\n")
+        code, err = self.imported(folder)
+        self.assertEqual(code, 0, err)
+        self.assertIn("found a folder of basic-memory's notes", err)
+
+    def test_a_zip_or_gemini_md_from_standard_input_is_refused_in_one_line(self):
+        for format_name in ("openmemory", "gemini"):
+            with self.subTest(format_name=format_name):
+                done = self.run_store("import", "-", "--format", format_name, stdin=b"x")
+                self.assertEqual(done.returncode, 1)
+                self.assertEqual(done.stderr, b"flood-memory: import: a database, a zip or a "
+                                 b"GEMINI.md cannot be read from standard input: give its path\n")
+
     def test_two_folders_of_one_name_are_two_sources(self):
         # Sources were told apart by the folder's name alone: importing home/notes listed
         # the notes of work/notes as no longer there.
@@ -10113,6 +10151,16 @@ class PeerImportTest(TempDirTest):
                                 self.open_store().records()),
                          sorted(["basic-memory: notes",
                                  store._source_name("basic-memory", folders[0])]))
+        # One that differs from its source is left, and said to be, till --update: who
+        # changed it cannot be told (it was said to be changed here, again at every import).
+        with open(os.path.join(folders[1], "a.md"), "a") as f:
+            f.write("- [fact] one more\n")
+        self.raw_write("UPDATE nodes SET source = 'basic-memory: notes', content = 'older'")
+        for _ in range(2):
+            code, err = self.imported(folders[1])
+            self.assertIn("1 memory stored already, imported before Flood Memory kept what the "
+                          "source said, left as they are (--update takes the source's):", err)
+            self.assertNotIn("changed here", err)
 
     def openmemory_zip(self, memories, path=None, names_first=True):
         """An export zip as OpenMemory's backup router wrote it (memories.json, indented,
@@ -10273,10 +10321,10 @@ class PeerImportTest(TempDirTest):
                  (damaged, "damaged.db cannot be read as mcp-memory-service's database: "
                   "database disk image is malformed"),
                  (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", "record 1 (line 1) is not UTF-8 text: expected "
-                  "Flood Memory's export or the official memory server's memory.jsonl (JSON), "
-                  "mcp-memory-service's sqlite_vec.db or JSON export, OpenMemory's export zip, "
-                  "a folder of basic-memory's notes, a Claude Code memory folder or Gemini "
-                  "CLI's GEMINI.md"),
+                  "Flood Memory's export; the official memory server's memory.jsonl; "
+                  "mcp-memory-service's sqlite_vec.db, or its JSON export; a folder of "
+                  "basic-memory's notes; OpenMemory's export zip; Claude Code's memory "
+                  "folders; Gemini CLI's GEMINI.md"),
                  (b"name,age\nKim,40\n", "record 1 (line 1) is not JSON: "),
                  (b"# notes\n- [x] no section\n", "has no \"## Gemini Added Memories\" "
                   "section")]
