@@ -457,12 +457,10 @@ def _nothing_found(store, args, words):
     elif args["query"].strip():
         notes.append("The query holds no word to search for.")
     for held in there.get("word_tags", [])[:3]:  # a filter or window left those out
-        n, tags = held["memories"], {}
-        for tag in held["tags"]:  # most used first: one spelling a tag, as filters fold case
-            tags.setdefault(tag.casefold(), tag)
+        n = held["memories"]
         notes.append(f"{_quoted([held['word']])} is a tag of {n:,} memor{'y' if n == 1 else 'ies'}"
                      f": recall with tags " + " or ".join(f"[{_quoted([t])}]" for t in
-                                                          list(tags.values())[:3]) + ".")
+                                                          held["tags"][:3]) + ".")
     for tag in there["tags"][:3]:
         if not tag["memories"]:
             closest = f"; the closest tags are {_quoted(tag['closest'])}" if tag["closest"] else ""

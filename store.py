@@ -2485,7 +2485,7 @@ class Store:
         "tags": [{"tag", "memories", "closest"}] for `tags` (closest: _closest_tags), else
         "most_used": [(tag, memories)]; "in_window": memories in the window; "matching": what
         the `words` find without tags and window (MAX_LIMIT + 1 at most); "word_tags": [{"word",
-        "tags", "memories"}], the tags one of the `words` is a word of."""
+        "tags", "memories"}], the tags one of the `words` is a word of (a spelling each)."""
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
@@ -2500,10 +2500,12 @@ class Store:
             if not tags:
                 out["most_used"] = db.execute("SELECT tag, memories FROM tags ORDER BY memories "
                                               "DESC, tag LIMIT ?", (CLOSEST_TAGS,)).fetchall()
-            out["word_tags"] = [{"word": word, "memories": sum(held.values()),
-                                 "tags": sorted(held, key=lambda t: (-held[t], t))}
-                                for word, term in zip(words, stems(list(words)))
-                                if (held := _tags_holding(db, term)[0])]
+            out["word_tags"] = []
+            for word, term in zip(words, stems(list(words))):
+                if held := _tags_holding(db, term)[0]:  # one spelling a tag, the most used
+                    spelled = {t.casefold(): t for t in sorted(held, key=held.get)}
+                    out["word_tags"].append({"word": word, "memories": sum(held.values()), "tags":
+                                             sorted(spelled.values(), key=lambda t: -held[t])})
             out["tags"] = []
             for n, (tag, spellings) in enumerate(zip(tags, self._spellings(db, tags))):
                 held = sum(spellings.values())
