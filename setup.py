@@ -1438,12 +1438,10 @@ def _set_mode(fd, mode, owner):
     _give(fd, owner)
 
 
-def _owner(path):
-    """Who owns `path`, (uid, gid); None where files have no owner to keep (Windows)."""
-    if not hasattr(os, "fchown"):
-        return None
-    st = os.stat(path)
-    return st.st_uid, st.st_gid
+def _owner(st):
+    """Who owns the file of the os.stat `st`, (uid, gid); None where files have no owner to
+    keep (Windows)."""
+    return (st.st_uid, st.st_gid) if hasattr(os, "fchown") else None
 
 
 def _give(path, owner):
@@ -1461,7 +1459,7 @@ def _make_folders(folder):
     while not os.path.isdir(folder):
         missing.append(folder)
         folder = os.path.dirname(folder)
-    owner = _owner(folder)
+    owner = _owner(os.stat(folder))
     for made in reversed(missing):
         with contextlib.suppress(FileExistsError):
             os.mkdir(made)
@@ -1498,12 +1496,7 @@ def keep_copy(target, data, mode, owner):
             break
         except FileExistsError:
             continue
-    try:
-        _write_synced(fd, data, mode, owner)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(copy)
-        raise
+    _write_synced(fd, copy, data, mode, owner)
     return copy
 
 
@@ -1518,14 +1511,39 @@ def drop_old_copies(target):
     return dropped
 
 
-def _write_synced(fd, data, mode, owner):
-    """Write `data` to the open file `fd` (closed after), with the mode `mode` and the owner
-    `owner`, and sync it."""
-    with os.fdopen(fd, "wb") as f:
-        _set_mode(f.fileno(), mode, owner)
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def _write_synced(fd, path, data, mode, owner):
+    """Write `data` to the new file `path`, open as `fd` (closed after), with the mode `mode`
+    and the owner `owner`, and sync it; the file is removed if that fails."""
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _set_mode(f.fileno(), mode, owner)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        raise
+
+
+def _temporary(target, data, mode, owner):
+    """A new file beside `target` holding `data`, synced, with the mode `mode` and the owner
+    `owner`: its path."""
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target),
+                                prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    _write_synced(fd, temp, data, mode, owner)
+    return temp
+
+
+def _write_over(target, data, mode, owner):
+    """Write `data` over `target` as one rename of a temporary file beside it."""
+    temp = _temporary(target, data, mode, owner)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
 
 
 def replace_file(target, old, st, new, mode, client, keep=True):
@@ -1533,71 +1551,65 @@ def replace_file(target, old, st, new, mode, client, keep=True):
     such file) when it was read, with the os.stat `st`, as one rename: a temporary file
     beside it, synced, with the mode `mode`, renamed over it if it is still as it was read,
     and the folder synced. A copy of `old` is kept beside it (unless not `keep`): one that
-    holds the same bytes, else a new one made first, and then the oldest but the first
-    taken out to leave three; nothing stays of a new copy if nothing was written. Files are
-    owned as the file was (a new one as its folder is). Returns (the copy or None, the
-    copies taken out)."""
+    holds the same bytes, else a new one made first, of which nothing stays if nothing was
+    written. Files are owned as the file was (a new one as its folder is). Returns the copy
+    or None."""
     folder = os.path.dirname(target)
     _make_folders(folder)
-    owner = _owner(folder if st is None else target)
+    owner = _owner(os.stat(folder) if st is None else st)
     copy = None if old is None or not keep else copy_holding(target, old)
     made = copy is None and old is not None and keep
     if made:
         copy = keep_copy(target, old, mode, owner)
-    written = False
     changed = Refused(f"{target} changed while setup.py was changing it (a running "
                       f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
                       f"again")
+    temp = None
     try:
-        temp = None
         if new is not None:
-            fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
-                                        suffix=".tmp")
-        try:
-            if new is not None:
-                _write_synced(fd, new, mode, owner)
-            # The file renamed over, held open to see whether a save went into it meanwhile.
-            with contextlib.ExitStack() as stack:
-                held = None
-                if old is not None:
-                    try:
-                        held = stack.enter_context(open(target, "rb"))
-                    except FileNotFoundError:
-                        raise changed from None
-                    if _state(os.fstat(held.fileno())) != _state(st):
-                        raise changed
-                if _read_or_none(target) != old:
+            temp = _temporary(target, new, mode, owner)
+        # The file renamed over, held open to see whether a save went into it meanwhile.
+        with contextlib.ExitStack() as stack:
+            held = None
+            if old is not None:
+                try:
+                    held = stack.enter_context(open(target, "rb"))
+                except FileNotFoundError:
+                    raise changed from None
+                if _state(os.fstat(held.fileno())) != _state(st):
                     raise changed
-                if os.name == "nt" and held:  # Windows renames over no file held open
-                    held.close()
-                if new is None:
-                    os.remove(target)
-                else:
-                    os.replace(temp, target)
-                written = True
-                if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
-                    # A client began to save in the moment between the check and the
-                    # rename: its save went into the file renamed over, and is put back.
-                    written = False
-                    saved, _ = read_settled(held, target, client)
-                    replace_file(target, new, None if new is None else os.stat(target), saved,
-                                 mode, client, keep=False)
-                    raise changed
-        finally:
-            if not written and temp:
+            # Read by its path: a save that renamed another file over it leaves `held` as it
+            # was.
+            if _read_or_none(target) != old:
+                raise changed
+            if os.name == "nt" and held:  # Windows renames over no file held open
+                held.close()
+            if new is None:
+                os.remove(target)
+            else:
+                os.replace(temp, target)
+            temp = None
+            if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
+                # A client began to save in the moment between the check and the rename:
+                # its save went into the file renamed over, and is put back, unless it has
+                # saved again since, over ours.
+                saved, _ = read_settled(held, target, client)
+                if _read_or_none(target) == new:
+                    _write_over(target, saved, mode, owner)
+                raise changed
+    except BaseException:
+        for leftover in (temp, copy if made else None):
+            if leftover:
                 with contextlib.suppress(OSError):
-                    os.remove(temp)
-    finally:
-        if not written and made:
-            with contextlib.suppress(OSError):
-                os.remove(copy)
+                    os.remove(leftover)
+        raise
     if os.name != "nt":  # Windows cannot open a folder to sync it
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    return copy, [] if old is None else drop_old_copies(target)
+    return copy
 
 
 def remove_empty_folders(folder, home):
@@ -1788,8 +1800,10 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
             if back:
                 new = candidate
                 break
-        copy, dropped = replace_file(target, old, st, new, mode, client,
-                                     keep=not back and new is not None)
+        copy = replace_file(target, old, st, new, mode, client,
+                            keep=not back and new is not None)
+        # Only once it was written: a run refused leaves every copy as it was.
+        dropped = [] if old is None else drop_old_copies(target)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:

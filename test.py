@@ -4660,6 +4660,36 @@ class InstallTest(TempDirTest):
         self.assertEqual(jsonc_loads(self.read(path).decode()),
                          {"mcpServers": {"flood-memory": self.entry("cursor", env)}})
 
+    @unittest.skipIf(os.name == "nt", "Windows renames over no file held open: nothing to "
+                                      "put back there")
+    def test_a_clients_save_put_back_leaves_every_older_copy(self):
+        # A client saving across the rename: its save is put back and the run refused. The
+        # put-back pruned the copies while the run's own new copy was still there, and then
+        # that copy went too: an older one was lost.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        self.write(path, OTHER_SERVERS["cursor"])
+        copies = {f"{path}.before-flood-memory" + (f"-{n}" if n > 1 else ""): f"copy {n}"
+                  for n in range(1, 5)}
+        for copy, data in copies.items():
+            self.write(copy, data)
+        saved, replace = b'{"mcpServers": {}, "saved": "by Cursor"}', os.replace
+
+        def saves_across_the_rename(source, target):
+            unittest.mock.patch.stopall()  # once
+            with open(path, "wb") as f:
+                replace(source, target)
+                f.write(saved)
+
+        unittest.mock.patch.object(setup.os, "replace", saves_across_the_rename).start()
+        status, out, err = self.install("cursor", env)
+        self.assertEqual((status, out), (1, ""))
+        self.assertIn("changed while setup.py was changing it", err)
+        self.assertEqual(self.read(path), saved)
+        self.assertEqual({copy: self.read(copy).decode() for copy in copies}, copies)
+        self.assertEqual(sorted(os.listdir(os.path.dirname(path))),
+                         sorted(["mcp.json", *map(os.path.basename, copies)]))
+
     def test_the_new_file_is_renamed_over_the_old_and_nothing_stays_open(self):
         home, env = self.home()
         path = self.file_of("copilot", env)
