@@ -1500,15 +1500,19 @@ def keep_copy(target, data, mode, owner):
     return copy
 
 
-def drop_old_copies(target):
+def drop_old_copies(target, in_use):
     """Take out the copies of `target` but three: the oldest (the file as it was before
-    flood-memory first changed it) and the two newest. The paths taken out."""
+    flood-memory first changed it), `in_use` (the copy named as the undo, wherever it is)
+    and the newest. (The paths taken out, whether `in_use` was kept in place of the second
+    newest.)"""
     copies = [copy for _, copy in copies_of(target)]
-    dropped = copies[1:-2] if len(copies) > 3 else []
+    between = in_use in copies[1:-2]
+    kept = {*copies[:1], *copies[-1 if between else -2:], in_use}
+    dropped = [copy for copy in copies if copy not in kept]
     for copy in dropped:
         with contextlib.suppress(OSError):
             os.remove(copy)
-    return dropped
+    return dropped, between
 
 
 def _write_synced(fd, path, data, mode, owner):
@@ -1803,7 +1807,9 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         copy = replace_file(target, old, st, new, mode, client,
                             keep=not back and new is not None)
         # Only once it was written: a run refused leaves every copy as it was.
-        dropped = [] if old is None else drop_old_copies(target)
+        dropped, between = [], False
+        if old is not None:
+            dropped, between = drop_old_copies(target, copy or back)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:
@@ -1841,8 +1847,9 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         print(f"  The file as it was is kept as {copy}; to undo ({shell.name}):\n"
               f"{shell.run(move)}")
     if dropped:
+        newest = "the one named above, and the newest" if between else "and the two newest"
         print(f"  Older copies removed (three are kept: the first, the file as it was before "
-              f"setup.py first changed it, and the two newest): {', '.join(dropped)}")
+              f"setup.py first changed it, {newest}): {', '.join(dropped)}")
     if also:
         print(also.lstrip("\n"))
     if not remove:

@@ -4242,6 +4242,34 @@ class InstallTest(TempDirTest):
         self.assertIn(f"kept as {first}; to undo", out)
         self.assertEqual(sorted(os.listdir(os.path.dirname(path))), files)
 
+    def test_the_copy_named_as_the_undo_is_never_the_one_removed(self):
+        # The copy that holds the same bytes can sit among the numbered ones: here -4 of ten.
+        # It was named as the undo and then removed among the older copies.
+        home, env = self.home()
+        path = self.file_of("cursor", env)
+        names = [f"{path}.before-flood-memory" + (f"-{n}" if n > 1 else "") for n in range(1, 11)]
+        self.write(path, OTHER_SERVERS["cursor"])
+        self.assertEqual(self.install("cursor", env)[0], 0)
+        installed = self.read(path)
+        os.remove(names[0])
+        for remove in (False, True):
+            with self.subTest(remove=remove):
+                for n, copy in enumerate(names, 1):
+                    self.write(copy, OTHER_SERVERS["cursor"] if n == 4 else f"old copy {n}")
+                self.write(path, installed if remove else OTHER_SERVERS["cursor"])
+                status, out, err = self.install("cursor", env, remove=remove)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn(f"as {names[3]} holds it" if remove else
+                              f"kept as {names[3]}; to undo", out)
+                self.assertIn("  Older copies removed (three are kept: the first, the file as "
+                              "it was before setup.py first changed it, the one named above, "
+                              "and the newest): " +
+                              ", ".join(names[k] for k in (1, 2, 4, 5, 6, 7, 8)) + "\n", out)
+                self.assertEqual(self.read(names[3]), OTHER_SERVERS["cursor"].encode())
+                # Three at most, the first always.
+                self.assertEqual(sorted(os.listdir(os.path.dirname(path))), sorted(
+                    ["mcp.json"] + [os.path.basename(names[k]) for k in (0, 3, 9)]))
+
     def test_an_old_entry_is_replaced_and_said_and_another_name_for_it_is_named(self):
         home, env = self.home()
         path = self.file_of("cursor", env)
