@@ -1152,6 +1152,12 @@ def apply_edits(text, edits, comments, path, what):
     return "".join([*pieces, *_pieces(text, pos, len(text))])
 
 
+def _encode(bom, text):
+    """The bytes of `text` in UTF-8 after the byte order mark `bom`, encoded a megabyte at a
+    time."""
+    return bom + b"".join(piece.encode() for piece in _pieces(text))
+
+
 def _pieces(text, start=0, end=None):
     """text[start:end], a megabyte at a time."""
     end = len(text) if end is None else end
@@ -1785,25 +1791,24 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
             return 0
         text = None  # a large file is not held as text twice over
         try:
-            new = bom + b"".join(piece.encode() for piece in _pieces(changed))
+            new = _encode(bom, changed)
         except UnicodeEncodeError:
             raise Refused(f"a path holds characters that UTF-8 cannot write ({server}, "
                           f"{data_dir})") from None
-        changed = bare = back = None
-        if remove and alone:
+        changed = None
+        # Given back as a copy holds it: that copy is the undo, and no other is made.
+        back = copy_holding(target, new) if remove else None
+        if remove and alone and not back:
             # flood-memory was the only server: without the servers too the file may be as
             # it was before --install (a copy holds that), or hold nothing: a file that
-            # --install made (no copy was ever needed) then goes.
-            bare = bom + b"".join(piece.encode() for piece in _pieces(
-                change(decode(old, path)[0], None, bare=True)[0]))
-            if bare.strip() in (b"", b"{}") and target == path and not copies_of(target):
-                new = bare = None
-        # Given back as a copy holds it: that copy is the undo, and no other is made.
-        for candidate in (new, bare) if remove else ():
-            back = None if candidate is None else copy_holding(target, candidate)
-            if back:
-                new = candidate
-                break
+            # --install made (no copy was ever needed) then goes. Where taking the servers
+            # out would lose a comment (Refused), they stay, as {}.
+            with contextlib.suppress(Refused):
+                bare = _encode(bom, change(decode(old, path)[0], None, bare=True)[0])
+                if bare.strip() in (b"", b"{}") and target == path and not copies_of(target):
+                    new = None
+                elif back := copy_holding(target, bare):
+                    new = bare
         copy = replace_file(target, old, st, new, mode, client,
                             keep=not back and new is not None)
         # Only once it was written: a run refused leaves every copy as it was.

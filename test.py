@@ -4270,6 +4270,19 @@ class InstallTest(TempDirTest):
                 self.assertEqual(sorted(os.listdir(os.path.dirname(path))), sorted(
                     ["mcp.json"] + [os.path.basename(names[k]) for k in (0, 3, 9)]))
 
+    def test_an_uninstall_keeps_a_comment_among_the_servers_and_the_servers(self):
+        # flood-memory the only server: the file without its servers key too was made to
+        # compare with the copies, and refused as losing the comment: the uninstall failed.
+        home, env = self.home()
+        path = self.file_of("vscode", env)
+        entry = json.dumps(self.entry("vscode", env))
+        self.write(path, '{"servers": { // servers I use\n "flood-memory": %s}}' % entry)
+        status, out, err = self.install("vscode", env, remove=True)
+        self.assertEqual((status, err), (0, ""))
+        self.assertEqual(self.read(path), b'{"servers": { // servers I use\n }}')
+        [copy] = re.findall(r"kept as (.+); to undo", out)
+        self.assertIn(b"flood-memory", self.read(copy))
+
     def test_an_old_entry_is_replaced_and_said_and_another_name_for_it_is_named(self):
         home, env = self.home()
         path = self.file_of("cursor", env)
