@@ -1506,14 +1506,14 @@ def keep_copy(target, data, mode, owner):
     return copy
 
 
-def drop_old_copies(target, in_use):
-    """Take out the copies of `target` but three: the oldest (the file as it was before
-    flood-memory first changed it), `in_use` (the copy named as the undo, wherever it is)
-    and the newest. (The paths taken out, whether `in_use` was kept in place of the second
-    newest.)"""
+def drop_old_copies(target, in_use, every=False):
+    """Take out the copies of `target` (`every` one of them, or) but three: the oldest (the
+    file as it was before flood-memory first changed it), `in_use` (the copy named as the
+    undo, wherever it is) and the newest. (The paths taken out, whether `in_use` was kept in
+    place of the second newest.)"""
     copies = [copy for _, copy in copies_of(target)]
     between = in_use in copies[1:-2]
-    kept = {*copies[:1], *copies[-1 if between else -2:], in_use}
+    kept = set() if every else {*copies[:1], *copies[-1 if between else -2:], in_use}
     dropped = [copy for copy in copies if copy not in kept]
     for copy in dropped:
         with contextlib.suppress(OSError):
@@ -1620,6 +1620,29 @@ def replace_file(target, old, st, new, mode, client, keep=True):
         finally:
             os.close(fd)
     return copy
+
+
+def _holds_nothing(data):
+    """Whether a client's file holding `data` holds nothing: empty, or an empty object."""
+    return data.strip() in (b"", b"{}")
+
+
+def made_by_install(target, change):
+    """Whether `target` is a file that --install made: each of its copies (none if it was
+    not changed since) holds a flood-memory and nothing else, `change` (install's) taking
+    it out. A file the person had is the first copy, without one."""
+    for _, copy in copies_of(target):
+        try:
+            data = _read_or_none(copy) or b""
+            if NAME.encode() not in data:  # the person's file, told without parsing it
+                return False
+            text, bom = decode(data, copy)
+            rest, was, _, _ = change(text, None, bare=True)
+        except (OSError, Refused):
+            return False
+        if was is None or not _holds_nothing(_encode(bom, rest)):
+            return False
+    return True
 
 
 def remove_empty_folders(folder, home):
@@ -1801,11 +1824,11 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
         if remove and alone and not back:
             # flood-memory was the only server: without the servers too the file may be as
             # it was before --install (a copy holds that), or hold nothing: a file that
-            # --install made (no copy was ever needed) then goes. Where taking the servers
-            # out would lose a comment (Refused), they stay, as {}.
+            # --install made then goes, with its copies. Where taking the servers out would
+            # lose a comment (Refused), they stay, as {}.
             with contextlib.suppress(Refused):
                 bare = _encode(bom, change(decode(old, path)[0], None, bare=True)[0])
-                if bare.strip() in (b"", b"{}") and target == path and not copies_of(target):
+                if _holds_nothing(bare) and target == path and made_by_install(target, change):
                     new = None
                 elif back := copy_holding(target, bare):
                     new = bare
@@ -1813,8 +1836,8 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                             keep=not back and new is not None)
         # Only once it was written: a run refused leaves every copy as it was.
         dropped, between = [], False
-        if old is not None:
-            dropped, between = drop_old_copies(target, copy or back)
+        if old is not None:  # a file that went takes its copies along
+            dropped, between = drop_old_copies(target, copy or back, every=new is None)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:
@@ -1833,8 +1856,10 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
     if new is None:
         folders = remove_empty_folders(os.path.dirname(target), environ.get(
             "USERPROFILE" if system == "Windows" else "HOME") or os.path.expanduser("~"))
+        copies = (f", its cop{'ies' if len(dropped) > 1 else 'y'} {', '.join(dropped)} (which "
+                  f"setup.py had written too)" if dropped else "")
         print(f"{title}: took {NAME} out of {path} and removed the file, which --install had "
-              f"made and which held nothing else" + "".join(
+              f"made and which held nothing else{copies}" + "".join(
                   f", and the folder {folder}" for folder in folders) + f"; {again}")
     elif back:
         print(f"{title}: took {NAME} out of {path}{linked}: it is again as it was before, as "
@@ -1851,7 +1876,7 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                   f"{json.dumps(was, ensure_ascii=False, default=str)}")
         print(f"  The file as it was is kept as {copy}; to undo ({shell.name}):\n"
               f"{shell.run(move)}")
-    if dropped:
+    if dropped and new is not None:
         newest = "the one named above, and the newest" if between else "and the two newest"
         print(f"  Older copies removed (three are kept: the first, the file as it was before "
               f"setup.py first changed it, {newest}): {', '.join(dropped)}")

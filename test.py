@@ -4167,6 +4167,27 @@ class InstallTest(TempDirTest):
                 self.assertEqual(self.install(client, env, remove=True)[:2],
                                  (0, f"{setup.CLIENTS[client]}: {path} has no flood-memory: "
                                      f"nothing changed.\n"))
+                # Installed again, and once more with another data directory: the copy kept
+                # holds a file setup.py wrote, and goes with it.
+                self.assertEqual(self.install(client, env)[0], 0)
+                status, out, _ = self.install(client, dict(
+                    env, FLOOD_MEMORY_DIR=os.path.join(home, "another memory")))
+                [copy] = re.findall(r"kept as (.+); to undo", out)
+                status, out, err = self.install(client, env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertIn(f"took flood-memory out of {path} and removed the file, which "
+                              f"--install had made and which held nothing else, its copy "
+                              f"{copy} (which setup.py had written too), and the folder "
+                              f"{os.path.dirname(path)}", out)
+                self.assertEqual(sorted(os.listdir(home)), before)
+                # A file the person had, holding nothing, stays: the first copy holds it.
+                empty = "\n" if client == "codex" else "{}\n"
+                self.write(path, empty)
+                self.assertEqual(self.install(client, env)[0], 0)
+                self.assertEqual(self.install(client, env, remove=True)[0], 0)
+                self.assertEqual(self.read(path + ".before-flood-memory"), empty.encode())
+                self.assertTrue(os.path.isfile(path))
+                shutil.rmtree(os.path.dirname(path))
                 # Something else added there meanwhile: the file stays, with its servers.
                 self.assertEqual(self.install(client, env)[0], 0)
                 data = self.read(path)
