@@ -1458,18 +1458,20 @@ def _give(path, owner):
             os.chown(path, *owner)
 
 
-def _make_folders(folder):
+def _make_folders(folder, mode=None):
     """Make `folder` and the folders missing above it, each owned as the nearest one that
-    exists is."""
+    exists is; `folder` itself with the mode `mode` if one is given (a private folder)."""
     missing = []
-    while not os.path.isdir(folder):
+    while folder and not os.path.isdir(folder):
         missing.append(folder)
-        folder = os.path.dirname(folder)
-    owner = _owner(os.stat(folder))
+        folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
+    owner = _owner(os.stat(folder or os.curdir))
     for made in reversed(missing):
         with contextlib.suppress(FileExistsError):
-            os.mkdir(made)
+            os.mkdir(made, 0o777 if mode is None or made != missing[0] else mode)
             _give(made, owner)
+            if made == missing[0] and mode is not None:
+                os.chmod(made, mode)  # whatever the umask
 
 
 def copies_of(target):
@@ -1989,6 +1991,23 @@ def offer(system, environ, python, data_dir, config_files):
     return status
 
 
+def make_data_directory(data_dir, litestream):
+    """Make the data directory and the memory.db in it, as the store opens them, each owned
+    as the folder it is made in (run as root for a person, theirs)."""
+    from store import DB_NAME, PRIVATE_DIR, open_directory
+
+    database = os.path.join(data_dir, DB_NAME)
+    new = not os.path.lexists(database)
+    with contextlib.suppress(OSError):  # open_directory then says why it cannot
+        _make_folders(data_dir, PRIVATE_DIR)
+    open_directory(data_dir, litestream).close()
+    if new:
+        owner = _owner(os.stat(data_dir))
+        for made in (database, database + "-wal", database + "-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                _give(made, owner)
+
+
 # ----------------------------------------------------------------------------- the test run
 
 # The files of a checkout: a test run's verdict holds for their content under one Python, and
@@ -2037,24 +2056,15 @@ def read_records(path):
 def record_pass(path, key, passed, seconds):
     """Add a passed run to the records at `path`, keeping the newest KEPT_RECORDS, in a
     folder and a file that only this person can read."""
-    from store import PRIVATE_DIR
+    from store import PRIVATE_DIR, PRIVATE_FILE
 
     records = read_records(path)
     records.pop(key, None)
     records[key] = {"passed": passed, "seconds": round(seconds, 1)}
     folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        os.makedirs(folder, mode=PRIVATE_DIR)
-        os.chmod(folder, PRIVATE_DIR)
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=RECORD_NAME + ".")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(dict(list(records.items())[-KEPT_RECORDS:]), f, indent=1)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+    _make_folders(folder, PRIVATE_DIR)
+    data = json.dumps(dict(list(records.items())[-KEPT_RECORDS:]), indent=1).encode()
+    _write_over(path, data, PRIVATE_FILE, _owner(os.stat(folder)))
 
 
 def took(seconds):
@@ -2182,6 +2192,7 @@ def write_bundle(target):
                 member = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
                 member.create_system, member.external_attr = 3, 0o644 << 16  # rw-r--r--
                 bundle.writestr(member, data, zipfile.ZIP_DEFLATED)
+        _give(temporary, _owner(os.stat(os.path.dirname(path))))
         os.replace(temporary, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -2247,7 +2258,7 @@ def main(argv=None):
 def _main(args):
     sys.path.insert(0, HERE)
     from server import risky_location
-    from store import StoreError, data_settings, open_directory
+    from store import StoreError, data_settings
 
     system, environ = platform.system(), os.environ
     if args.bundle is not None:
@@ -2259,7 +2270,7 @@ def _main(args):
     home = os.path.expanduser("~")
     try:
         data_dir, litestream = data_settings(environ)
-        open_directory(data_dir, litestream).close()
+        make_data_directory(data_dir, litestream)
     except StoreError as exc:
         print(f"setup.py: {exc}", file=sys.stderr)
         return 1

@@ -4585,6 +4585,31 @@ class InstallTest(TempDirTest):
         for made in (windsurf, os.path.dirname(windsurf),
                      os.path.dirname(os.path.dirname(windsurf))):
             self.assertEqual(os.stat(made)[stat.ST_UID:stat.ST_GID + 1], (1000, 1001), made)
+        # The data directory and memory.db, made 0700 and 0600 by root, and the record of a
+        # test run (~/.cache/flood-memory): their client's server could not open the one, nor
+        # their own setup.py write the other; and a bundle. A stand-in suite passes at once.
+        checkout = os.path.join(self.dir, "checkout")
+        os.mkdir(checkout)
+        for name in setup.PYTHON_FILES:
+            shutil.copy(os.path.join(HERE, name), checkout)
+        with open(os.path.join(checkout, "test.py"), "w") as f:
+            f.write("print('stand-in suite')\n")
+        for args in (["--client", "cursor"], ["--bundle", os.path.join(home, "x.mcpb")]):
+            done = subprocess.run([sys.executable, os.path.join(checkout, "setup.py"), *args],
+                                  env=env, cwd=self.dir, capture_output=True, text=True,
+                                  timeout=120)
+            self.assertEqual(done.returncode, 0, done.stderr)
+        data_dir = env["FLOOD_MEMORY_DIR"]
+        cache = setup.cache_dir(platform.system(), env)
+        for made, mode in ((data_dir, 0o700), (os.path.join(data_dir, "memory.db"), 0o600),
+                           (os.path.join(home, "x.mcpb"), 0o644),
+                           (os.path.dirname(cache), None), (cache, 0o700),
+                           (os.path.join(cache, setup.RECORD_NAME), 0o600)):
+            st = os.stat(made)
+            self.assertEqual((st.st_uid, st.st_gid), (1000, 1001), made)
+            self.assertEqual(stat.S_IMODE(st.st_mode), mode or stat.S_IMODE(st.st_mode), made)
+        self.assertEqual([name for name in os.listdir(data_dir)
+                          if os.stat(os.path.join(data_dir, name)).st_uid != 1000], [])
 
     @unittest.skipUnless(can_symlink(), "this process may not make symbolic links")
     def test_a_file_behind_a_link_is_written_through_it_or_left(self):
