@@ -2030,11 +2030,24 @@ def cache_dir(system, environ):
     return posixpath.join(environ.get("XDG_CACHE_HOME") or posixpath.join(home, ".cache"), NAME)
 
 
-def checkout_key(folder, python=sys.executable, version=sys.version):
-    """The content of the checkout's PYTHON_FILES in `folder` and the Python that tests them,
-    as one SHA-256: no path or time, so that a fresh clone of the same commit has the key of
-    this one."""
-    digest = hashlib.sha256(f"{python}\0{version}\0".encode())
+def sqlite_version(python):
+    """The version of the SQLite library `python` uses, as it says it ("" if it cannot):
+    asked of it, as only store.py imports sqlite3."""
+    try:
+        out = subprocess.run([python, "-c", "import sqlite3; print(sqlite3.sqlite_version)"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def checkout_key(folder, python=sys.executable, version=sys.version, sqlite=None):
+    """The content of the checkout's PYTHON_FILES in `folder` and the Python that tests them
+    with its SQLite library (`sqlite`, its version: asked of `python` if None), as one
+    SHA-256: no path or time, so that a fresh clone of the same commit has the key of this
+    one. The library is apart from the Python: a system upgrade can change it alone."""
+    sqlite = sqlite_version(python) if sqlite is None else sqlite
+    digest = hashlib.sha256(f"{python}\0{version}\0{sqlite}\0".encode())
     for name in PYTHON_FILES:
         with open(os.path.join(folder, name), "rb") as f:
             data = f.read()
@@ -2077,8 +2090,9 @@ def run_tests(system, environ, again=False):
     """The test suite, run unless this checkout passed it with this Python before (`again`:
     run anyway), a pass recorded in the person's cache folder. Whether it passed."""
     record = os.path.join(cache_dir(system, environ), RECORD_NAME)
+    sqlite = sqlite_version(sys.executable)
     try:
-        key = checkout_key(HERE)
+        key = checkout_key(HERE, sqlite=sqlite)
     except OSError:
         key = None  # a file is missing: the run says which
     files = f"{', '.join(PYTHON_FILES[:-1])} and {PYTHON_FILES[-1]}"
@@ -2100,7 +2114,7 @@ def run_tests(system, environ, again=False):
               f"connecting a client.", file=sys.stderr)
         return False
     try:
-        if key is None or checkout_key(HERE) != key:
+        if key is None or checkout_key(HERE, sqlite=sqlite) != key:
             print(f"The tests passed in {took(seconds)}; a file changed while they ran, so "
                   f"the next setup.py runs them again.")
             return True

@@ -3826,6 +3826,21 @@ class SetupTest(TempDirTest):
                 with open(path, "wb") as f:
                     f.write(before)
 
+    def test_another_sqlite_library_under_the_same_python_runs_the_tests_again(self):
+        # A system upgrade of libsqlite3 leaves the Python as it was: played by a
+        # sitecustomize that makes sqlite3 say another version, in every process.
+        checkout = self.stub_checkout("flood-memory")
+        self.assertEqual(self.setup_with_stub(checkout)[1], 1)
+        site = os.path.join(self.dir, "site")
+        os.mkdir(site)
+        with open(os.path.join(site, "sitecustomize.py"), "w") as f:
+            f.write("import sqlite3\nsqlite3.sqlite_version = '3.0.0'\n")
+        for expected in (2, 2):
+            done, ran, _ = self.setup_with_stub(checkout, PYTHONPATH=site)
+            self.assertEqual((done.returncode, ran), (0, expected), done.stderr)
+        self.assertEqual(setup.checkout_key(checkout),
+                         setup.checkout_key(checkout, sqlite=sqlite3.sqlite_version))
+
     def test_a_failed_test_run_is_not_recorded_as_passed(self):
         checkout = self.stub_checkout("flood-memory")
         for expected in (1, 2):
