@@ -2057,13 +2057,17 @@ def checkout_key(folder, python=sys.executable, version=sys.version, sqlite=None
 
 def read_records(path):
     """The passed runs recorded at `path`, {key: {"passed": epoch seconds, "seconds": n}},
-    oldest first; none if the file is missing or damaged."""
+    oldest first; none if the file is missing or damaged (an entry without both numbers)."""
     try:
         with open(path, encoding="utf-8") as f:
             records = json.load(f)
     except (OSError, ValueError):
         return {}
-    return records if isinstance(records, dict) else {}
+    whole = isinstance(records, dict) and all(
+        isinstance(entry, dict) and all(type(entry.get(k)) in (int, float)
+                                        for k in ("passed", "seconds"))
+        for entry in records.values())
+    return records if whole else {}
 
 
 def record_pass(path, key, passed, seconds):
@@ -2098,7 +2102,7 @@ def run_tests(system, environ, again=False):
     files = f"{', '.join(PYTHON_FILES[:-1])} and {PYTHON_FILES[-1]}"
     seen = read_records(record).get(key) if key else None
     if seen and not again:
-        with contextlib.suppress(TypeError, ValueError, OverflowError, OSError):
+        with contextlib.suppress(ValueError, OverflowError, OSError):  # a time out of range
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen["passed"]))
             print(f"Tests: not run; this checkout's {files}, as they are, passed them with "
                   f"this Python on {when} (in {took(seen['seconds'])}); --tests runs them "

@@ -3841,6 +3841,24 @@ class SetupTest(TempDirTest):
         self.assertEqual(setup.checkout_key(checkout),
                          setup.checkout_key(checkout, sqlite=sqlite3.sqlite_version))
 
+    def test_a_damaged_record_of_passed_runs_is_no_record(self):
+        # An entry without "passed" ended setup.py in a KeyError traceback.
+        checkout = self.stub_checkout("flood-memory")
+        done, ran, env = self.setup_with_stub(checkout)
+        record = os.path.join(setup.cache_dir(platform.system(), env), setup.RECORD_NAME)
+        key = setup.checkout_key(checkout)
+        for n, entry in enumerate(({"seconds": 1}, {"passed": 1}, "passed", None,
+                                   {"passed": True, "seconds": 1},
+                                   {"passed": "today", "seconds": 1}), 2):
+            with self.subTest(entry=entry):
+                with open(record, "w") as f:
+                    json.dump({key: entry}, f)
+                self.assertEqual(setup.read_records(record), {})
+                done, ran, _ = self.setup_with_stub(checkout)
+                self.assertEqual((done.returncode, ran), (0, n), done.stderr)
+                self.assertIn("The tests passed in ", done.stdout)
+        self.assertEqual(list(setup.read_records(record)), [key])
+
     def test_a_failed_test_run_is_not_recorded_as_passed(self):
         checkout = self.stub_checkout("flood-memory")
         for expected in (1, 2):
