@@ -1648,16 +1648,16 @@ def made_by_install(target, change):
 
 
 def remove_empty_folders(folder, home):
-    """Remove `folder` if it is empty, and then the folders above it inside `home` that are
-    empty (never `home` itself): the ones removed."""
+    """Remove `folder` if it is empty and inside `home`, and then the folders above it
+    inside `home` that are empty (never `home` itself, nor a folder outside it): the ones
+    removed."""
     home, removed = os.path.normcase(os.path.abspath(home)), []
     while True:
-        here = os.path.normcase(os.path.abspath(folder))
-        if here == home or removed and not here.startswith(os.path.join(home, "")):
+        if not os.path.normcase(os.path.abspath(folder)).startswith(os.path.join(home, "")):
             return removed
         try:
             os.rmdir(folder)
-        except OSError:  # not empty (or the top of the disk)
+        except OSError:  # not empty
             return removed
         removed.append(folder)
         folder = os.path.dirname(folder)

@@ -4239,6 +4239,21 @@ class InstallTest(TempDirTest):
         self.assertIn(f"setup.py: {os.path.join(home, '.cursor')} is a file where a folder "
                       f"should be; nothing was changed.", err)
 
+    def test_an_uninstall_removes_no_folder_outside_the_home(self):
+        # CODEX_HOME outside the home: the file --install made goes, its folder stays. The
+        # first folder was removed wherever it was.
+        home, env = self.home()
+        env["CODEX_HOME"] = outside = os.path.join(self.dir, "elsewhere", "codex")
+        self.assertEqual(self.install("codex", env)[0], 0)
+        status, out, err = self.install("codex", env, remove=True)
+        self.assertEqual((status, err), (0, ""))
+        self.assertIn("which held nothing else; to add it again", out)
+        self.assertEqual(os.listdir(outside), [])
+        for folder in (outside, os.path.join(self.dir, "Bob Smith 2"), home):
+            os.makedirs(folder, exist_ok=True)
+            self.assertEqual(setup.remove_empty_folders(folder, home), [])
+            self.assertTrue(os.path.isdir(folder))
+
     def test_ten_installs_and_uninstalls_leave_the_file_as_it_was_and_one_copy(self):
         home, env = self.home()
         originals = {client: (original, '{\n  "theme": "dark"\n}\n' if client != "codex" else
