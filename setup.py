@@ -726,11 +726,13 @@ if sys.version_info >= MIN_PYTHON:
                              r")|(?P<mark>[{}\[\]:,])")
     _JSON_ANY_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\.)*+"')
     # Runs of items or members a skipped value holds, each a scalar (or {} or []) and a
-    # comma, read at once.
+    # comma, read at once; of members, until the file's indentation step is known, only
+    # those that do not start a line (JsonText.indentation reads those): a minified file's.
     _JSON_FLAT = _JSON_SCALAR + r"|\{[ \t\r\n]*+\}|\[[ \t\r\n]*+\]"
     _JSON_ITEMS = re.compile(r"(?:[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
-    _JSON_MEMBERS = re.compile(r"(?:[ \t\r\n]*+" + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:"
-                               + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    _JSON_MEMBERS, _JSON_MEMBERS_IN_A_LINE = (re.compile(
+        r"(?:" + lead + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:" + _JSON_FLAT +
+        r")[ \t\r\n]*+,)*+") for lead in (r"[ \t\r\n]*+", r"[ \t]*+"))
     # A valid TOML document's strings (basic, literal, multi-line), each to its end.
     _TOML_STRINGS = {quote: re.compile(pattern, re.DOTALL) for quote, pattern in (
         ('"', r'"(?:[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
@@ -902,8 +904,8 @@ class JsonText:
                {} if mode == _VALUE else None)
         self.quiet += not keeping and mode != _VALUE
         first, count, before = {}, 0, None
-        while not self.closes("}", count + self.skip(mode == _SKIP and self.unit is not None,
-                                                     _JSON_MEMBERS)):
+        while not self.closes("}", count + self.skip(mode == _SKIP, _JSON_MEMBERS_IN_A_LINE
+                                                     if self.unit is None else _JSON_MEMBERS)):
             kind, key_start, key_end = self.take("a key")
             if text[key_start] != '"':
                 self.fail(key_start, f"expected a key in double quotes, found "

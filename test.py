@@ -4506,6 +4506,20 @@ class InstallTest(TempDirTest):
                 self.assertLess(peak, 10 * size, f"{peak / size:.1f} times the file's size")
         self.assertEqual(self.read(path), text.encode())
 
+    def test_a_minified_file_is_skipped_through_as_an_indented_one_is(self):
+        # Runs of plain members were taken at once only once the file's indentation step was
+        # known: a minified file has none, and took 9.2 s for 7 MB against 0.84 s for 8 MB
+        # indented. Counted, not timed: the values read one by one.
+        server = os.path.join(HERE, "server.py")
+        document = {"mcpServers": {}, "settings": {f"k{i}": i for i in range(10000)},
+                    "more": {"nested": {f"n{i}": "x" for i in range(1000)}}}
+        read = setup.JsonText.value
+        for text in (json.dumps(document, indent=2), json.dumps(document, separators=",:")):
+            with self.subTest(text=text[:20]), unittest.mock.patch.object(
+                    setup.JsonText, "value", autospec=True, side_effect=read) as value:
+                setup.json_changed("cursor", text, "mcp.json", {"command": "x"}, server)
+                self.assertLess(value.call_count, 100)
+
     def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
         home, env = self.home()
         for client, data, said in (
