@@ -747,7 +747,7 @@ _JSON_DEPTH = 200
 
 # How JsonText reads a value: checked and skipped; as Python values (the flood-memory
 # entry); as the top object or the servers, keeping where one member is; as another server's
-# entry, its args and each of them, looked at only for this checkout's server.py.
+# entry, its args and each of them, read only as far as starts_server looks.
 _SKIP, _VALUE, _TOP, _SERVERS, _ENTRY, _ARGS, _ARG = range(7)
 
 
@@ -777,7 +777,7 @@ class JsonText:
     indentation, line endings and comments stay as they were.
 
     Of all the values, only the flood-memory entry is read as Python values, and the args
-    of the other servers are looked at with `starts` (a function of one argument); every
+    of the other servers, for starts_server to tell those that start `server`; every
     other value is checked and skipped, so that reading costs little beyond the text
     however many values it holds. `unit` is the file's indentation step, found at the first
     member that starts a line of its own, deeper than the line of its object; None if there
@@ -788,9 +788,9 @@ class JsonText:
     key twice in the flood-memory entry is refused: the client would read one of the two
     and setup.py might change the other. An empty text (or one of comments only) is {}."""
 
-    def __init__(self, text, path, commented, key, starts=None):
+    def __init__(self, text, path, commented, key, server=None):
         self.text, self.path, self.commented, self.key = text, path, commented, key
-        self.starts, self.started = starts, False
+        self.server = server
         self.comments, self.pos, self.ahead, self.end = [], 0, None, 0
         self.quiet = 0  # in what no edit goes into: comments there are not kept
         self.unit, self.line, self.seen, self.indent = None, 0, 0, ""
@@ -872,14 +872,13 @@ class JsonText:
                 except ValueError:  # an integer longer than int() reads
                     self.fail(start, f"a number of {end - start} digits, more than setup.py "
                                      f"reads")
-                self.started = self.started or mode == _ARG and self.starts(value)
                 return value
             return None
         if self.text[start] == "{":
             return self.object(start, depth, _SKIP if mode in (_ARGS, _ARG) else mode, outer)
         if self.text[start] != "[":
             self.fail(start, f"expected a value, found {self.text[start]}")
-        items = [] if mode == _VALUE else None
+        items = [] if mode in (_VALUE, _ARGS) else None
         inner = _VALUE if mode == _VALUE else _ARG if mode == _ARGS else _SKIP
         self.quiet += mode != _VALUE
         count = 0
@@ -901,7 +900,7 @@ class JsonText:
         text = self.text
         keeping = mode in (_TOP, _SERVERS)
         obj = (JsonObject(start, self.key if mode == _TOP else NAME) if keeping else
-               {} if mode == _VALUE else None)
+               {} if mode in (_VALUE, _ENTRY) else None)
         self.quiet += not keeping and mode != _VALUE
         first, count, before = {}, 0, None
         while not self.closes("}", count + self.skip(mode == _SKIP, _JSON_MEMBERS_IN_A_LINE
@@ -924,15 +923,13 @@ class JsonText:
             inner = (_VALUE if mode == _VALUE else
                      _ARGS if mode == _ENTRY and key == "args" else
                      (_SERVERS if mode == _TOP else _VALUE) if keeping and key == obj.kept else
-                     _ENTRY if mode == _SERVERS and self.starts else _SKIP)
-            if mode == _SERVERS:
-                self.started = False
+                     _ENTRY if mode == _SERVERS and self.server else _SKIP)
             value = self.value(depth + 1, inner, inner_outer)
             value_end = self.end
             _, mark, _ = self.take(", or }")
             comma = mark if text[mark] == "," else None
             member = (key, key_start, value_start, value_end, comma, value)
-            if mode == _VALUE:
+            if mode == _VALUE or mode == _ENTRY and key == "args":
                 obj[key] = value
             elif keeping and key == obj.kept:
                 obj.members = [before, member] if before else [member]
@@ -941,7 +938,7 @@ class JsonText:
                 for piece in _pieces(text, key_start, value_end):
                     obj.others.update(piece.encode())
                 obj.others.update(b"\0")
-                if self.started:
+                if self.server and starts_server(value, self.server):
                     obj.starting.append(key)
             before, count = member, count + 1
             if text[mark] == "}":
@@ -1173,7 +1170,7 @@ def json_changed(client, text, path, entry, server, bare=False):
     if `bare`): (new text, the entry that was there or None, the other servers there that
     start `server`, whether flood-memory is the only server)."""
     key = SERVERS_KEY[client]
-    doc = JsonText(text, path, client in COMMENTED, key, lambda arg: is_server(arg, server))
+    doc = JsonText(text, path, client in COMMENTED, key, server)
     servers = doc.servers
     if doc.top is not None and doc.top.place is not None and not isinstance(servers,
                                                                              JsonObject):
@@ -1722,8 +1719,7 @@ def _servers_read_only(client, path, server):
     try:
         with open(path, "rb") as f:
             text, _ = decode(f.read(), path)
-        servers = JsonText(text, path, client in COMMENTED, "mcpServers",
-                           lambda arg: is_server(arg, server)).servers
+        servers = JsonText(text, path, client in COMMENTED, "mcpServers", server).servers
     except (OSError, Refused):
         return None, []
     return (servers.value, servers.starting) if isinstance(servers, JsonObject) else (None, [])
