@@ -1466,10 +1466,11 @@ def _make_folders(folder, mode=None):
         folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
     owner = _owner(os.stat(folder or os.curdir))
     for made in reversed(missing):
+        private = mode is not None and made == missing[0]
         with contextlib.suppress(FileExistsError):
-            os.mkdir(made, 0o777 if mode is None or made != missing[0] else mode)
+            os.mkdir(made, mode if private else 0o777)
             _give(made, owner)
-            if made == missing[0] and mode is not None:
+            if private:
                 os.chmod(made, mode)  # whatever the umask
 
 
@@ -1991,7 +1992,8 @@ def offer(system, environ, python, data_dir, config_files):
 
 def make_data_directory(data_dir, litestream):
     """Make the data directory and the memory.db in it, as the store opens them, each owned
-    as the folder it is made in (run as root for a person, theirs)."""
+    as the folder it is made in (run as root for a person, theirs; SQLite run as root gives
+    the -wal and -shm it makes to the database's owner itself)."""
     from store import DB_NAME, PRIVATE_DIR, open_directory
 
     database = os.path.join(data_dir, DB_NAME)
@@ -2000,10 +2002,7 @@ def make_data_directory(data_dir, litestream):
         _make_folders(data_dir, PRIVATE_DIR)
     open_directory(data_dir, litestream).close()
     if new:
-        owner = _owner(os.stat(data_dir))
-        for made in (database, database + "-wal", database + "-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                _give(made, owner)
+        _give(database, _owner(os.stat(data_dir)))
 
 
 # ----------------------------------------------------------------------------- the test run
