@@ -726,11 +726,13 @@ if sys.version_info >= MIN_PYTHON:
                              r")|(?P<mark>[{}\[\]:,])")
     _JSON_ANY_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\.)*+"')
     # Runs of items or members a skipped value holds, each a scalar (or {} or []) and a
-    # comma, read at once.
+    # comma, read at once; of members, until the file's indentation step is known, only
+    # those that do not start a line (JsonText.indentation reads those): a minified file's.
     _JSON_FLAT = _JSON_SCALAR + r"|\{[ \t\r\n]*+\}|\[[ \t\r\n]*+\]"
     _JSON_ITEMS = re.compile(r"(?:[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
-    _JSON_MEMBERS = re.compile(r"(?:[ \t\r\n]*+" + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:"
-                               + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    _JSON_MEMBERS, _JSON_MEMBERS_IN_A_LINE = (re.compile(
+        r"(?:" + lead + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:" + _JSON_FLAT +
+        r")[ \t\r\n]*+,)*+") for lead in (r"[ \t\r\n]*+", r"[ \t]*+"))
     # A valid TOML document's strings (basic, literal, multi-line), each to its end.
     _TOML_STRINGS = {quote: re.compile(pattern, re.DOTALL) for quote, pattern in (
         ('"', r'"(?:[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
@@ -745,7 +747,7 @@ _JSON_DEPTH = 200
 
 # How JsonText reads a value: checked and skipped; as Python values (the flood-memory
 # entry); as the top object or the servers, keeping where one member is; as another server's
-# entry, its args and each of them, looked at only for this checkout's server.py.
+# entry, its args and each of them, read only as far as starts_server looks.
 _SKIP, _VALUE, _TOP, _SERVERS, _ENTRY, _ARGS, _ARG = range(7)
 
 
@@ -775,7 +777,7 @@ class JsonText:
     indentation, line endings and comments stay as they were.
 
     Of all the values, only the flood-memory entry is read as Python values, and the args
-    of the other servers are looked at with `starts` (a function of one argument); every
+    of the other servers, for starts_server to tell those that start `server`; every
     other value is checked and skipped, so that reading costs little beyond the text
     however many values it holds. `unit` is the file's indentation step, found at the first
     member that starts a line of its own, deeper than the line of its object; None if there
@@ -786,9 +788,9 @@ class JsonText:
     key twice in the flood-memory entry is refused: the client would read one of the two
     and setup.py might change the other. An empty text (or one of comments only) is {}."""
 
-    def __init__(self, text, path, commented, key, starts=None):
+    def __init__(self, text, path, commented, key, server=None):
         self.text, self.path, self.commented, self.key = text, path, commented, key
-        self.starts, self.started = starts, False
+        self.server = server
         self.comments, self.pos, self.ahead, self.end = [], 0, None, 0
         self.quiet = 0  # in what no edit goes into: comments there are not kept
         self.unit, self.line, self.seen, self.indent = None, 0, 0, ""
@@ -870,14 +872,13 @@ class JsonText:
                 except ValueError:  # an integer longer than int() reads
                     self.fail(start, f"a number of {end - start} digits, more than setup.py "
                                      f"reads")
-                self.started = self.started or mode == _ARG and self.starts(value)
                 return value
             return None
         if self.text[start] == "{":
             return self.object(start, depth, _SKIP if mode in (_ARGS, _ARG) else mode, outer)
         if self.text[start] != "[":
             self.fail(start, f"expected a value, found {self.text[start]}")
-        items = [] if mode == _VALUE else None
+        items = [] if mode in (_VALUE, _ARGS) else None
         inner = _VALUE if mode == _VALUE else _ARG if mode == _ARGS else _SKIP
         self.quiet += mode != _VALUE
         count = 0
@@ -899,11 +900,11 @@ class JsonText:
         text = self.text
         keeping = mode in (_TOP, _SERVERS)
         obj = (JsonObject(start, self.key if mode == _TOP else NAME) if keeping else
-               {} if mode == _VALUE else None)
+               {} if mode in (_VALUE, _ENTRY) else None)
         self.quiet += not keeping and mode != _VALUE
         first, count, before = {}, 0, None
-        while not self.closes("}", count + self.skip(mode == _SKIP and self.unit is not None,
-                                                     _JSON_MEMBERS)):
+        while not self.closes("}", count + self.skip(mode == _SKIP, _JSON_MEMBERS_IN_A_LINE
+                                                     if self.unit is None else _JSON_MEMBERS)):
             kind, key_start, key_end = self.take("a key")
             if text[key_start] != '"':
                 self.fail(key_start, f"expected a key in double quotes, found "
@@ -922,15 +923,13 @@ class JsonText:
             inner = (_VALUE if mode == _VALUE else
                      _ARGS if mode == _ENTRY and key == "args" else
                      (_SERVERS if mode == _TOP else _VALUE) if keeping and key == obj.kept else
-                     _ENTRY if mode == _SERVERS and self.starts else _SKIP)
-            if mode == _SERVERS:
-                self.started = False
+                     _ENTRY if mode == _SERVERS and self.server else _SKIP)
             value = self.value(depth + 1, inner, inner_outer)
             value_end = self.end
             _, mark, _ = self.take(", or }")
             comma = mark if text[mark] == "," else None
             member = (key, key_start, value_start, value_end, comma, value)
-            if mode == _VALUE:
+            if mode == _VALUE or mode == _ENTRY and key == "args":
                 obj[key] = value
             elif keeping and key == obj.kept:
                 obj.members = [before, member] if before else [member]
@@ -939,7 +938,7 @@ class JsonText:
                 for piece in _pieces(text, key_start, value_end):
                     obj.others.update(piece.encode())
                 obj.others.update(b"\0")
-                if self.started:
+                if self.server and starts_server(value, self.server):
                     obj.starting.append(key)
             before, count = member, count + 1
             if text[mark] == "}":
@@ -1152,6 +1151,12 @@ def apply_edits(text, edits, comments, path, what):
     return "".join([*pieces, *_pieces(text, pos, len(text))])
 
 
+def _encode(bom, text):
+    """The bytes of `text` in UTF-8 after the byte order mark `bom`, encoded a megabyte at a
+    time."""
+    return bom + b"".join(piece.encode() for piece in _pieces(text))
+
+
 def _pieces(text, start=0, end=None):
     """text[start:end], a megabyte at a time."""
     end = len(text) if end is None else end
@@ -1165,7 +1170,7 @@ def json_changed(client, text, path, entry, server, bare=False):
     if `bare`): (new text, the entry that was there or None, the other servers there that
     start `server`, whether flood-memory is the only server)."""
     key = SERVERS_KEY[client]
-    doc = JsonText(text, path, client in COMMENTED, key, lambda arg: is_server(arg, server))
+    doc = JsonText(text, path, client in COMMENTED, key, server)
     servers = doc.servers
     if doc.top is not None and doc.top.place is not None and not isinstance(servers,
                                                                              JsonObject):
@@ -1438,12 +1443,10 @@ def _set_mode(fd, mode, owner):
     _give(fd, owner)
 
 
-def _owner(path):
-    """Who owns `path`, (uid, gid); None where files have no owner to keep (Windows)."""
-    if not hasattr(os, "fchown"):
-        return None
-    st = os.stat(path)
-    return st.st_uid, st.st_gid
+def _owner(st):
+    """Who owns the file of the os.stat `st`, (uid, gid); None where files have no owner to
+    keep (Windows)."""
+    return (st.st_uid, st.st_gid) if hasattr(os, "fchown") else None
 
 
 def _give(path, owner):
@@ -1454,18 +1457,21 @@ def _give(path, owner):
             os.chown(path, *owner)
 
 
-def _make_folders(folder):
+def _make_folders(folder, mode=None):
     """Make `folder` and the folders missing above it, each owned as the nearest one that
-    exists is."""
+    exists is; `folder` itself with the mode `mode` if one is given (a private folder)."""
     missing = []
-    while not os.path.isdir(folder):
+    while folder and not os.path.isdir(folder):
         missing.append(folder)
-        folder = os.path.dirname(folder)
-    owner = _owner(folder)
+        folder = os.path.dirname(folder) if os.path.dirname(folder) != folder else ""
+    owner = _owner(os.stat(folder or os.curdir))
     for made in reversed(missing):
+        private = mode is not None and made == missing[0]
         with contextlib.suppress(FileExistsError):
-            os.mkdir(made)
+            os.mkdir(made, mode if private else 0o777)
             _give(made, owner)
+            if private:
+                os.chmod(made, mode)  # whatever the umask
 
 
 def copies_of(target):
@@ -1498,34 +1504,58 @@ def keep_copy(target, data, mode, owner):
             break
         except FileExistsError:
             continue
-    try:
-        _write_synced(fd, data, mode, owner)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(copy)
-        raise
+    _write_synced(fd, copy, data, mode, owner)
     return copy
 
 
-def drop_old_copies(target):
-    """Take out the copies of `target` but three: the oldest (the file as it was before
-    flood-memory first changed it) and the two newest. The paths taken out."""
+def drop_old_copies(target, in_use, every=False):
+    """Take out the copies of `target` (`every` one of them, or) but three: the oldest (the
+    file as it was before flood-memory first changed it), `in_use` (the copy named as the
+    undo, wherever it is) and the newest. (The paths taken out, whether `in_use` was kept in
+    place of the second newest.)"""
     copies = [copy for _, copy in copies_of(target)]
-    dropped = copies[1:-2] if len(copies) > 3 else []
+    between = in_use in copies[1:-2]
+    kept = set() if every else {*copies[:1], *copies[-1 if between else -2:], in_use}
+    dropped = [copy for copy in copies if copy not in kept]
     for copy in dropped:
         with contextlib.suppress(OSError):
             os.remove(copy)
-    return dropped
+    return dropped, between
 
 
-def _write_synced(fd, data, mode, owner):
-    """Write `data` to the open file `fd` (closed after), with the mode `mode` and the owner
-    `owner`, and sync it."""
-    with os.fdopen(fd, "wb") as f:
-        _set_mode(f.fileno(), mode, owner)
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+def _write_synced(fd, path, data, mode, owner):
+    """Write `data` to the new file `path`, open as `fd` (closed after), with the mode `mode`
+    and the owner `owner`, and sync it; the file is removed if that fails."""
+    try:
+        with os.fdopen(fd, "wb") as f:
+            _set_mode(f.fileno(), mode, owner)
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(path)
+        raise
+
+
+def _temporary(target, data, mode, owner):
+    """A new file beside `target` holding `data`, synced, with the mode `mode` and the owner
+    `owner`: its path."""
+    fd, temp = tempfile.mkstemp(dir=os.path.dirname(target),
+                                prefix=f".{os.path.basename(target)}.", suffix=".tmp")
+    _write_synced(fd, temp, data, mode, owner)
+    return temp
+
+
+def _write_over(target, data, mode, owner):
+    """Write `data` over `target` as one rename of a temporary file beside it."""
+    temp = _temporary(target, data, mode, owner)
+    try:
+        os.replace(temp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(temp)
+        raise
 
 
 def replace_file(target, old, st, new, mode, client, keep=True):
@@ -1533,84 +1563,101 @@ def replace_file(target, old, st, new, mode, client, keep=True):
     such file) when it was read, with the os.stat `st`, as one rename: a temporary file
     beside it, synced, with the mode `mode`, renamed over it if it is still as it was read,
     and the folder synced. A copy of `old` is kept beside it (unless not `keep`): one that
-    holds the same bytes, else a new one made first, and then the oldest but the first
-    taken out to leave three; nothing stays of a new copy if nothing was written. Files are
-    owned as the file was (a new one as its folder is). Returns (the copy or None, the
-    copies taken out)."""
+    holds the same bytes, else a new one made first, of which nothing stays if nothing was
+    written. Files are owned as the file was (a new one as its folder is). Returns the copy
+    or None."""
     folder = os.path.dirname(target)
     _make_folders(folder)
-    owner = _owner(folder if st is None else target)
+    owner = _owner(os.stat(folder) if st is None else st)
     copy = None if old is None or not keep else copy_holding(target, old)
     made = copy is None and old is not None and keep
     if made:
         copy = keep_copy(target, old, mode, owner)
-    written = False
     changed = Refused(f"{target} changed while setup.py was changing it (a running "
                       f"{CLIENTS[client]} saves it): quit {CLIENTS[client]} and run this "
                       f"again")
+    temp = None
     try:
-        temp = None
         if new is not None:
-            fd, temp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.",
-                                        suffix=".tmp")
-        try:
-            if new is not None:
-                _write_synced(fd, new, mode, owner)
-            # The file renamed over, held open to see whether a save went into it meanwhile.
-            with contextlib.ExitStack() as stack:
-                held = None
-                if old is not None:
-                    try:
-                        held = stack.enter_context(open(target, "rb"))
-                    except FileNotFoundError:
-                        raise changed from None
-                    if _state(os.fstat(held.fileno())) != _state(st):
-                        raise changed
-                if _read_or_none(target) != old:
+            temp = _temporary(target, new, mode, owner)
+        # The file renamed over, held open to see whether a save went into it meanwhile.
+        with contextlib.ExitStack() as stack:
+            held = None
+            if old is not None:
+                try:
+                    held = stack.enter_context(open(target, "rb"))
+                except FileNotFoundError:
+                    raise changed from None
+                if _state(os.fstat(held.fileno())) != _state(st):
                     raise changed
-                if os.name == "nt" and held:  # Windows renames over no file held open
-                    held.close()
-                if new is None:
-                    os.remove(target)
-                else:
-                    os.replace(temp, target)
-                written = True
-                if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
-                    # A client began to save in the moment between the check and the
-                    # rename: its save went into the file renamed over, and is put back.
-                    written = False
-                    saved, _ = read_settled(held, target, client)
-                    replace_file(target, new, None if new is None else os.stat(target), saved,
-                                 mode, client, keep=False)
-                    raise changed
-        finally:
-            if not written and temp:
+            # Read by its path: a save that renamed another file over it leaves `held` as it
+            # was.
+            if _read_or_none(target) != old:
+                raise changed
+            if os.name == "nt" and held:  # Windows renames over no file held open
+                held.close()
+            if new is None:
+                os.remove(target)
+            else:
+                os.replace(temp, target)
+            temp = None
+            if held and not held.closed and _state(os.fstat(held.fileno())) != _state(st):
+                # A client began to save in the moment between the check and the rename:
+                # its save went into the file renamed over, and is put back, unless it has
+                # saved again since, over ours.
+                saved, _ = read_settled(held, target, client)
+                if _read_or_none(target) == new:
+                    _write_over(target, saved, mode, owner)
+                raise changed
+    except BaseException:
+        for leftover in (temp, copy if made else None):
+            if leftover:
                 with contextlib.suppress(OSError):
-                    os.remove(temp)
-    finally:
-        if not written and made:
-            with contextlib.suppress(OSError):
-                os.remove(copy)
+                    os.remove(leftover)
+        raise
     if os.name != "nt":  # Windows cannot open a folder to sync it
         fd = os.open(folder, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
-    return copy, [] if old is None else drop_old_copies(target)
+    return copy
+
+
+def _holds_nothing(data):
+    """Whether a client's file holding `data` holds nothing: empty, or an empty object."""
+    return data.strip() in (b"", b"{}")
+
+
+def made_by_install(target, change):
+    """Whether `target` is a file that --install made: each of its copies (none if it was
+    not changed since) holds a flood-memory and nothing else, `change` (install's) taking
+    it out. A file the person had is the first copy, without one."""
+    for _, copy in copies_of(target):
+        try:
+            data = _read_or_none(copy) or b""
+            if NAME.encode() not in data:  # the person's file, told without parsing it
+                return False
+            text, bom = decode(data, copy)
+            rest, was, _, _ = change(text, None, bare=True)
+        except (OSError, Refused):
+            return False
+        if was is None or not _holds_nothing(_encode(bom, rest)):
+            return False
+    return True
 
 
 def remove_empty_folders(folder, home):
-    """Remove `folder` if it is empty, and then the folders above it inside `home` that are
-    empty (never `home` itself): the ones removed."""
+    """Remove `folder` if it is empty and inside `home`, and then the folders above it
+    inside `home` that are empty (never `home` itself, nor a folder outside it): the ones
+    removed."""
     home, removed = os.path.normcase(os.path.abspath(home)), []
     while True:
-        here = os.path.normcase(os.path.abspath(folder))
-        if here == home or removed and not here.startswith(os.path.join(home, "")):
+        if not os.path.normcase(os.path.abspath(folder)).startswith(os.path.join(home, "")):
             return removed
         try:
             os.rmdir(folder)
-        except OSError:  # not empty (or the top of the disk)
+        except OSError:  # not empty
             return removed
         removed.append(folder)
         folder = os.path.dirname(folder)
@@ -1673,8 +1720,7 @@ def _servers_read_only(client, path, server):
     try:
         with open(path, "rb") as f:
             text, _ = decode(f.read(), path)
-        servers = JsonText(text, path, client in COMMENTED, "mcpServers",
-                           lambda arg: is_server(arg, server)).servers
+        servers = JsonText(text, path, client in COMMENTED, "mcpServers", server).servers
     except (OSError, Refused):
         return None, []
     return (servers.value, servers.starting) if isinstance(servers, JsonObject) else (None, [])
@@ -1769,27 +1815,30 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
             return 0
         text = None  # a large file is not held as text twice over
         try:
-            new = bom + b"".join(piece.encode() for piece in _pieces(changed))
+            new = _encode(bom, changed)
         except UnicodeEncodeError:
             raise Refused(f"a path holds characters that UTF-8 cannot write ({server}, "
                           f"{data_dir})") from None
-        changed = bare = back = None
-        if remove and alone:
+        changed = None
+        # Given back as a copy holds it: that copy is the undo, and no other is made.
+        back = copy_holding(target, new) if remove else None
+        if remove and alone and not back:
             # flood-memory was the only server: without the servers too the file may be as
             # it was before --install (a copy holds that), or hold nothing: a file that
-            # --install made (no copy was ever needed) then goes.
-            bare = bom + b"".join(piece.encode() for piece in _pieces(
-                change(decode(old, path)[0], None, bare=True)[0]))
-            if bare.strip() in (b"", b"{}") and target == path and not copies_of(target):
-                new = bare = None
-        # Given back as a copy holds it: that copy is the undo, and no other is made.
-        for candidate in (new, bare) if remove else ():
-            back = None if candidate is None else copy_holding(target, candidate)
-            if back:
-                new = candidate
-                break
-        copy, dropped = replace_file(target, old, st, new, mode, client,
-                                     keep=not back and new is not None)
+            # --install made then goes, with its copies. Where taking the servers out would
+            # lose a comment (Refused), they stay, as {}.
+            with contextlib.suppress(Refused):
+                bare = _encode(bom, change(decode(old, path)[0], None, bare=True)[0])
+                if _holds_nothing(bare) and target == path and made_by_install(target, change):
+                    new = None
+                elif back := copy_holding(target, bare):
+                    new = bare
+        copy = replace_file(target, old, st, new, mode, client,
+                            keep=not back and new is not None)
+        # Only once it was written: a run refused leaves every copy as it was.
+        dropped, between = [], False
+        if old is not None:  # a file that went takes its copies along
+            dropped, between = drop_old_copies(target, copy or back, every=new is None)
     except Refused as exc:
         print(f"setup.py: {exc}; nothing was changed.", file=sys.stderr)
         if by_hand:
@@ -1808,8 +1857,10 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
     if new is None:
         folders = remove_empty_folders(os.path.dirname(target), environ.get(
             "USERPROFILE" if system == "Windows" else "HOME") or os.path.expanduser("~"))
+        copies = (f", its cop{'ies' if len(dropped) > 1 else 'y'} {', '.join(dropped)} (which "
+                  f"setup.py had written too)" if dropped else "")
         print(f"{title}: took {NAME} out of {path} and removed the file, which --install had "
-              f"made and which held nothing else" + "".join(
+              f"made and which held nothing else{copies}" + "".join(
                   f", and the folder {folder}" for folder in folders) + f"; {again}")
     elif back:
         print(f"{title}: took {NAME} out of {path}{linked}: it is again as it was before, as "
@@ -1826,9 +1877,10 @@ def install(client, system, environ, python, data_dir, config_files, remove=Fals
                   f"{json.dumps(was, ensure_ascii=False, default=str)}")
         print(f"  The file as it was is kept as {copy}; to undo ({shell.name}):\n"
               f"{shell.run(move)}")
-    if dropped:
+    if dropped and new is not None:
+        newest = "the one named above, and the newest" if between else "and the two newest"
         print(f"  Older copies removed (three are kept: the first, the file as it was before "
-              f"setup.py first changed it, and the two newest): {', '.join(dropped)}")
+              f"setup.py first changed it, {newest}): {', '.join(dropped)}")
     if also:
         print(also.lstrip("\n"))
     if not remove:
@@ -1938,6 +1990,21 @@ def offer(system, environ, python, data_dir, config_files):
     return status
 
 
+def make_data_directory(data_dir, litestream):
+    """Make the data directory and the memory.db in it, as the store opens them, each owned
+    as the folder it is made in (run as root for a person, theirs; SQLite run as root gives
+    the -wal and -shm it makes to the database's owner itself)."""
+    from store import DB_NAME, PRIVATE_DIR, open_directory
+
+    database = os.path.join(data_dir, DB_NAME)
+    new = not os.path.lexists(database)
+    with contextlib.suppress(OSError):  # open_directory then says why it cannot
+        _make_folders(data_dir, PRIVATE_DIR)
+    open_directory(data_dir, litestream).close()
+    if new:
+        _give(database, _owner(os.stat(data_dir)))
+
+
 # ----------------------------------------------------------------------------- the test run
 
 # The files of a checkout: a test run's verdict holds for their content under one Python, and
@@ -1960,11 +2027,24 @@ def cache_dir(system, environ):
     return posixpath.join(environ.get("XDG_CACHE_HOME") or posixpath.join(home, ".cache"), NAME)
 
 
-def checkout_key(folder, python=sys.executable, version=sys.version):
-    """The content of the checkout's PYTHON_FILES in `folder` and the Python that tests them,
-    as one SHA-256: no path or time, so that a fresh clone of the same commit has the key of
-    this one."""
-    digest = hashlib.sha256(f"{python}\0{version}\0".encode())
+def sqlite_version(python):
+    """The version of the SQLite library `python` uses, as it says it ("" if it cannot):
+    asked of it, as only store.py imports sqlite3."""
+    try:
+        out = subprocess.run([python, "-c", "import sqlite3; print(sqlite3.sqlite_version)"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()
+
+
+def checkout_key(folder, python=sys.executable, version=sys.version, sqlite=None):
+    """The content of the checkout's PYTHON_FILES in `folder` and the Python that tests them
+    with its SQLite library (`sqlite`, its version: asked of `python` if None), as one
+    SHA-256: no path or time, so that a fresh clone of the same commit has the key of this
+    one. The library is apart from the Python: a system upgrade can change it alone."""
+    sqlite = sqlite_version(python) if sqlite is None else sqlite
+    digest = hashlib.sha256(f"{python}\0{version}\0{sqlite}\0".encode())
     for name in PYTHON_FILES:
         with open(os.path.join(folder, name), "rb") as f:
             data = f.read()
@@ -1974,36 +2054,31 @@ def checkout_key(folder, python=sys.executable, version=sys.version):
 
 def read_records(path):
     """The passed runs recorded at `path`, {key: {"passed": epoch seconds, "seconds": n}},
-    oldest first; none if the file is missing or damaged."""
+    oldest first; none if the file is missing or damaged (an entry without both numbers)."""
     try:
         with open(path, encoding="utf-8") as f:
             records = json.load(f)
     except (OSError, ValueError):
         return {}
-    return records if isinstance(records, dict) else {}
+    whole = isinstance(records, dict) and all(
+        isinstance(entry, dict) and all(type(entry.get(k)) in (int, float)
+                                        for k in ("passed", "seconds"))
+        for entry in records.values())
+    return records if whole else {}
 
 
 def record_pass(path, key, passed, seconds):
     """Add a passed run to the records at `path`, keeping the newest KEPT_RECORDS, in a
     folder and a file that only this person can read."""
-    from store import PRIVATE_DIR
+    from store import PRIVATE_DIR, PRIVATE_FILE
 
     records = read_records(path)
     records.pop(key, None)
     records[key] = {"passed": passed, "seconds": round(seconds, 1)}
     folder = os.path.dirname(path)
-    if not os.path.isdir(folder):
-        os.makedirs(folder, mode=PRIVATE_DIR)
-        os.chmod(folder, PRIVATE_DIR)
-    fd, temporary = tempfile.mkstemp(dir=folder, prefix=RECORD_NAME + ".")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(dict(list(records.items())[-KEPT_RECORDS:]), f, indent=1)
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(temporary)
-        raise
+    _make_folders(folder, PRIVATE_DIR)
+    data = json.dumps(dict(list(records.items())[-KEPT_RECORDS:]), indent=1).encode()
+    _write_over(path, data, PRIVATE_FILE, _owner(os.stat(folder)))
 
 
 def took(seconds):
@@ -2016,14 +2091,15 @@ def run_tests(system, environ, again=False):
     """The test suite, run unless this checkout passed it with this Python before (`again`:
     run anyway), a pass recorded in the person's cache folder. Whether it passed."""
     record = os.path.join(cache_dir(system, environ), RECORD_NAME)
+    sqlite = sqlite_version(sys.executable)
     try:
-        key = checkout_key(HERE)
+        key = checkout_key(HERE, sqlite=sqlite)
     except OSError:
         key = None  # a file is missing: the run says which
     files = f"{', '.join(PYTHON_FILES[:-1])} and {PYTHON_FILES[-1]}"
     seen = read_records(record).get(key) if key else None
     if seen and not again:
-        with contextlib.suppress(TypeError, ValueError, OverflowError, OSError):
+        with contextlib.suppress(ValueError, OverflowError, OSError):  # a time out of range
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(seen["passed"]))
             print(f"Tests: not run; this checkout's {files}, as they are, passed them with "
                   f"this Python on {when} (in {took(seen['seconds'])}); --tests runs them "
@@ -2039,7 +2115,7 @@ def run_tests(system, environ, again=False):
               f"connecting a client.", file=sys.stderr)
         return False
     try:
-        if key is None or checkout_key(HERE) != key:
+        if key is None or checkout_key(HERE, sqlite=sqlite) != key:
             print(f"The tests passed in {took(seconds)}; a file changed while they ran, so "
                   f"the next setup.py runs them again.")
             return True
@@ -2131,6 +2207,7 @@ def write_bundle(target):
                 member = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
                 member.create_system, member.external_attr = 3, 0o644 << 16  # rw-r--r--
                 bundle.writestr(member, data, zipfile.ZIP_DEFLATED)
+        _give(temporary, _owner(os.stat(os.path.dirname(path))))
         os.replace(temporary, path)
     except OSError as exc:
         with contextlib.suppress(OSError):
@@ -2196,7 +2273,7 @@ def main(argv=None):
 def _main(args):
     sys.path.insert(0, HERE)
     from server import risky_location
-    from store import StoreError, data_settings, open_directory
+    from store import StoreError, data_settings
 
     system, environ = platform.system(), os.environ
     if args.bundle is not None:
@@ -2208,7 +2285,7 @@ def _main(args):
     home = os.path.expanduser("~")
     try:
         data_dir, litestream = data_settings(environ)
-        open_directory(data_dir, litestream).close()
+        make_data_directory(data_dir, litestream)
     except StoreError as exc:
         print(f"setup.py: {exc}", file=sys.stderr)
         return 1
