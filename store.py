@@ -855,7 +855,7 @@ def _node_id(value, name="node_id"):
                            f"'{uuid.UUID(int=0)}')") from None
 
 
-def _text(value, name, *, allow_empty=True):
+def _text(value, name, *, allow_empty=True, most=None, advice=""):
     if not isinstance(value, str):
         raise InvalidInput(f"{name} must be a string, got {_kind(value)}")
     try:
@@ -865,15 +865,19 @@ def _text(value, name, *, allow_empty=True):
             from None
     if not allow_empty and not value.strip():
         raise InvalidInput(f"{name} must not be empty")
+    if most is not None and len(value) > most:
+        raise InvalidInput(f"{name} may have at most {most:,} characters, got {len(value):,}"
+                           f"{advice}")
     return value
 
 
 def _content(value):
-    value = _text(value, "content", allow_empty=False)
-    if len(value) > MAX_CONTENT:
-        raise InvalidInput(f"content may have at most {MAX_CONTENT:,} characters, got "
-                           f"{len(value):,}; split it into several linked memories")
-    return value
+    return _text(value, "content", allow_empty=False, most=MAX_CONTENT,
+                 advice="; split it into several linked memories")
+
+
+def _source(value):
+    return _text(value, "source", most=MAX_SOURCE)
 
 
 def _tags(values):
@@ -999,14 +1003,6 @@ def _checked(values):
                                f"{first[record.id]}: each memory may come once")
         first[record.id] = number
         yield record
-
-
-def _source(value):
-    value = _text(value, "source")
-    if len(value) > MAX_SOURCE:
-        raise InvalidInput(f"source may have at most {MAX_SOURCE:,} characters, got "
-                           f"{len(value):,}")
-    return value
 
 
 _COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
