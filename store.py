@@ -384,16 +384,15 @@ _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 def _statements(script):
     """(name, statement) of each statement of a schema script (a trigger's holds `;` to END),
     with the comments within it (a column's goes on over lines), not those between them."""
-    statements, current = [], ""
+    current = ""
     for line in script.splitlines(keepends=True):
         if not current.strip() and line.lstrip().startswith("--"):
             continue
         current += line
         if sqlite3.complete_statement(current):
             words = current.split()
-            statements.append((words[3] if words[1] == "VIRTUAL" else words[2], current.strip()))
+            yield words[3] if words[1] == "VIRTUAL" else words[2], current.strip()
             current = ""
-    return statements
 
 
 _STATEMENTS = dict(_statements(SCHEMA))  # name -> statement, in SCHEMA's order
