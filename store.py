@@ -433,7 +433,7 @@ def _upgrade(db, version):
     if version == 1:
         db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
     if links_owed:
-        _repair_links(db)
+        _repair_links(db, _links_to_repair(db))
     _fill_tags(db)
 
 
@@ -468,10 +468,8 @@ def _fold_tags(db):
                    [(tag.casefold(), tag) for (tag,) in unfolded])
 
 
-def _repair_links(db, changed=None):
-    """Make every link two-way, dropping links to missing memories and to themselves; or write
-    the `changed` _links_to_repair found before, but not over links that changed since."""
-    changed = _links_to_repair(db) if changed is None else changed
+def _repair_links(db, changed):
+    """Write the links `changed` that _links_to_repair found, but not over links changed since."""
     if changed:
         log.info("repairing the links of %d memories", len(changed))
         db.executemany("UPDATE nodes SET links = ? WHERE id = ? AND links IS ?", changed)
