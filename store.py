@@ -1396,11 +1396,9 @@ class Database:
         """Turn SQLite's exceptions inside the block into StoreErrors saying what failed."""
         try:
             yield
-        except sqlite3.ProgrammingError as exc:
-            if "closed" not in str(exc):
-                raise  # a bug, for the transport to log
-            raise _translated(exc, doing, self.timeout) from exc
         except sqlite3.Error as exc:
+            if isinstance(exc, sqlite3.ProgrammingError) and "closed" not in str(exc):
+                raise  # a bug, for the transport to log
             raise _translated(exc, doing, self.timeout, self.path) from exc
 
     def use_wal(self, db):
