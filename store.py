@@ -27,6 +27,7 @@ then, past one marked boundary, what uses the engine only through its names:
   and of what other memory servers leave
 """
 
+import bisect
 import codecs
 import collections
 import concurrent.futures
@@ -1226,15 +1227,12 @@ def _log_bytes(path):
             if len(header) < 32:
                 return 0
             frame = struct.unpack(">I", header[8:12])[0] + 24
-            low, high = 0, (os.fstat(f.fileno()).st_size - 32) // frame
-            while low < high:  # the first frame without the header's salt
-                middle = (low + high) // 2
-                f.seek(32 + middle * frame + 8)
-                if f.read(8) == header[16:24]:
-                    low = middle + 1
-                else:
-                    high = middle
-            return 32 + low * frame
+
+            def unsalted(i):  # whether frame i lacks the header's salt (it is from before)
+                f.seek(32 + i * frame + 8)
+                return f.read(8) != header[16:24]
+            frames = range((os.fstat(f.fileno()).st_size - 32) // frame)
+            return 32 + bisect.bisect_left(frames, True, key=unsalted) * frame
     except OSError:
         return 0
 
