@@ -78,7 +78,7 @@ LOAD_LINKS = 200_000    # links to memories stored before that a load makes toge
 LOAD_PAUSE = 0.025      # seconds a load leaves the write lock free between two transactions
 LOAD_CACHE_KIB = 32_768 # SQLite's page cache while loading (2 MB otherwise): random keys
 BUSY_TIMEOUT = 5.0      # seconds a write waits for another writer before giving up
-BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._begin)
+BUSY_POLL = 0.05        # seconds one try at a lock may wait (see Database._retried)
 WAL_PAGES = 1000        # a commit checkpoints the log once it is this long (SQLite's own)...
 WAL_BYTES = 16 << 20    # ...and a log grown longer (a large import) is cut back to this size
 WAL_SOFT = 32 << 20     # under Litestream, a write waits for it to checkpoint a longer log...
@@ -1366,7 +1366,7 @@ class Database:
         try:
             db = self.connection()
             self._set_durable(db, durable)
-            self._begin(db, self.timeout if wait else 0)
+            self._retried(db, "BEGIN IMMEDIATE", self.timeout if wait else 0)
             try:
                 yield db
                 db.execute("COMMIT")
@@ -1377,17 +1377,18 @@ class Database:
         finally:
             self.queue.give()
 
-    def _begin(self, db, timeout):
-        """BEGIN IMMEDIATE, waiting up to `timeout` in tries of BUSY_POLL: SQLite's own wait
-        sleeps longer and longer, and missed the gaps of a process writing in bursts."""
+    def _retried(self, db, statement, timeout, pause=0.0):
+        """Execute `statement`, tried again `pause` s apart for up to `timeout` s while another
+        connection holds a lock it needs. A BEGIN IMMEDIATE's tries wait BUSY_POLL each: SQLite's
+        own wait sleeps longer and longer, and missed the gaps of a process writing in bursts."""
         deadline = time.monotonic() + timeout
         while True:
             try:
-                db.execute("BEGIN IMMEDIATE")
-                return
+                return db.execute(statement)
             except sqlite3.OperationalError as exc:
                 if _code(exc) not in _LOCKED or time.monotonic() >= deadline:
                     raise
+                time.sleep(pause)
 
     @contextlib.contextmanager
     def errors(self, doing):
@@ -1402,15 +1403,8 @@ class Database:
     def use_wal(self, db):
         """WAL, so that readers never block the writer (it persists in the file). Switching
         needs sole use and does not wait for it: tried again until `timeout`."""
-        deadline = time.monotonic() + self.timeout
-        while db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            try:
-                db.execute("PRAGMA journal_mode=WAL")
-                return  # WAL, or a mode this file cannot leave (":memory:")
-            except sqlite3.OperationalError as exc:
-                if _code(exc) not in _LOCKED or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.01)
+        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            self._retried(db, "PRAGMA journal_mode=WAL", self.timeout, 0.01)
 
     def close_thread(self):
         """Close the calling thread's connection, if it has one."""

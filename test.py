@@ -10761,7 +10761,7 @@ class KillTest(TempDirTest):
         # settings at each BEGIN, which is what the mechanism is.
         s = self.open_store()
         seen = []  # (what was written, synchronous, fullfsync) at each write transaction
-        begin = store.Database._begin
+        begin = store.Database._retried
 
         def looked(db_, conn, *rest):
             seen.append((doing[0], conn.execute("PRAGMA synchronous").fetchone()[0],
@@ -10771,7 +10771,7 @@ class KillTest(TempDirTest):
         doing = [""]
         kept = s.add("the boiler is serviced in March")["id"]
         loaded = str(uuid.uuid4())
-        with unittest.mock.patch.object(store.Database, "_begin", looked):
+        with unittest.mock.patch.object(store.Database, "_retried", looked):
             for doing[0], act in (
                     ("remember", lambda: s.add("the plumber is called Ana", links=[kept])),
                     ("recall", lambda: s.search("boiler")),
