@@ -951,9 +951,9 @@ def _timestamp(value, name, got=", got"):
         raise InvalidInput(f"{name} must be {TIME_FORMS}{got} {_shorten(value)}") from None
 
 
-# A memory as an import file gives it, checked and completed.
-Record = collections.namedtuple("Record", "id content tags links source created_at "
-                                          "last_accessed access_count")
+# A memory as an import file gives it, checked and completed: a row of nodes.
+_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
+Record = collections.namedtuple("Record", _COLUMNS)
 
 
 def _record(value, number):
@@ -1003,8 +1003,7 @@ def _checked(values):
         yield record
 
 
-_COLUMNS = "id, content, tags, links, source, created_at, last_accessed, access_count"
-# The same, each text column read as text, whatever another program stored before version 8.
+# _COLUMNS, each text column read as text, whatever another program stored before version 8.
 _READ = ", ".join(c if c == "access_count" else f"CAST({c} AS TEXT)" for c in _COLUMNS.split(", "))
 
 
