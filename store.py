@@ -536,15 +536,14 @@ def _translated(exc, doing, timeout, path=None):
                     f"more than {timeout:g} s")
     if isinstance(exc, sqlite3.ProgrammingError) and "closed" in str(exc):
         return StoreError(f"could not {doing}: the memory store is shutting down")
-    if code == sqlite3.SQLITE_CORRUPT:
-        # Mostly an index another program's lower() or collation wrote keys into, which a
-        # repair makes again (test_an_index_another_function_wrote_is_mended_by_repair).
-        return StoreError(f"could not {doing}: the database is damaged ({exc}); run "
-                          f"`{store_py_command()} check --repair`, and restore a backup only "
-                          f"if that does not mend it")
     reasons = {sqlite3.SQLITE_FULL: "the disk is full",
                sqlite3.SQLITE_READONLY: "the database cannot be written (memory.db or its "
                                         "directory is read-only)",
+               # Mostly an index another program's lower() or collation wrote keys into, which
+               # a repair makes again (test_an_index_another_function_wrote_is_mended_by_repair).
+               sqlite3.SQLITE_CORRUPT: f"the database is damaged ({exc}); run `"
+                                       f"{store_py_command()} check --repair`, and restore a "
+                                       f"backup only if that does not mend it",
                sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
                sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
     return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
