@@ -641,16 +641,15 @@ class _Folds(dict):
         """`text` with each character folded, as unicode61 has it inside a word."""
         chars = set(text)
         new = [c for c in chars if ord(c) not in self]
-        if not new:
-            return text.translate(self)
-        values = self._look_up(new)
-        if len(chars) > MAX_FOLDS - 128:  # more than the table holds: for this text alone
-            return text.translate(collections.ChainMap(values, self))
-        if len(self) + len(values) > MAX_FOLDS:
-            values.update((ord(c), self[ord(c)]) for c in chars if ord(c) in self)
-            self.clear()
-            self.update(self._ASCII)
-        self.update(values)
+        if new:
+            values = self._look_up(new)
+            if len(chars) > MAX_FOLDS - 128:  # more than the table holds: for this text alone
+                return text.translate(collections.ChainMap(values, self))
+            if len(self) + len(values) > MAX_FOLDS:
+                values.update((ord(c), self[ord(c)]) for c in chars if ord(c) in self)
+                self.clear()
+                self.update(self._ASCII)
+            self.update(values)
         return text.translate(self)
 
     def __missing__(self, code):
