@@ -217,8 +217,7 @@ _RULES_OF = {c: [r for r in _ROW_RULES if r[0] == c] for c in ("tags", "links")}
 
 
 def _refuse(update=False):
-    """SQL: a BEFORE trigger's statements refusing a row that breaks a rule of _DOOR (those of
-    each tag in one pass over them); an update's, in a column it changes."""
+    """SQL: the statements of nodes_bi (or, `update`, nodes_bu) refusing what _DOOR refuses."""
     changed = "new.{0} IS NOT old.{0} AND " if update else ""
     rows = "\n        ".join(
         f"WHEN {changed.format(c)}({test.format(f'new.{c}')}) THEN RAISE(ABORT, '{rule}')"
@@ -1310,9 +1309,8 @@ class Database:
         self._local.replicated = replicated
 
     def _make_room(self, db):
-        """Before a write under Litestream: while the log is longer than WAL_SOFT, wait for
-        Litestream to checkpoint it; if it has not in WAL_WAIT seconds, it is not running (its
-        directory outlives it): checkpoint here, and for WAL_UNHEARD seconds without waiting."""
+        """Before a write under Litestream, wait for it to checkpoint a long log (WAL_SOFT and
+        after); its directory outlives it, so one that does not answer is taken not to run."""
         if time.monotonic() >= self._looked + LITESTREAM_LOOK:
             # A stat at every write costs too much for what changes once in a long while.
             self._looked = time.monotonic()
