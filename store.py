@@ -1254,7 +1254,7 @@ class Database:
         """The calling thread's connection, opened on first use."""
         db = getattr(self._local, "db", None)
         if db is None:
-            try:
+            with self.errors("open the memory database"):
                 # SQLite's own wait: a write's while another process may switch a new file to
                 # WAL; short once set up (below), as write() waits for the write lock itself.
                 db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None,
@@ -1276,9 +1276,6 @@ class Database:
                            "USING fts5vocab(main, nodes_fts, row)")
                 self._set_log(db, replicated(self.path, self.litestream))
                 db.execute(f"PRAGMA busy_timeout = {int(BUSY_POLL * 1000)}")
-            except sqlite3.Error as exc:
-                raise _translated(exc, "open the memory database", self.timeout,
-                                  self.path) from exc
             self._local.db = db
             with self._lock:
                 self._open.add(db)
