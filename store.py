@@ -731,8 +731,7 @@ def _distance(a, b, most=2):
     far = most + 1
     before, row = None, list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
-        x, current, least = a[i - 1], [far] * (len(b) + 1), far
-        current[0] = i
+        x, current, least = a[i - 1], [i] + [far] * len(b), far
         for j in range(max(1, i - most), min(len(b), i + most) + 1):
             y = b[j - 1]
             cost = min(row[j - 1] + (x != y), row[j] + 1, current[j - 1] + 1)
