@@ -1064,9 +1064,8 @@ def _sql_tag_filter(tags, column):
 
 
 def _fitted_tags(values, most=MAX_TAGS):
-    """`values` (another program's: a list, or a tags column's JSON) made tags that every rule
-    takes: each cut and cleaned (_fitted_tag), what is then empty, not Unicode text or not a
-    string left out, each once whatever its case, `most` at most."""
+    """`values` (another program's: a list, or a tags column's JSON) made tags every rule takes
+    (_fitted_tag), each once whatever its case, `most` at most; what cannot be one left out."""
     if isinstance(values, str):
         with contextlib.suppress(ValueError):
             values = json.loads(values)
