@@ -1580,8 +1580,7 @@ def _times(words, anchor):
 # The words of ranking: a term is what the index holds for a word, its porter stem; df, how
 # many memories hold it in their content (fts5vocab) or tags (the tags table); idf = log(1 +
 # (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency part for one term in
-# one memory (_impact). A score sums idf times impact over the query's terms. In stage two, a
-# lender is one of the best matches, which lends a share of its score to its followers.
+# one memory (_impact). A score sums idf times impact over the query's terms.
 
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores, and memories
@@ -1613,17 +1612,14 @@ SIMILAR_SHOWN = 120             # ...each with this many characters of its conte
 
 
 def _idf(df, n, name=False):
-    """BM25's inverse document frequency, never 0, of a term `df` of `n` memories hold; a store
-    of fewer than PRIOR is as if it held PRIOR, the others holding the term as often as an
-    ordinary word (WORD_SHARE) or a `name` (NAME_SHARE) is held."""
+    """The idf of a term `df` of `n` memories hold, a `name` or not: see PRIOR."""
     more = max(0, PRIOR - n)
     df, n = min(df, n) + more * (NAME_SHARE if name else WORD_SHARE), n + more
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def _impact(tf, dl, avgdl):
-    """BM25's term-frequency part (RERANK_K1, RERANK_B) for `tf` occurrences in a memory of
-    `dl` tokens."""
+    """The impact of `tf` occurrences in a memory of `dl` tokens."""
     return tf * (RERANK_K1 + 1) / (tf + RERANK_K1 * (1 - RERANK_B + RERANK_B * dl / avgdl))
 
 
@@ -1649,8 +1645,7 @@ def _averages(db):
 def _select_in(db, sql, keys):
     """The rows of `sql`, which ends in "IN", for the list of `keys`: asked a chunk at a time,
     as SQLite limits the parameters of a statement."""
-    keys = list(keys)
-    for chunk in _chunks(keys):
+    for chunk in _chunks(list(keys)):
         yield from db.execute(f"{sql} ({_qmarks(chunk)})", chunk)
 
 
@@ -1668,10 +1663,9 @@ def _doc_counts(db, terms):
 
 
 def _most_similar(near, n, words):
-    """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
-    characters and `words`, closest first: [{"id", "content"}], cut to SIMILAR_SHOWN. Very
-    close: SIMILAR_JACCARD of their distinctive terms (not stopwords) in common, SIMILAR_SHARED
-    at least, neither four times as long as the other. Asked outside the write transaction."""
+    """Those of the memories `near` ([(id, content)]) very close (SIMILAR_JACCARD, _SHARED) to
+    a new one of `n` characters and `words`, neither four times as long as the other, closest
+    first: [{"id", "content"}], cut to SIMILAR_SHOWN. Asked outside the write transaction."""
     mine = set(stems(list(_distinctive(words)))) if near else set()  # none: nothing to stem
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
@@ -1884,12 +1878,10 @@ class Search:
 
     def rank(self, limit):
         """Stage two: [(score, rowid)] of stage one's candidates, best first, ties to the newer,
-        scored with RERANK_K1/B, a tag holding a query word as TAG_WEIGHT occurrences of it, the
-        time named as a term of TIME_WEIGHT, SAYS_WHEN_WEIGHT more if asked when, the newer
-        more (NEWER). Then the LENDERS best lend FOLLOWERS and PRECEDER of their score to the
-        memories stored next to them with the same tags (stored together, they share a
-        context): only one holding a query term fewer than half the memories hold gains, or
-        one right after a question ("?"), and never past its lender."""
+        scored as the constants of ranking weigh them. Then the LENDERS best lend a share of
+        their score to the memories stored next to them with the same tags (stored together,
+        they share a context): only one holding a query term fewer than half the memories hold
+        gains, or one right after a question ("?"), and never past its lender."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -2345,9 +2337,8 @@ class Store:
         self._common.update(probes[i] for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)
-        near = heapq.nlargest(SIMILAR_CANDIDATES, [r for r, k in shared.items()
-                                                   if k >= SIMILAR_RARE],
-                              key=lambda r: (shared[r], r))
+        compared = [r for r, k in shared.items() if k >= SIMILAR_RARE]
+        near = heapq.nlargest(SIMILAR_CANDIDATES, compared, key=lambda r: (shared[r], r))
         return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
                                "NULL AND rowid IN", near))
 
