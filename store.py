@@ -1577,10 +1577,9 @@ def _times(words, anchor):
     return min(s for s, _ in spans), max(e for _, e in spans), relative - {""}
 
 
-# The words of ranking: a term is what the index holds for a word, its porter stem; df, how
-# many memories hold it in their content (fts5vocab) or tags (the tags table); idf = log(1 +
-# (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency part for one term in
-# one memory (_impact). A score sums idf times impact over the query's terms.
+# The words of ranking: df, how many memories hold a term in their content (fts5vocab) or tags (the
+# tags table); idf = log(1 + (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency
+# part for one term in one memory (_impact). A score sums idf times impact over the query's terms.
 
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores, and memories
@@ -1994,9 +1993,7 @@ class Store:
     def __init__(self, path, *, timeout=BUSY_TIMEOUT, litestream=None):
         self.path = os.fspath(path)
         self.db = Database(self.path, timeout, litestream)
-        # Accesses not written yet, as {id: (how many, the last one's time, rowid)}: written
-        # with the next count that finds the write lock free (see count_accesses).
-        self._uncounted = {}
+        self._uncounted = {}  # accesses not written yet, as count_accesses returns them
         self._uncounted_lock = threading.Lock()
         self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
         self._similar_threads, self._similar_lock = None, threading.Lock()  # _similar_pool
@@ -2200,10 +2197,9 @@ class Store:
 
     def repair(self):
         """Make right what check finds that can be: indexes SQLite finds keys missing from made
-        again (another program's lower() or collation wrote them), rows that break a rule
-        mended, the full-text index and tag tables made again, every link made two-way. Each
-        step is a write transaction of its own, what to write found by reading before; a memory
-        another writer changes meanwhile is left for the next repair."""
+        again, rows that break a rule mended, the full-text index and tag tables made again, every
+        link made two-way. Each step is a write transaction of its own, what to write found by
+        reading before; a memory another writer changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
             found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
@@ -2411,8 +2407,7 @@ class Store:
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):
-        """Remove `node_id` from the links of each memory in `targets`, in SQL, not one by one
-        through Python: a hub's are thousands."""
+        """Remove `node_id` from the links of each memory in `targets`, in SQL as _link_back_to."""
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
