@@ -1739,10 +1739,9 @@ def _newest(db, spellings, since, until, limit, offset=0):
 
 
 class Search:
-    """One search, in one read transaction. Stage one finds candidates: FTS5's bm25() best with
-    the tag filter and window in the same query (`top`), and the newest memories carrying a
-    tag a query word names or created in the time it names. Stage two (`rank`) scores them
-    from what FTS5 holds (df, lengths, their average) and the tags table counts."""
+    """One search, in one read transaction: stage one finds candidates (`top`, `tagged`, `dated`),
+    stage two (`rank`) scores them from what FTS5 holds (df, lengths, their average) and the tags
+    table counts."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, question=Question()):
         self.db, self.question = db, question
@@ -2391,8 +2390,7 @@ class Store:
     # -- links
 
     def _existing(self, db, ids, skipped, itself):
-        """Those of `ids` that name a memory but `itself`, in order; the others are added to
-        `skipped`."""
+        """Those of `ids` that name a memory but `itself`, in order; the others go to `skipped`."""
         found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)} - {itself}
         skipped += ({"id": i, "reason": ITSELF if i == itself else NO_SUCH_MEMORY}
                     for i in ids if i not in found)
@@ -2441,8 +2439,7 @@ class Store:
             return self._read_counted("rowid", rowids, fit, count=count)
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, question=Question()):
-        """The best `limit` memories for query words, as [(score, rowid)], best first:
-        Search's candidates scored by its stage two, as the Question asks."""
+        """[(score, rowid)] of the best `limit` memories for `words`, best first (Search.rank)."""
         with self.db.read() as db:
             spellings = self._spellings(db, tags)
             if not all(spellings):
