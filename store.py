@@ -2251,13 +2251,8 @@ class Store:
                 node = self._add_links(db, stored, self._existing(db, links, skipped, stored))
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            # A new id is in nobody's links: a back-link is one append, and a target not there
-            # is one the append changes nothing in.
-            linked = [target for target in links if db.execute(
-                f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?) WHERE id = ?",
-                (node_id, target)).rowcount]
-            skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
-            links = linked
+            links = self._existing(db, links, skipped, node_id)
+            self._link_back_to(db, node_id, links)
             db.execute(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                        (node_id, content, _json(tags), _json(links), source, now, now))
             _fold_tags(db)
