@@ -1550,11 +1550,9 @@ def _times(words, anchor):
     return min(s for s, _ in spans), max(e for _, e in spans), relative - {""}
 
 
-# The words of ranking: a term is what the index holds for a word, its porter stem; df, how
-# many memories hold it in their content (fts5vocab) or tags (the tags table); idf = log(1 +
-# (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency part for one term in
-# one memory (_impact). A score sums idf times impact over the query's terms. In stage two, a
-# lender is one of the best matches, which lends a share of its score to its followers.
+# The words of ranking: df, how many memories hold a term in their content (fts5vocab) or tags (the
+# tags table); idf = log(1 + (N - df + 0.5) / (df + 0.5)), never 0; impact, BM25's term-frequency
+# part for one term in one memory (_impact). A score sums idf times impact over the query's terms.
 
 RERANK_K1, RERANK_B = 0.6, 0.3  # stage two: a long memory is penalised less for its length
 RERANK_DEPTH = 25               # stage-one results that stage two re-scores, and memories
@@ -1586,17 +1584,14 @@ SIMILAR_SHOWN = 120             # ...each with this many characters of its conte
 
 
 def _idf(df, n, name=False):
-    """BM25's inverse document frequency, never 0, of a term `df` of `n` memories hold; a store
-    of fewer than PRIOR is as if it held PRIOR, the others holding the term as often as an
-    ordinary word (WORD_SHARE) or a `name` (NAME_SHARE) is held."""
+    """The idf of a term `df` of `n` memories hold, a `name` or not: see PRIOR."""
     more = max(0, PRIOR - n)
     df, n = min(df, n) + more * (NAME_SHARE if name else WORD_SHARE), n + more
     return math.log(1 + (n - df + 0.5) / (df + 0.5))
 
 
 def _impact(tf, dl, avgdl):
-    """BM25's term-frequency part (RERANK_K1, RERANK_B) for `tf` occurrences in a memory of
-    `dl` tokens."""
+    """The impact of `tf` occurrences in a memory of `dl` tokens."""
     return tf * (RERANK_K1 + 1) / (tf + RERANK_K1 * (1 - RERANK_B + RERANK_B * dl / avgdl))
 
 
@@ -1622,8 +1617,7 @@ def _averages(db):
 def _select_in(db, sql, keys):
     """The rows of `sql`, which ends in "IN", for the list of `keys`: asked a chunk at a time,
     as SQLite limits the parameters of a statement."""
-    keys = list(keys)
-    for chunk in _chunks(keys):
+    for chunk in _chunks(list(keys)):
         yield from db.execute(f"{sql} ({_qmarks(chunk)})", chunk)
 
 
@@ -1641,10 +1635,9 @@ def _doc_counts(db, terms):
 
 
 def _most_similar(near, n, words):
-    """Those of the memories `near` ([(id, content)]) very close to a new one of `n`
-    characters and `words`, closest first: [{"id", "content"}], cut to SIMILAR_SHOWN. Very
-    close: SIMILAR_JACCARD of their distinctive terms (not stopwords) in common, SIMILAR_SHARED
-    at least, neither four times as long as the other. Asked outside the write transaction."""
+    """Those of the memories `near` ([(id, content)]) very close (SIMILAR_JACCARD, _SHARED) to
+    a new one of `n` characters and `words`, neither four times as long as the other, closest
+    first: [{"id", "content"}], cut to SIMILAR_SHOWN. Asked outside the write transaction."""
     mine = set(stems(list(_distinctive(words)))) if near else set()  # none: nothing to stem
     # Only a word that starts like one of ours can stem to one of our terms: stemming the
     # others (slow for words not seen before) can wait until their number matters.
@@ -1719,10 +1712,9 @@ def _newest(db, spellings, since, until, limit, offset=0):
 
 
 class Search:
-    """One search, in one read transaction. Stage one finds candidates: FTS5's bm25() best with
-    the tag filter and window in the same query (`top`), and the newest memories carrying a
-    tag a query word names or created in the time it names. Stage two (`rank`) scores them
-    from what FTS5 holds (df, lengths, their average) and the tags table counts."""
+    """One search, in one read transaction: stage one finds candidates (`top`, `tagged`, `dated`),
+    stage two (`rank`) scores them from what FTS5 holds (df, lengths, their average) and the tags
+    table counts."""
 
     def __init__(self, db, words, tags=(), since=None, until=None, question=Question()):
         self.db, self.question = db, question
@@ -1857,12 +1849,10 @@ class Search:
 
     def rank(self, limit):
         """Stage two: [(score, rowid)] of stage one's candidates, best first, ties to the newer,
-        scored with RERANK_K1/B, a tag holding a query word as TAG_WEIGHT occurrences of it, the
-        time named as a term of TIME_WEIGHT, SAYS_WHEN_WEIGHT more if asked when, the newer
-        more (NEWER). Then the LENDERS best lend FOLLOWERS and PRECEDER of their score to the
-        memories stored next to them with the same tags (stored together, they share a
-        context): only one holding a query term fewer than half the memories hold gains, or
-        one right after a question ("?"), and never past its lender."""
+        scored as the constants of ranking weigh them. Then the LENDERS best lend a share of
+        their score to the memories stored next to them with the same tags (stored together,
+        they share a context): only one holding a query term fewer than half the memories hold
+        gains, or one right after a question ("?"), and never past its lender."""
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
@@ -1975,9 +1965,7 @@ class Store:
     def __init__(self, path, *, timeout=BUSY_TIMEOUT, litestream=None):
         self.path = os.fspath(path)
         self.db = Database(self.path, timeout, litestream)
-        # Accesses not written yet, as {id: (how many, the last one's time, rowid)}: written
-        # with the next count that finds the write lock free (see count_accesses).
-        self._uncounted = {}
+        self._uncounted = {}  # accesses not written yet, as count_accesses returns them
         self._uncounted_lock = threading.Lock()
         self._unfolded = False  # a tag filter met tags not folded yet (see _spellings)
         self._similar_threads, self._similar_lock = None, threading.Lock()  # _similar_pool
@@ -2181,10 +2169,9 @@ class Store:
 
     def repair(self):
         """Make right what check finds that can be: indexes SQLite finds keys missing from made
-        again (another program's lower() or collation wrote them), rows that break a rule
-        mended, the full-text index and tag tables made again, every link made two-way. Each
-        step is a write transaction of its own, what to write found by reading before; a memory
-        another writer changes meanwhile is left for the next repair."""
+        again, rows that break a rule mended, the full-text index and tag tables made again, every
+        link made two-way. Each step is a write transaction of its own, what to write found by
+        reading before; a memory another writer changes meanwhile is left for the next repair."""
         with self.db.errors("repair the database"):
             found = " ".join(r for (r,) in self.db.connection().execute("PRAGMA integrity_check"))
             if found != "ok":  # each index it names ("row 5 missing from index nodes_text")
@@ -2237,13 +2224,8 @@ class Store:
                 node = self._add_links(db, stored, self._existing(db, links, skipped, stored))
                 node["already_remembered"] = True
                 return _with_skipped(node, "remember", skipped)
-            # A new id is in nobody's links: a back-link is one append, and a target not there
-            # is one the append changes nothing in.
-            linked = [target for target in links if db.execute(
-                f"UPDATE nodes SET links = json_insert({_LINKS}, '$[#]', ?) WHERE id = ?",
-                (node_id, target)).rowcount]
-            skipped += ({"id": i, "reason": NO_SUCH_MEMORY} for i in links if i not in linked)
-            links = linked
+            links = self._existing(db, links, skipped, node_id)
+            self._link_back_to(db, node_id, links)
             db.execute(f"INSERT INTO nodes ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, 0)",
                        (node_id, content, _json(tags), _json(links), source, now, now))
             _fold_tags(db)
@@ -2318,9 +2300,8 @@ class Store:
         self._common.update(probes[i] for i, found in holders.items() if len(found) > RARE)
         shared = collections.Counter(r for found in holders.values() if len(found) <= RARE
                                      for r in found)
-        near = heapq.nlargest(SIMILAR_CANDIDATES, [r for r, k in shared.items()
-                                                   if k >= SIMILAR_RARE],
-                              key=lambda r: (shared[r], r))
+        compared = [r for r, k in shared.items() if k >= SIMILAR_RARE]
+        near = heapq.nlargest(SIMILAR_CANDIDATES, compared, key=lambda r: (shared[r], r))
         return list(_select_in(db, "SELECT id, CAST(content AS TEXT) FROM nodes WHERE id IS NOT "
                                "NULL AND rowid IN", near))
 
@@ -2377,8 +2358,7 @@ class Store:
     # -- links
 
     def _existing(self, db, ids, skipped, itself):
-        """Those of `ids` that name a memory but `itself`, in order; the others are added to
-        `skipped`."""
+        """Those of `ids` that name a memory but `itself`, in order; the others go to `skipped`."""
         found = {i for (i,) in _select_in(db, "SELECT id FROM nodes WHERE id IN", ids)} - {itself}
         skipped += ({"id": i, "reason": ITSELF if i == itself else NO_SUCH_MEMORY}
                     for i in ids if i not in found)
@@ -2393,8 +2373,7 @@ class Store:
                        (node_id, f'"{node_id}"', *chunk))
 
     def _unlink_from(self, db, node_id, targets):
-        """Remove `node_id` from the links of each memory in `targets`, in SQL, not one by one
-        through Python: a hub's are thousands."""
+        """Remove `node_id` from the links of each memory in `targets`, in SQL as _link_back_to."""
         for chunk in _chunks(list(targets)):
             db.execute(f"UPDATE nodes SET links = (SELECT json_group_array(value) FROM "
                        f"json_each(nodes.links) WHERE value <> ?1) WHERE instr(links, ?2) AND "
@@ -2428,8 +2407,7 @@ class Store:
             return self._read_counted("rowid", rowids, fit, count=count)
 
     def rank(self, words, tags=(), limit=10, since=None, until=None, question=Question()):
-        """The best `limit` memories for query words, as [(score, rowid)], best first:
-        Search's candidates scored by its stage two, as the Question asks."""
+        """[(score, rowid)] of the best `limit` memories for `words`, best first (Search.rank)."""
         with self.db.read() as db:
             spellings = self._spellings(db, tags)
             if not all(spellings):
