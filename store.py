@@ -3975,16 +3975,7 @@ def _mtime(path):
 _HEADING = re.compile(r" {0,3}#{1,6}(?:\s|$)")
 _RULE = re.compile(r" {0,3}(?:(?:\*\s*){3,}|(?:_\s*){3,}|(?:-\s*){3,}|=+\s*)$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-
-
-def _lines(text):
-    """The lines of `text`, one at a time: a list of them would be many times its size."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end]
-        start = end + 1
+_LINE = re.compile(r"^(?!\Z).*", re.M)  # lines one at a time: a list is many times the text's size
 
 
 def _blocks(text):
@@ -3992,7 +3983,7 @@ def _blocks(text):
     the lines that go on from it), "paragraph", "quote" (> lines) and "code" (a fenced
     block, fences and all); headings and blank lines part them and are left out."""
     kind, lines, fence = None, [], None
-    for line in _lines(text):
+    for line in (found.group() for found in _LINE.finditer(text)):
         if fence:
             lines.append(line)
             if line.strip().startswith(fence):
@@ -4067,12 +4058,8 @@ def _explicit_relation(text):
 
 def _closes_at_end(text):
     """Whether the ( that `text` starts with is closed by its last character."""
-    depth = 0
-    for at, c in enumerate(text):
-        depth += (c == "(") - (c == ")")
-        if depth == 0:
-            return at == len(text) - 1
-    return False
+    depths = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
+    return 0 in depths and depths.index(0) == len(text) - 1
 
 
 def _observation(text):
@@ -4463,14 +4450,14 @@ def _parser():
     return parser
 
 
-def _json_out(value, **options):
+def _json_out(value):
     """`value` as JSON for standard output: characters as they are where its encoding holds
     them all, else \\uXXXX escapes (a redirect on Windows writes in the ANSI code page)."""
-    text = json.dumps(value, ensure_ascii=False, **options)
+    text = json.dumps(value, ensure_ascii=False, indent=1)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        return json.dumps(value, **options)
+        return json.dumps(value, indent=1)
     return text
 
 
@@ -4535,7 +4522,7 @@ def _list(store, args):
     if searched.get("cut"):
         _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words were searched for")
     if args.json:
-        print(_json_out(nodes, indent=1))
+        print(_json_out(nodes))
         return
     shorts, width = store.short_ids([n["id"] for n in nodes]), _width()
     for node in nodes:
@@ -4561,8 +4548,7 @@ def _show(store, args):
         raise NotFound(_forgotten_meanwhile(node_id))
     linked = store.peek(node["links"][:50])
     if args.json:
-        print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
-                        indent=1))
+        print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked})))
         return
     accesses = node["access_count"]
     print(f"id:            {node['id']}")
@@ -4855,7 +4841,7 @@ def _listed(store, ids, title):
 def _tag_list(store, args):
     counts = store.tag_counts()
     if args.json:
-        print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
+        print(_json_out([{"tag": t, "memories": n} for t, n in counts]))
     for tag, n in [] if args.json else counts:
         print(_visible(f"{n:>8,}  {tag}"))
     if not counts and not args.json:
