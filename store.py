@@ -3906,7 +3906,7 @@ def _front_matter(text):
     if not found:
         return {}, text
     fields, key, parent, block = {}, None, None, None
-    for line in (found.group(1) or "").split("\n"):
+    for line in [*(found.group(1) or "").split("\n"), "#"]:  # "#" at no indent ends a block
         indent = len(line) - len(line.lstrip())
         if block is not None:
             if not line.strip() or indent > block[1]:
@@ -3939,8 +3939,6 @@ def _front_matter(text):
             owner[key] = ""
         else:
             owner[key] = _yaml_value(value) if value else None
-    if block is not None:
-        block[0][key] = (" " if block[3] else "\n").join(block[2]).strip()
     return fields, text[found.end():]
 
 
@@ -4794,9 +4792,8 @@ def _say_what_was_read(format_name, kind, records, report):
 
 
 def _import(store, args):
-    records, peer = args.records, args.peer  # peer: another memory server's data
-    dry = args.dry_run  # then it says what an import would do
-    done = store.load(records, checked=True, update=args.update or peer and "changed",
+    peer, dry = args.peer, args.dry_run  # another memory server's data; say what it would do
+    done = store.load(args.records, checked=True, update=args.update or peer and "changed",
                       dry_run=dry)
     differ, kept, left = done["differ"], done["kept"], "would be left" if dry else "left"
     _say(f"flood-memory: {'would import' if dry else 'imported'} {_memories(done['loaded'])}, "
@@ -4903,9 +4900,8 @@ def main(argv=None, environ=None):
                 import gc
                 gc.disable()
                 stack.callback(gc.enable)
-                # The whole source is read and checked before the store is opened, so that
-                # a wrong or broken one creates nothing and servers never wait for the
-                # parsing: the checked records wait in a temporary file.
+                # All the source is read and checked before the store is opened, so that a
+                # wrong or broken one creates nothing and servers never wait for the parsing.
                 failed = "write a temporary file"
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
