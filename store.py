@@ -3857,7 +3857,7 @@ def _front_matter(text):
     if not found:
         return {}, text
     fields, key, parent, block = {}, None, None, None
-    for line in (found.group(1) or "").split("\n"):
+    for line in [*(found.group(1) or "").split("\n"), "#"]:  # "#" at no indent ends a block
         indent = len(line) - len(line.lstrip())
         if block is not None:
             if not line.strip() or indent > block[1]:
@@ -3890,8 +3890,6 @@ def _front_matter(text):
             owner[key] = ""
         else:
             owner[key] = _yaml_value(value) if value else None
-    if block is not None:
-        block[0][key] = (" " if block[3] else "\n").join(block[2]).strip()
     return fields, text[found.end():]
 
 
@@ -3926,16 +3924,7 @@ def _mtime(path):
 _HEADING = re.compile(r" {0,3}#{1,6}(?:\s|$)")
 _RULE = re.compile(r" {0,3}(?:(?:\*\s*){3,}|(?:_\s*){3,}|(?:-\s*){3,}|=+\s*)$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
-
-
-def _lines(text):
-    """The lines of `text`, one at a time: a list of them would be many times its size."""
-    start = 0
-    while start < len(text):
-        end = text.find("\n", start)
-        end = len(text) if end < 0 else end
-        yield text[start:end]
-        start = end + 1
+_LINE = re.compile(r"^(?!\Z).*", re.M)  # lines one at a time: a list is many times the text's size
 
 
 def _blocks(text):
@@ -3943,7 +3932,7 @@ def _blocks(text):
     the lines that go on from it), "paragraph", "quote" (> lines) and "code" (a fenced
     block, fences and all); headings and blank lines part them and are left out."""
     kind, lines, fence = None, [], None
-    for line in _lines(text):
+    for line in (found.group() for found in _LINE.finditer(text)):
         if fence:
             lines.append(line)
             if line.strip().startswith(fence):
@@ -4018,12 +4007,8 @@ def _explicit_relation(text):
 
 def _closes_at_end(text):
     """Whether the ( that `text` starts with is closed by its last character."""
-    depth = 0
-    for at, c in enumerate(text):
-        depth += (c == "(") - (c == ")")
-        if depth == 0:
-            return at == len(text) - 1
-    return False
+    depths = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
+    return 0 in depths and depths.index(0) == len(text) - 1
 
 
 def _observation(text):
@@ -4414,14 +4399,14 @@ def _parser():
     return parser
 
 
-def _json_out(value, **options):
+def _json_out(value):
     """`value` as JSON for standard output: characters as they are where its encoding holds
     them all, else \\uXXXX escapes (a redirect on Windows writes in the ANSI code page)."""
-    text = json.dumps(value, ensure_ascii=False, **options)
+    text = json.dumps(value, ensure_ascii=False, indent=1)
     try:
         text.encode(getattr(sys.stdout, "encoding", None) or "utf-8")
     except (UnicodeEncodeError, LookupError):
-        return json.dumps(value, **options)
+        return json.dumps(value, indent=1)
     return text
 
 
@@ -4486,7 +4471,7 @@ def _list(store, args):
     if searched.get("cut"):
         _say(f"flood-memory: search: only the first {MAX_QUERY_WORDS} words were searched for")
     if args.json:
-        print(_json_out(nodes, indent=1))
+        print(_json_out(nodes))
         return
     shorts, width = store.short_ids([n["id"] for n in nodes]), _width()
     for node in nodes:
@@ -4512,8 +4497,7 @@ def _show(store, args):
         raise NotFound(_forgotten_meanwhile(node_id))
     linked = store.peek(node["links"][:50])
     if args.json:
-        print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked}),
-                        indent=1))
+        print(_json_out(dict(node, linked={i: linked[i]["content"][:100] for i in linked})))
         return
     accesses = node["access_count"]
     print(f"id:            {node['id']}")
@@ -4759,9 +4743,8 @@ def _say_what_was_read(format_name, kind, records, report):
 
 
 def _import(store, args):
-    records, peer = args.records, args.peer  # peer: another memory server's data
-    dry = args.dry_run  # then it says what an import would do
-    done = store.load(records, checked=True, update=args.update or peer and "changed",
+    peer, dry = args.peer, args.dry_run  # another memory server's data; say what it would do
+    done = store.load(args.records, checked=True, update=args.update or peer and "changed",
                       dry_run=dry)
     differ, kept, left = done["differ"], done["kept"], "would be left" if dry else "left"
     _say(f"flood-memory: {'would import' if dry else 'imported'} {_memories(done['loaded'])}, "
@@ -4806,7 +4789,7 @@ def _listed(store, ids, title):
 def _tag_list(store, args):
     counts = store.tag_counts()
     if args.json:
-        print(_json_out([{"tag": t, "memories": n} for t, n in counts], indent=1))
+        print(_json_out([{"tag": t, "memories": n} for t, n in counts]))
     for tag, n in [] if args.json else counts:
         print(_visible(f"{n:>8,}  {tag}"))
     if not counts and not args.json:
@@ -4868,9 +4851,8 @@ def main(argv=None, environ=None):
                 import gc
                 gc.disable()
                 stack.callback(gc.enable)
-                # The whole source is read and checked before the store is opened, so that
-                # a wrong or broken one creates nothing and servers never wait for the
-                # parsing: the checked records wait in a temporary file.
+                # All the source is read and checked before the store is opened, so that a
+                # wrong or broken one creates nothing and servers never wait for the parsing.
                 failed = "write a temporary file"
                 spool = stack.enter_context(tempfile.TemporaryFile())
                 failed = "read"
