@@ -1888,33 +1888,20 @@ class Search:
 
         scores, features = score(candidates)
         lenders = heapq.nsmallest(LENDERS, scores, key=lambda r: (-scores[r], r))
-        ahead = 2 * len(FOLLOWERS)
-        window = sorted({r + k for r in lenders for k in range(-2, ahead + 1)
-                         if k and 0 < r + k <= MAX_INT})
-        tags_by_rowid = "SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid"
-        stored = dict(_select_in(self.db, f"{tags_by_rowid} IN", window))
         lent, cap = collections.Counter(), {}
         answers = set()  # memories right after one that asks: they need not match the query
-        for lender in lenders:
-            following = [r for r in range(lender + 1, lender + ahead + 1)
-                         if r in stored][:len(FOLLOWERS)]
-            if len(following) < len(FOLLOWERS):  # a gap: memories forgotten in between
-                rows = self.db.execute(f"{tags_by_rowid} > ? ORDER BY rowid LIMIT ?",
-                                       (lender, len(FOLLOWERS))).fetchall()
-                stored.update(rows)
-                following = [r for r, _ in rows]
-            before = [r for r in (lender - 1, lender - 2) if r in stored][:1]
-            if not before:  # the first memory, or a gap
-                rows = self.db.execute(f"{tags_by_rowid} < ? ORDER BY rowid DESC LIMIT 1",
-                                       (lender,)).fetchall()
-                stored.update(rows)
-                before = [r for r, _ in rows]
+        tags_by_rowid = "SELECT rowid, CAST(tags AS TEXT) FROM nodes WHERE rowid"
+        for lender in lenders:  # the memories stored next to it, forgotten ones passed over
+            following = self.db.execute(f"{tags_by_rowid} > ? ORDER BY rowid LIMIT ?",
+                                        (lender, len(FOLLOWERS))).fetchall()
+            before = self.db.execute(f"{tags_by_rowid} < ? ORDER BY rowid DESC LIMIT 1",
+                                     (lender,)).fetchall()
             context = _column_folded_tags(features[lender].tags)
             asks = "?" in features[lender].content
-            neighbours = [(share, r, asks) for share, r in zip(FOLLOWERS, following)]
-            neighbours += [(PRECEDER, r, False) for r in before]
-            for share, rowid, answer in neighbours:
-                if _column_folded_tags(stored[rowid]) == context:
+            neighbours = [(share, r, asks, tags) for share, (r, tags) in zip(FOLLOWERS, following)]
+            neighbours += [(PRECEDER, r, False, tags) for r, tags in before]
+            for share, rowid, answer, tags in neighbours:
+                if _column_folded_tags(tags) == context:
                     lent[rowid] += share * scores[lender]
                     # Just below the lender: one stored after it must not pass it on the
                     # tie-break (newer first) either.
