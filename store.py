@@ -3284,17 +3284,10 @@ OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the
 
 def _official_id(key):
     """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
-    one a memory): the namespace is hashed once, the version and variant set in hex digits."""
-    digest = _official_namespace().copy()
-    digest.update(key.encode("utf-8"))
-    h = digest.hexdigest()
-    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
-
-
-@functools.cache
-def _official_namespace():
+    one a memory): the version and variant set in hex digits."""
     import hashlib  # here, as every module of the command line: servers need none
-    return hashlib.sha1(OFFICIAL.bytes)
+    h = hashlib.sha1(OFFICIAL.bytes + key.encode("utf-8")).hexdigest()
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
 
 
 _VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # RFC 4122's, in one digit
