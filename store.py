@@ -3349,12 +3349,8 @@ def official_records(entries, source, report):
     report["entity", "entities"] = len(entities)
     report["observation", "observations"] = sum(len(e["observations"]) for e in entities.values())
     report["relation", "relations"] = len(relations)
-    return _official_memories(entities, relations, source, report)
-
-
-def _official_memories(entities, relations, source, report):
-    """The Records of official_records, one by one: an import spools them to a file as they
-    come instead of holding them all (a large file's records were many times its size)."""
+    # Then the Records one by one: an import spools them to a file as they come instead of
+    # holding them all (a large file's records were many times its size).
     now = _now()
     seen = {}  # name -> its tag
 
