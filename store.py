@@ -3284,13 +3284,10 @@ OFFICIAL_MAX_NAME = 10_000  # characters in a name, type or relation type of the
 
 def _official_id(key):
     """The text of uuid.uuid5(OFFICIAL, key), made without a UUID object (an import makes
-    one a memory): the version and variant set in hex digits."""
+    one a memory): the version (5) and RFC 4122's variant (8, 9, a or b) set in hex digits."""
     import hashlib  # here, as every module of the command line: servers need none
     h = hashlib.sha1(OFFICIAL.bytes + key.encode("utf-8")).hexdigest()
-    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{_VARIANT[h[16]]}{h[17:20]}-{h[20:32]}"
-
-
-_VARIANT = {c: "89ab"[int(c, 16) & 3] for c in "0123456789abcdef"}  # RFC 4122's, in one digit
+    return f"{h[:8]}-{h[8:12]}-5{h[13:16]}-{'89ab'[int(h[16], 16) & 3]}{h[17:20]}-{h[20:32]}"
 
 
 def is_official(value):
