@@ -671,8 +671,6 @@ _folds = _Folds()
 
 def tokenize(text):
     """The words of `text`, in order, split and folded as unicode61 does."""
-    if text.isascii():
-        return _TOKEN.findall(text.lower())
     return _folds.fold(text).split()
 
 
