@@ -1391,8 +1391,7 @@ class Database:
     def use_wal(self, db):
         """WAL, so that readers never block the writer (it persists in the file). Switching
         needs sole use and does not wait for it: tried again until `timeout`."""
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self._retried(db, "PRAGMA journal_mode=WAL", self.timeout, 0.01)
+        self._retried(db, "PRAGMA journal_mode=WAL", self.timeout, 0.01)
 
     def close_thread(self):
         """Close the calling thread's connection, if it has one."""
