@@ -1028,7 +1028,6 @@ def _folded(tags):
     return frozenset(t.casefold() for t in tags)
 
 
-@functools.lru_cache(maxsize=1024)
 def _column_folded_tags(tags_json):
     return _folded(_column_strings(tags_json))
 
