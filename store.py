@@ -724,8 +724,6 @@ def _meaningful(words):
 def _distance(a, b, most=2):
     """The edits (a letter added, dropped or changed, neighbours swapped) making `a` into `b`,
     or most + 1 past `most`: only the diagonal's band of `most` is filled."""
-    if abs(len(a) - len(b)) > most:
-        return most + 1
     far = most + 1
     before, row = None, list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
