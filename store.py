@@ -671,8 +671,6 @@ _folds = _Folds()
 
 def tokenize(text):
     """The words of `text`, in order, split and folded as unicode61 does."""
-    if text.isascii():
-        return _TOKEN.findall(text.lower())
     return _folds.fold(text).split()
 
 
@@ -726,8 +724,6 @@ def _meaningful(words):
 def _distance(a, b, most=2):
     """The edits (a letter added, dropped or changed, neighbours swapped) making `a` into `b`,
     or most + 1 past `most`: only the diagonal's band of `most` is filled."""
-    if abs(len(a) - len(b)) > most:
-        return most + 1
     far = most + 1
     before, row = None, list(range(len(b) + 1))
     for i in range(1, len(a) + 1):
@@ -1030,7 +1026,6 @@ def _folded(tags):
     return frozenset(t.casefold() for t in tags)
 
 
-@functools.lru_cache(maxsize=1024)
 def _column_folded_tags(tags_json):
     return _folded(_column_strings(tags_json))
 
@@ -1393,8 +1388,7 @@ class Database:
     def use_wal(self, db):
         """WAL, so that readers never block the writer (it persists in the file). Switching
         needs sole use and does not wait for it: tried again until `timeout`."""
-        if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            self._retried(db, "PRAGMA journal_mode=WAL", self.timeout, 0.01)
+        self._retried(db, "PRAGMA journal_mode=WAL", self.timeout, 0.01)
 
     def close_thread(self):
         """Close the calling thread's connection, if it has one."""
