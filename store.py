@@ -2649,8 +2649,8 @@ class Store:
             raise InvalidInput(f"there is no backup file {source}")
         directory = os.path.dirname(self.path)
         _remove_leftovers(directory, _RESTORING)
-        work = tempfile.mkdtemp(prefix=f".restore-{os.getpid()}-", dir=directory)
-        try:
+        with tempfile.TemporaryDirectory(prefix=f".restore-{os.getpid()}-", dir=directory,
+                                         ignore_cleanup_errors=True) as work:
             copy = os.path.join(work, DB_NAME)
             try:
                 _copy_private(source, copy)
@@ -2675,8 +2675,6 @@ class Store:
                     db = self.db.connection()
                     self.db._set_durable(db, True)  # restored means synced, as any write
                     backup.backup(db, progress=waited, sleep=0.02)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
         return count
 
 
