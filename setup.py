@@ -713,30 +713,32 @@ def decode(data, path):
 
 
 # JSON's scalars; a string's escapes are JSON's, so that a token that matches reads as JSON.
-_JSON_STRING = r'"(?:[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
+_JSON_STRING = r'"(?>[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*+"'
 _JSON_SCALAR = (_JSON_STRING + r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
                 r"|true|false|null")
 # Every repeat below is possessive: it keeps no place to go back to for each character, so
-# that a long string or comment costs nothing beyond its text. Python 3.11+ has them: the
+# that a long string or comment costs nothing beyond its text. A group so repeated is atomic,
+# (?>...)*+ not (?:...)*+: before Python 3.11.5 (Debian 12 has 3.11.2) an iteration that
+# failed part way kept what it had read (CPython gh-106052). Python 3.11+ has them: the
 # patterns are compiled only there, so that an older Python still starts setup.py to be
 # told it is too old.
 if sys.version_info >= MIN_PYTHON:
     _JSON_TOKEN = re.compile(r"(?P<space>[ \t\r\n]++)|(?P<comment>//[^\r\n]*+|"
-                             r"/\*(?:[^*]|\*(?!/))*+\*/)|(?P<scalar>" + _JSON_SCALAR +
+                             r"/\*(?>[^*]|\*(?!/))*+\*/)|(?P<scalar>" + _JSON_SCALAR +
                              r")|(?P<mark>[{}\[\]:,])")
-    _JSON_ANY_STRING = re.compile(r'"(?:[^"\\\x00-\x1f]|\\.)*+"')
+    _JSON_ANY_STRING = re.compile(r'"(?>[^"\\\x00-\x1f]|\\.)*+"')
     # Runs of items or members a skipped value holds, each a scalar (or {} or []) and a
     # comma, read at once; of members, until the file's indentation step is known, only
     # those that do not start a line (JsonText.indentation reads those): a minified file's.
     _JSON_FLAT = _JSON_SCALAR + r"|\{[ \t\r\n]*+\}|\[[ \t\r\n]*+\]"
-    _JSON_ITEMS = re.compile(r"(?:[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
+    _JSON_ITEMS = re.compile(r"(?>[ \t\r\n]*+(?:" + _JSON_FLAT + r")[ \t\r\n]*+,)*+")
     _JSON_MEMBERS, _JSON_MEMBERS_IN_A_LINE = (re.compile(
-        r"(?:" + lead + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:" + _JSON_FLAT +
+        r"(?>" + lead + _JSON_STRING + r"[ \t\r\n]*+:[ \t\r\n]*+(?:" + _JSON_FLAT +
         r")[ \t\r\n]*+,)*+") for lead in (r"[ \t\r\n]*+", r"[ \t]*+"))
     # A valid TOML document's strings (basic, literal, multi-line), each to its end.
     _TOML_STRINGS = {quote: re.compile(pattern, re.DOTALL) for quote, pattern in (
-        ('"', r'"(?:[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
-        ('"""', r'"""(?:[^"\\]|\\.|"(?!""))*+"""'), ("'''", r"'''(?:[^']|'(?!''))*+'''"))}
+        ('"', r'"(?>[^"\\]|\\.)*+"'), ("'", r"'[^']*+'"),
+        ('"""', r'"""(?>[^"\\]|\\.|"(?!""))*+"""'), ("'''", r"'''(?>[^']|'(?!''))*+'''"))}
 _TOML_PLAIN = re.compile(r"[^#\"'\[\]{}=\n]*")
 _TOML_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _INDENT = re.compile(r"[ \t]*")

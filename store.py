@@ -3553,12 +3553,12 @@ def _text_stream(binary):
 
 RECORD_MAX = 8 << 20  # characters of one JSON value that an import holds (a memory's text)
 # Where a JSON value ends is found by these, in C, no character looked at more than twice
-# (they are possessive): runs of text, whole strings and brackets holding no bracket; the
-# rest of a string; a number, true, false or null.
-_JSON_TEXT = r'[^"\[\]{}]++|"[^"\\]*+(?:\\.[^"\\]*+)*+"'
-_JSON_RUN = re.compile(rf"(?:{_JSON_TEXT}|\{{(?:{_JSON_TEXT})*+\}}|\[(?:{_JSON_TEXT})*+\])*+",
+# (possessive, of atomic groups: see setup.py's JSON patterns): runs of text, whole strings
+# and brackets holding no bracket; the rest of a string; a number, true, false or null.
+_JSON_TEXT = r'[^"\[\]{}]++|"[^"\\]*+(?>\\.[^"\\]*+)*+"'
+_JSON_RUN = re.compile(rf"(?>{_JSON_TEXT}|\{{(?>{_JSON_TEXT})*+\}}|\[(?>{_JSON_TEXT})*+\])*+",
                        re.S)
-_JSON_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+', re.S)
+_JSON_STRING_REST = re.compile(r'[^"\\]*+(?>\\.[^"\\]*+)*+', re.S)
 _JSON_SCALAR = re.compile(r"[^\s,:\]}]*+")
 
 

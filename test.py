@@ -5334,6 +5334,34 @@ class PlatformTest(TempDirTest):
     environment are given to the small functions that decide, and what the user would get
     (the printed configuration and commands, the messages) is checked."""
 
+    def test_a_group_repeated_possessively_is_atomic_for_pythons_before_3_11_5(self):
+        # Before 3.11.5 (Debian 12's python3 is 3.11.2), (?:ab?c)*+ kept what a failed last
+        # iteration had read (CPython gh-106052): setup.py and the importers misread JSON
+        # there. (?>ab?c)*+ is read right by every 3.11. Each possessive repeat of the JSON
+        # and TOML patterns repeats one character or an atomic group.
+        from re import _constants as sre, _parser
+        single = {sre.ATOMIC_GROUP, sre.IN, sre.LITERAL, sre.NOT_LITERAL, sre.ANY}
+        patterns = [p for module in (store, setup) for value in vars(module).values()
+                    for p in (value.values() if isinstance(value, dict) else [value])
+                    if isinstance(p, re.Pattern)]
+        self.assertGreaterEqual(len(patterns), 20)
+
+        def parts(value):  # the subpatterns within a node's argument, however deep
+            if isinstance(value, _parser.SubPattern):
+                yield value
+            elif isinstance(value, (tuple, list)):
+                for item in value:
+                    yield from parts(item)
+
+        for pattern in patterns:
+            nodes = list(_parser.parse(pattern.pattern, pattern.flags).data)
+            while nodes:
+                op, av = nodes.pop()
+                if op is sre.POSSESSIVE_REPEAT:
+                    self.assertEqual(len(av[2].data), 1, pattern.pattern)
+                    self.assertIn(av[2].data[0][0], single, pattern.pattern)
+                nodes += [node for part in parts(av) for node in part.data]
+
     def test_server_py_on_an_older_python_says_which_it_needs(self):
         # A Mac's /usr/bin/python3 is 3.9; 3.10 died loading store.py with an AttributeError.
         code = ("import runpy, sys\nsys.version_info = (3, 10, 13, 'final', 0)\n"
