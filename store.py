@@ -375,8 +375,6 @@ _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_ref
           "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
           "tags_folded", "tags_used", "tags_wide", "terms", "hot_terms", "hot_postings",
           "hot_postings_node", "pending", "fingerprints", "loaded_links", "owed", "replaced"}
-# The triggers on nodes (version 8 on): an upgrade from 8 on makes only these again.
-_TRIGGERED = ("nodes_bi", "nodes_ai", "nodes_ad", "nodes_bu", "nodes_au")
 # Litestream's own, in any file it replicates: never a sign of another program's database.
 _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
@@ -404,11 +402,12 @@ def _upgrade(db, version):
     keeps its rows, times put in the stored form (before 5), links made two-way (version 1's
     tools and a version 6 load cut short left some one-way); all else is derived again, but
     for the full-text index from version 2 on (version 1's may be anyone's, or empty)."""
-    if version >= 8:  # only the triggers changed
-        for name in ("nodes_refuse", *_TRIGGERED):
-            db.execute(f"DROP TRIGGER IF EXISTS {name}")
-        for name in _TRIGGERED:
-            db.execute(_STATEMENTS[name])
+    if version >= 8:  # only the triggers changed: SCHEMA's made again, nodes_refuse gone
+        db.execute("DROP TRIGGER IF EXISTS nodes_refuse")
+        for name, statement in _STATEMENTS.items():
+            if statement.startswith("CREATE TRIGGER"):
+                db.execute(f"DROP TRIGGER IF EXISTS {name}")
+                db.execute(statement)
         db.execute("DELETE FROM replaced")
         # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
