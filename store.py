@@ -200,10 +200,14 @@ _DOOR += [("tags", f"EXISTS (SELECT 1 FROM json_each({_sql_tag_array('{0}')}) WH
 _COLUMN_RULES = len(_DOOR) - len(_TAG_RULES)
 _LINKS_BROKEN = ("links IS NOT NULL AND (NOT json_valid(links) OR json_type(links) <> 'array' "
                  f"OR EXISTS (SELECT 1 FROM json_each({_LINKS}) WHERE type <> 'text'))")
-_STORED_GLOB = "####-##-##T##:##:##.###Z".replace("#", "[0-9]")  # as _format_time writes
+# The forms of a stored time (as _format_time writes) and of a memory id: GLOBs for SQL's
+# checks, the same text compiled for Python's ('.' escaped: the one character read apart).
+_STORED_GLOB = "####-##-##T##:##:##.###Z".replace("#", "[0-9]")
+_STORED_TIME = re.compile(_STORED_GLOB.replace(".", r"\."))
+_CANONICAL_ID = re.compile("-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12)))
 _READ_AROUND = [
     ("links", _LINKS_BROKEN, "links must be a JSON array of memory ids", ""),
-    ("id", "{0} NOT GLOB '" + "-".join("[0-9a-f]" * n for n in (8, 4, 4, 4, 12)) + "'",
+    ("id", f"{{0}} NOT GLOB '{_CANONICAL_ID.pattern}'",
      "an id must be a memory id (a lower-case uuid), or no tool can name it: correct it with "
      "sqlite3", None),
     ("created_at", " OR ".join(f"{c} NOT GLOB '{_STORED_GLOB}'" for c in (
@@ -375,8 +379,6 @@ _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_ref
           "node_tags_au", "node_tags_created", "node_tags_node", "tags", "tags_ai", "tags_ad",
           "tags_folded", "tags_used", "tags_wide", "terms", "hot_terms", "hot_postings",
           "hot_postings_node", "pending", "fingerprints", "loaded_links", "owed", "replaced"}
-# The triggers on nodes (version 8 on): an upgrade from 8 on makes only these again.
-_TRIGGERED = ("nodes_bi", "nodes_ai", "nodes_ad", "nodes_bu", "nodes_au")
 # Litestream's own, in any file it replicates: never a sign of another program's database.
 _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
 
@@ -404,11 +406,12 @@ def _upgrade(db, version):
     keeps its rows, times put in the stored form (before 5), links made two-way (version 1's
     tools and a version 6 load cut short left some one-way); all else is derived again, but
     for the full-text index from version 2 on (version 1's may be anyone's, or empty)."""
-    if version >= 8:  # only the triggers changed
-        for name in ("nodes_refuse", *_TRIGGERED):
-            db.execute(f"DROP TRIGGER IF EXISTS {name}")
-        for name in _TRIGGERED:
-            db.execute(_STATEMENTS[name])
+    if version >= 8:  # only the triggers changed: SCHEMA's made again, nodes_refuse gone
+        db.execute("DROP TRIGGER IF EXISTS nodes_refuse")
+        for name, statement in _STATEMENTS.items():
+            if statement.startswith("CREATE TRIGGER"):
+                db.execute(f"DROP TRIGGER IF EXISTS {name}")
+                db.execute(statement)
         db.execute("DELETE FROM replaced")
         # Tags holding a backslash then u0000 (no NUL) were read as none before version 10.
         db.execute(f"INSERT OR IGNORE INTO node_tags (tag, node, created_at) "
@@ -768,9 +771,6 @@ def _format_time(moment):
         "+00:00", "Z")
 
 
-_STORED_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-
-
 def _utc(value):
     """An ISO 8601 date or date-time (UTC unless it says) in the stored form; else ValueError."""
     if isinstance(value, str) and _STORED_TIME.fullmatch(value):
@@ -827,9 +827,6 @@ def _kind(value):
 def _shorten(value, n=60):
     text = repr(value)
     return text if len(text) <= n else text[:n - 4] + "...'"
-
-
-_CANONICAL_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _node_id(value, name="node_id"):

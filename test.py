@@ -1526,20 +1526,26 @@ class SchemaTest(StoreTestCase):
             with self.subTest(version=version):
                 db = sqlite3.connect(self.path, isolation_level=None)
                 db.execute("DELETE FROM node_tags WHERE tag = '\\u0000'")
-                for name, sql in (("nodes_bi", "BEFORE INSERT"), ("nodes_bu", "BEFORE UPDATE OF "
-                                  "id, content, tags, created_at, rowid"),
+                of = "OF id, content, tags, created_at, rowid"
+                for name, sql in (("nodes_bi", "BEFORE INSERT"), ("nodes_ai", "AFTER INSERT"),
+                                  ("nodes_ad", "AFTER DELETE"),
+                                  ("nodes_bu", f"BEFORE UPDATE {of}"),
+                                  ("nodes_au", f"AFTER UPDATE {of}"),
                                   ("nodes_refuse", f"BEFORE UPDATE OF source{counted}")):
                     db.execute(f"DROP TRIGGER IF EXISTS {name}")
                     db.execute(f"CREATE TRIGGER {name} {sql} ON nodes BEGIN DELETE FROM "
                                f"replaced; END")
+                db.execute("INSERT INTO replaced VALUES (-1, 'x', 'a stale copy', '[]')")
                 db.execute("INSERT OR REPLACE INTO tags (tag, memories, folded) VALUES "
                            "('kept', 0, 'kept')")
                 db.execute(f"PRAGMA user_version = {version}")
                 db.close()
                 upgraded = self.open_store()
                 self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
-                self.assertEqual(self.raw("SELECT name FROM sqlite_master WHERE name = "
-                                          "'nodes_refuse'"), [])
+                triggers = self.raw("SELECT name, sql FROM sqlite_master WHERE type = 'trigger'")
+                self.assertEqual(dict(triggers), {n: s.rstrip(";") for n, s in
+                                 store._STATEMENTS.items() if s.startswith("CREATE TRIGGER")})
+                self.assertEqual(self.raw("SELECT count(*) FROM replaced"), [(0,)])
                 self.assertEqual(self.raw("SELECT memories FROM tags WHERE tag = 'kept'"),
                                  [(0,)])
                 self.assertEqual(self.found(upgraded, "heron", ["BIRDS"]), [node])
@@ -1924,6 +1930,21 @@ class OutsideWriteTest(StoreTestCase):
                     bad = self.raw("SELECT id FROM nodes WHERE rowid = ?", rowid)[0][0]
                 self.assertEqual(self.store.delete(bad)["deleted"], True)
                 self.assertEqual([n for n in self.found("giraffe") if n not in good], [])
+
+    def test_each_rule_check_repair_mends_in_sql_is_mended(self):
+        # A row breaking a rule of the door whose mend is SQL (store._DOOR), let in before
+        # version 10: named by check, and by no check once check --repair has run.
+        now = store._now().encode()
+        rows = {"id": None, "content": b"the giraffe, in bytes", "source": b"chat",
+                "created_at": now, "last_accessed": now, "access_count": "many"}
+        self.assertEqual(set(rows), {c for c, _, _, mend in store._DOOR if mend})
+        for column, value in rows.items():
+            with self.subTest(column):
+                self.raw_write("DELETE FROM nodes")
+                self.bad_row(**{column: value})
+                self.assertTrue(self.store.check())
+                self.store.repair()
+                self.assertEqual(self.store.check(), [])
 
     def test_tags_another_program_wrote_are_folded_once_a_filter_meets_them(self):
         # The triggers cannot fold beyond ASCII: a tag filter reads such tags unfolded, and
