@@ -4058,14 +4058,10 @@ def basic_memory_records(folder, maker):
 
 
 def is_basic_memory(folder):
-    """Whether a note in `folder` has the front matter basic-memory writes (title, type...)."""
-    for path, relative in _files(folder, collections.Counter()):
-        if relative.lower().endswith(".md"):
-            with contextlib.suppress(OSError, UnicodeDecodeError), open(path, "rb") as f:
-                head = _text_stream(f).read(1 << 16).replace("\r\n", "\n")
-                if {"title", "type", "permalink"} <= _front_matter(head)[0].keys():
-                    return True
-    return False
+    """Whether a note in `folder`, read as the import reads it, has the front matter
+    basic-memory writes (title, type...)."""
+    notes = _notes(folder, collections.Counter(), ("file", "files"))
+    return any({"title", "type", "permalink"} <= fields.keys() for _, fields, _, _ in notes)
 
 
 def claude_code_folders(path):
