@@ -4751,9 +4751,10 @@ def _tag_list(store, args):
     counts = store.tag_counts()
     if args.json:
         print(_json_out([{"tag": t, "memories": n} for t, n in counts]))
-    for tag, n in [] if args.json else counts:
+        return
+    for tag, n in counts:
         print(_visible(f"{n:>8,}  {tag}"))
-    if not counts and not args.json:
+    if not counts:
         _say("flood-memory: no memory carries a tag")
 
 
