@@ -4055,14 +4055,10 @@ def basic_memory_records(folder, maker):
 
 
 def is_basic_memory(folder):
-    """Whether a note in `folder` has the front matter basic-memory writes (title, type...)."""
-    for path, relative in _files(folder, collections.Counter()):
-        if relative.lower().endswith(".md"):
-            with contextlib.suppress(OSError, UnicodeDecodeError), open(path, "rb") as f:
-                head = _text_stream(f).read(1 << 16).replace("\r\n", "\n")
-                if {"title", "type", "permalink"} <= _front_matter(head)[0].keys():
-                    return True
-    return False
+    """Whether a note in `folder`, read as the import reads it, has the front matter
+    basic-memory writes (title, type...)."""
+    notes = _notes(folder, collections.Counter(), ("file", "files"))
+    return any({"title", "type", "permalink"} <= fields.keys() for _, fields, _, _ in notes)
 
 
 def claude_code_folders(path):
@@ -4752,9 +4748,10 @@ def _tag_list(store, args):
     counts = store.tag_counts()
     if args.json:
         print(_json_out([{"tag": t, "memories": n} for t, n in counts]))
-    for tag, n in [] if args.json else counts:
+        return
+    for tag, n in counts:
         print(_visible(f"{n:>8,}  {tag}"))
-    if not counts and not args.json:
+    if not counts:
         _say("flood-memory: no memory carries a tag")
 
 

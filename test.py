@@ -10337,12 +10337,16 @@ class PeerImportTest(TempDirTest):
                       f" are no longer there", err)
 
     def test_notes_in_utf16_are_told_as_basic_memory_s(self):
-        folder = os.path.dirname(self.source("notes", "a.md"))
-        with open(os.path.join(folder, "a.md"), "w", encoding="utf-16") as f:
-            f.write("---\ntitle: A\ntype: note\npermalink: a\n---\n- [fact] Kim drinks tea\n")
-        code, err = self.imported(folder)
-        self.assertEqual(code, 0, err)
-        self.assertIn("found a folder of basic-memory's notes", err)
+        # Told as the import reads them: the format was told from a note read otherwise,
+        # which missed UTF-16 and then line breaks of a lone CR (an old Mac's).
+        for name, encoding, end in (("wide", "utf-16", "\n"), ("mac", "utf-8", "\r")):
+            folder = os.path.dirname(self.source(name, "a.md"))
+            with open(os.path.join(folder, "a.md"), "w", encoding=encoding, newline=end) as f:
+                f.write(f"---\ntitle: A\ntype: note\npermalink: {name}\n---\n- [fact] Kim "
+                        f"drinks tea\n")
+            code, err = self.imported(folder)
+            self.assertEqual(code, 0, err)
+            self.assertIn("found a folder of basic-memory's notes", err)
 
     def test_a_zip_or_gemini_md_from_standard_input_is_refused_in_one_line(self):
         for format_name in ("openmemory", "gemini"):
