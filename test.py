@@ -6761,6 +6761,12 @@ class RemoteTest(StoreTestCase):
         self.assertEqual(self.raw_reply(b"POST /mcp HTTP/1.1\r\nHost: x\r\n\r\n")[0], 503)
         holder.send(body)
         self.assertEqual(json.loads(holder.getresponse().read())["id"], 2)
+        # Closed, it is forgotten: an idle connection kept for ever would grow without end.
+        holder.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.httpd._open:
+            time.sleep(0.05)
+        self.assertEqual((self.httpd._open, len(self.httpd._idle_holders)), (0, 0))
 
     def test_headers_must_arrive_within_their_deadline_the_body_within_the_requests(self):
         self.start(header_timeout=0.3, request_timeout=10)
