@@ -6794,6 +6794,29 @@ class RemoteTest(StoreTestCase):
         time.sleep(0.2)
         self.assertEqual(self.rpc(request("ping", id=3))["id"], 3)
 
+    def test_the_token_holders_later_request_keeps_its_slot(self):
+        # Between two requests the holder's connection may give way; once a later request of
+        # it passes the token check, it keeps its slot as its first did: past the cap, 503.
+        self.start(max_connections=1)
+        holder = self.connection()
+        self.assertEqual(self.post(request("ping"), conn=holder)[0], 200)
+        body = json.dumps(request("ping", id=2)).encode()
+        holder.putrequest("POST", "/mcp")
+        for name, value in (("Authorization", f"Bearer {TOKEN}"),
+                            ("Content-Length", str(len(body)))):
+            holder.putheader(name, value)
+        holder.endheaders()  # its body, later
+        time.sleep(0.2)
+        self.assertEqual(self.raw_reply(b"POST /mcp HTTP/1.1\r\nHost: x\r\n\r\n")[0], 503)
+        holder.send(body)
+        self.assertEqual(json.loads(holder.getresponse().read())["id"], 2)
+        # Closed, it is forgotten: an idle connection kept for ever would grow without end.
+        holder.close()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and self.httpd._open:
+            time.sleep(0.05)
+        self.assertEqual((self.httpd._open, len(self.httpd._idle_holders)), (0, 0))
+
     def test_headers_must_arrive_within_their_deadline_the_body_within_the_requests(self):
         self.start(header_timeout=0.3, request_timeout=10)
         slow = socket.create_connection(("127.0.0.1", self.port), timeout=10)
