@@ -1255,7 +1255,7 @@ def toml_changed(text, path, table, server, bare=False):
         full = current + key if kind == "pair" else key or ()
         if full[:1] == ("mcp_servers",):
             first = start if first is None else first
-            survives = survives or block is None and full[:2] != ("mcp_servers", NAME)
+            survives = survives or full[:2] != ("mcp_servers", NAME)
         if kind in ("table", "array"):
             current, block = key, None
             if key[:2] == ("mcp_servers", NAME):

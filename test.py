@@ -4511,6 +4511,18 @@ class InstallTest(TempDirTest):
                 self.assertEqual(after, before)
                 self.assertEqual(self.install("codex", env)[1].count("nothing changed"), 1)
 
+    def test_an_uninstall_keeps_a_servers_table_written_after_the_flood_memory_one(self):
+        # A header after flood-memory's table is no part of it: it keeps mcp_servers there.
+        home, env = self.home()
+        path = self.file_of("codex", env)
+        ours = '[mcp_servers.flood-memory]\ncommand = "/old/python"\n\n'
+        for after in ("[mcp_servers]\n", "[mcp_servers.docs]\n"):
+            with self.subTest(after=after):
+                self.write(path, ours + after)
+                status, out, err = self.install("codex", env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertEqual(self.read(path), after.encode())
+
     def test_an_old_entry_holding_a_lone_surrogate_is_replaced_and_shown_escaped(self):
         # JSON may escape half of a surrogate pair; no terminal encoding can print one.
         home, env = self.home()
