@@ -793,7 +793,7 @@ class JsonText:
         self.server = server
         self.comments, self.pos, self.ahead, self.end = [], 0, None, 0
         self.quiet = 0  # in what no edit goes into: comments there are not kept
-        self.unit, self.line, self.seen, self.indent = None, 0, 0, ""
+        self.unit, self.line, self.seen, self.indent = None, 0, 0, _INDENT.match(text)[0]
         self.top = None
         first = self.peek()
         if first is not None:

@@ -4622,6 +4622,16 @@ class InstallTest(TempDirTest):
                 setup.json_changed("cursor", text, "mcp.json", {"command": "x"}, server)
                 self.assertLess(value.call_count, 100)
 
+    def test_the_entry_is_indented_by_the_files_step_whatever_its_first_line_holds(self):
+        server = os.path.join(HERE, "server.py")
+        for lead in ("", " ", "\t"):
+            with self.subTest(lead=lead):
+                text = f'{lead}{{"mcpServers": {{\n{lead}  "docs": {{}}\n{lead}}}}}\n'
+                changed, *_ = setup.json_changed("cursor", text, "mcp.json",
+                                                 {"command": "x"}, server)
+                self.assertIn(f'\n{lead}  "flood-memory": {{\n{lead}    "command": "x"\n',
+                              changed)
+
     def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
         home, env = self.home()
         for client, data, said in (
