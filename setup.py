@@ -805,7 +805,8 @@ class JsonText:
 
     @property
     def servers(self):
-        """The servers' JsonObject; None if there are none, what is there if not an object."""
+        """The servers' JsonObject; None if there are none or they are not an object (a
+        value that is not an object is read as None: top.place tells that the key is there)."""
         return None if self.top is None else self.top.value
 
     def fail(self, pos, what):
