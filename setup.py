@@ -795,7 +795,7 @@ class JsonText:
         self.server = server
         self.comments, self.pos, self.ahead, self.end = [], 0, None, 0
         self.quiet = 0  # in what no edit goes into: comments there are not kept
-        self.unit, self.line, self.seen, self.indent = None, 0, 0, ""
+        self.unit, self.line, self.seen, self.indent = None, 0, 0, _INDENT.match(text)[0]
         self.top = None
         first = self.peek()
         if first is not None:
@@ -807,7 +807,8 @@ class JsonText:
 
     @property
     def servers(self):
-        """The servers' JsonObject; None if there are none, what is there if not an object."""
+        """The servers' JsonObject; None if there are none or they are not an object (a
+        value that is not an object is read as None: top.place tells that the key is there)."""
         return None if self.top is None else self.top.value
 
     def fail(self, pos, what):
@@ -1257,7 +1258,7 @@ def toml_changed(text, path, table, server, bare=False):
         full = current + key if kind == "pair" else key or ()
         if full[:1] == ("mcp_servers",):
             first = start if first is None else first
-            survives = survives or block is None and full[:2] != ("mcp_servers", NAME)
+            survives = survives or full[:2] != ("mcp_servers", NAME)
         if kind in ("table", "array"):
             current, block = key, None
             if key[:2] == ("mcp_servers", NAME):

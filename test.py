@@ -4532,6 +4532,18 @@ class InstallTest(TempDirTest):
                 self.assertEqual(after, before)
                 self.assertEqual(self.install("codex", env)[1].count("nothing changed"), 1)
 
+    def test_an_uninstall_keeps_a_servers_table_written_after_the_flood_memory_one(self):
+        # A header after flood-memory's table is no part of it: it keeps mcp_servers there.
+        home, env = self.home()
+        path = self.file_of("codex", env)
+        ours = '[mcp_servers.flood-memory]\ncommand = "/old/python"\n\n'
+        for after in ("[mcp_servers]\n", "[mcp_servers.docs]\n"):
+            with self.subTest(after=after):
+                self.write(path, ours + after)
+                status, out, err = self.install("codex", env, remove=True)
+                self.assertEqual((status, err), (0, ""))
+                self.assertEqual(self.read(path), after.encode())
+
     def test_an_old_entry_holding_a_lone_surrogate_is_replaced_and_shown_escaped(self):
         # JSON may escape half of a surrogate pair; no terminal encoding can print one.
         home, env = self.home()
@@ -4630,6 +4642,16 @@ class InstallTest(TempDirTest):
                     setup.JsonText, "value", autospec=True, side_effect=read) as value:
                 setup.json_changed("cursor", text, "mcp.json", {"command": "x"}, server)
                 self.assertLess(value.call_count, 100)
+
+    def test_the_entry_is_indented_by_the_files_step_whatever_its_first_line_holds(self):
+        server = os.path.join(HERE, "server.py")
+        for lead in ("", " ", "\t"):
+            with self.subTest(lead=lead):
+                text = f'{lead}{{"mcpServers": {{\n{lead}  "docs": {{}}\n{lead}}}}}\n'
+                changed, *_ = setup.json_changed("cursor", text, "mcp.json",
+                                                 {"command": "x"}, server)
+                self.assertIn(f'\n{lead}  "flood-memory": {{\n{lead}    "command": "x"\n',
+                              changed)
 
     def test_a_file_that_cannot_be_read_is_left_byte_for_byte_naming_the_line(self):
         home, env = self.home()
