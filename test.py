@@ -1120,6 +1120,9 @@ class RankingTest(StoreTestCase):
         self.assertEqual(self.ids_of("oven problems")[0], aug)
         # Memories of the time that hold no word of the question come too.
         self.assertIn(trip, self.ids_of("Where did we go last August?"))
+        # Those too carry the tags asked and fall in the window given.
+        self.assertEqual(self.ids_of("Where did we go last August?", ["equipment"]), [])
+        self.assertEqual(self.ids_of("Where did we go last August?", since="2019-08-18"), [])
         with unittest.mock.patch.object(store, "TIME_WEIGHT", 0.0):
             self.assertEqual(self.ids_of("What happened with the oven in January?")[0], aug)
             self.assertNotIn(trip, self.ids_of("Where did we go last August?"))
