@@ -1104,6 +1104,19 @@ class RankingTest(StoreTestCase):
         with unittest.mock.patch.multiple(store, NEWER=0.0, SUPERSEDED=0):
             self.assertEqual(self.ids_of("spare key"), [newer, older])  # ties too
 
+    def test_of_memories_that_answer_about_equally_the_newer_ranks_first(self):
+        # Not restating one another (no supersession) nor stored as neighbours (no weight
+        # lent): the older, a word shorter, scores a little more, and the newer weighs more.
+        older = self.dated("Lunch with Priya at the Thai place", "2019-03-01T12:00:00Z",
+                           ["friends"])
+        for i in range(8):
+            self.dated(f"Unrelated note {i} about the garden", f"2020-0{1 + i}-05T10:00:00Z")
+        newer = self.dated("Lunch with Marco at the new noodle bar", "2020-09-01T12:00:00Z",
+                           ["work"])
+        self.assertEqual(self.ids_of("lunch"), [newer, older])
+        with unittest.mock.patch.object(store, "NEWER", 0.0):
+            self.assertEqual(self.ids_of("lunch"), [older, newer])
+
     def test_a_time_the_question_names_favours_memories_of_that_time(self):
         # Years before today's: the times named are read from the newest memory, not
         # from the clock.
