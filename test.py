@@ -1820,19 +1820,19 @@ class OutsideWriteTest(StoreTestCase):
             for way in ("INSERT", "UPDATE"):
                 with self.subTest(value=value, way=way):
                     self.raw_write("DELETE FROM nodes")
-                    node = str(uuid.uuid4())
                     if way == "UPDATE":
                         node = self.store.add("the pangolin rolls into a ball", ["first"])["id"]
-                    write = (db.execute, "UPDATE nodes SET tags = ? WHERE id = ?", (value, node))
-                    if way == "INSERT":
-                        write = (db.execute, "INSERT INTO nodes (id, content, tags, created_at, "
-                                 "last_accessed) VALUES (?, 'the pangolin rolls into a ball', ?, "
-                                 "?, ?)", (node, value, now, now))
+                        write = ("UPDATE nodes SET tags = ? WHERE id = ?", (value, node))
+                    else:
+                        node = str(uuid.uuid4())
+                        write = ("INSERT INTO nodes (id, content, tags, created_at, last_accessed)"
+                                 " VALUES (?, 'the pangolin rolls into a ball', ?, ?, ?)",
+                                 (node, value, now, now))
                     if not let_in:
                         with self.assertRaises(sqlite3.IntegrityError):
-                            write[0](*write[1:])
+                            db.execute(*write)
                         continue
-                    write[0](*write[1:])
+                    db.execute(*write)
                     self.assertEqual(self.store.check(), [])
                     tags = self.store.get(node)["tags"]
                     self.assertEqual(tags, json.loads(value))
