@@ -3725,7 +3725,8 @@ def home_env(home, **more):
     env.update(HOME=home, USERPROFILE=home, APPDATA=os.path.join(home, "AppData", "Roaming"),
                LOCALAPPDATA=os.path.join(home, "AppData", "Local"),
                XDG_CONFIG_HOME=os.path.join(home, ".config"),
-               XDG_CACHE_HOME=os.path.join(home, ".cache"), CODEX_HOME=os.path.join(home, ".codex"),
+               XDG_CACHE_HOME=os.path.join(home, ".cache"),
+               CODEX_HOME=os.path.join(home, ".codex"),
                COPILOT_HOME=os.path.join(home, ".copilot"), **more)
     return env
 
@@ -10218,8 +10219,9 @@ class PeerImportTest(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("imported 1 memory, skipped 30 stored already", err)
         self.assertIn("1 memory stored already took the source's content and tags", err)
-        self.assertIn(f"2 memories imported before from {store._source_name('basic-memory', moved)}"
-                      f" are no longer there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn(f"2 memories imported before from "
+                      f"{store._source_name('basic-memory', moved)} are no longer there; kept "
+                      f"(forget with python3 store.py forget ID):", err)
         self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
         by_text = self.by_text()
         self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
@@ -10237,7 +10239,8 @@ class PeerImportTest(TempDirTest):
 
         def gemini_saved(*more):
             with open(gemini, "w") as f:
-                f.write("## Gemini Added Memories\n" + "".join(f"- {i}\n" for i in items + [*more]))
+                f.write("## Gemini Added Memories\n" +
+                        "".join(f"- {i}\n" for i in items + [*more]))
         gemini_saved()
         self.assertEqual(self.imported(gemini)[0], 0)
         s = self.open_store()
@@ -11883,7 +11886,8 @@ def awm_rows(persona, size=None):
                  "created_at": m["created_at"]} for m in memories])
         plain.execute("CREATE VIRTUAL TABLE p USING fts5(content, key UNINDEXED, "
                       "tokenize='porter')")
-        plain.executemany("INSERT INTO p VALUES (?, ?)", [(m["content"], m["key"]) for m in memories])
+        plain.executemany("INSERT INTO p VALUES (?, ?)",
+                          [(m["content"], m["key"]) for m in memories])
         rows = []
         for q in persona["questions"]:
             if not set(q["gold"]) <= set(ids):
@@ -11932,10 +11936,12 @@ def hint_agreement(samples, facts):
                 found = []
                 # Asked as remember asks, knowing the common terms (a copy: the add below
                 # learns them), and asking every word, knowing none.
-                for probes, common in ((store.SIMILAR_PROBES, set(s._common)), (len(words), set())):
+                for probes, common in ((store.SIMILAR_PROBES, set(s._common)),
+                                       (len(words), set())):
                     with unittest.mock.patch.object(store, "SIMILAR_PROBES", probes), \
                             unittest.mock.patch.object(s, "_common", common), s.db.read() as db:
-                        found.append(store._most_similar(s._similar_candidates(db, words), len(content), words))
+                        found.append(store._most_similar(s._similar_candidates(db, words),
+                                                         len(content), words))
                 fired.update(i for i, similar in enumerate(found) if similar)
                 same += found[0] == found[1]
                 stored += not s.add(content, [sample["sample_id"], f"session-{session}"]).get(
