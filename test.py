@@ -1091,9 +1091,10 @@ class RankingTest(StoreTestCase):
         self.assertEqual(self.ids_of("orchid"), [few, many])  # else the newer first
 
     def test_the_words_that_only_say_when_are_not_searched_for(self):
-        self.dated("The year of the dragon begins", "2026-02-10T09:00:00Z")
-        trip = self.dated("Holiday in Brittany with the kids", "2025-08-17T09:00:00Z")
-        self.dated("Newest note", "2026-11-20T09:00:00Z")
+        # Years before today's: "last year" is the year before the newest memory's.
+        self.dated("The year of the dragon begins", "2020-02-10T09:00:00Z")
+        trip = self.dated("Holiday in Brittany with the kids", "2019-08-17T09:00:00Z")
+        self.dated("Newest note", "2020-11-20T09:00:00Z")
         self.assertEqual(self.ids_of("what did we do last year?"), [trip])
 
     def test_of_equal_memories_the_newer_ranks_first(self):
@@ -1103,20 +1104,38 @@ class RankingTest(StoreTestCase):
         with unittest.mock.patch.multiple(store, NEWER=0.0, SUPERSEDED=0):
             self.assertEqual(self.ids_of("spare key"), [newer, older])  # ties too
 
+    def test_of_memories_that_answer_about_equally_the_newer_ranks_first(self):
+        # Not restating one another (no supersession) nor stored as neighbours (no weight
+        # lent): the older, a word shorter, scores a little more, and the newer weighs more.
+        older = self.dated("Lunch with Priya at the Thai place", "2019-03-01T12:00:00Z",
+                           ["friends"])
+        for i in range(8):
+            self.dated(f"Unrelated note {i} about the garden", f"2020-0{1 + i}-05T10:00:00Z")
+        newer = self.dated("Lunch with Marco at the new noodle bar", "2020-09-01T12:00:00Z",
+                           ["work"])
+        self.assertEqual(self.ids_of("lunch"), [newer, older])
+        with unittest.mock.patch.object(store, "NEWER", 0.0):
+            self.assertEqual(self.ids_of("lunch"), [older, newer])
+
     def test_a_time_the_question_names_favours_memories_of_that_time(self):
+        # Years before today's: the times named are read from the newest memory, not
+        # from the clock.
         jan = self.dated("Bottom deck of the oven not heating; engineer called",
-                         "2026-01-13T09:00:00Z", ["equipment"])
+                         "2020-01-13T09:00:00Z", ["equipment"])
         aug = self.dated("Oven thermostat failed again, the engineer replaced the oven "
-                         "thermostat", "2026-08-19T09:00:00Z", ["equipment"])
+                         "thermostat", "2020-08-19T09:00:00Z", ["equipment"])
         trip = self.dated("Back from Anglesey: the mountain loop was the highlight",
-                          "2025-08-17T09:00:00Z", ["travel"])
+                          "2019-08-17T09:00:00Z", ["travel"])
         for i in range(20):
-            self.dated(f"Note {i} on the shop's accounts", f"2026-{i % 9 + 2:02d}-02T09:00:00Z")
-        self.dated("Newest note", "2026-11-20T09:00:00Z")
+            self.dated(f"Note {i} on the shop's accounts", f"2020-{i % 9 + 2:02d}-02T09:00:00Z")
+        self.dated("Newest note", "2020-11-20T09:00:00Z")
         self.assertEqual(self.ids_of("What happened with the oven in January?")[0], jan)
         self.assertEqual(self.ids_of("oven problems")[0], aug)
         # Memories of the time that hold no word of the question come too.
         self.assertIn(trip, self.ids_of("Where did we go last August?"))
+        # Those too carry the tags asked and fall in the window given.
+        self.assertEqual(self.ids_of("Where did we go last August?", ["equipment"]), [])
+        self.assertEqual(self.ids_of("Where did we go last August?", since="2019-08-18"), [])
         with unittest.mock.patch.object(store, "TIME_WEIGHT", 0.0):
             self.assertEqual(self.ids_of("What happened with the oven in January?")[0], aug)
             self.assertNotIn(trip, self.ids_of("Where did we go last August?"))
@@ -1807,19 +1826,19 @@ class OutsideWriteTest(StoreTestCase):
             for way in ("INSERT", "UPDATE"):
                 with self.subTest(value=value, way=way):
                     self.raw_write("DELETE FROM nodes")
-                    node = str(uuid.uuid4())
                     if way == "UPDATE":
                         node = self.store.add("the pangolin rolls into a ball", ["first"])["id"]
-                    write = (db.execute, "UPDATE nodes SET tags = ? WHERE id = ?", (value, node))
-                    if way == "INSERT":
-                        write = (db.execute, "INSERT INTO nodes (id, content, tags, created_at, "
-                                 "last_accessed) VALUES (?, 'the pangolin rolls into a ball', ?, "
-                                 "?, ?)", (node, value, now, now))
+                        write = ("UPDATE nodes SET tags = ? WHERE id = ?", (value, node))
+                    else:
+                        node = str(uuid.uuid4())
+                        write = ("INSERT INTO nodes (id, content, tags, created_at, last_accessed)"
+                                 " VALUES (?, 'the pangolin rolls into a ball', ?, ?, ?)",
+                                 (node, value, now, now))
                     if not let_in:
                         with self.assertRaises(sqlite3.IntegrityError):
-                            write[0](*write[1:])
+                            db.execute(*write)
                         continue
-                    write[0](*write[1:])
+                    db.execute(*write)
                     self.assertEqual(self.store.check(), [])
                     tags = self.store.get(node)["tags"]
                     self.assertEqual(tags, json.loads(value))
@@ -3727,7 +3746,8 @@ def home_env(home, **more):
     env.update(HOME=home, USERPROFILE=home, APPDATA=os.path.join(home, "AppData", "Roaming"),
                LOCALAPPDATA=os.path.join(home, "AppData", "Local"),
                XDG_CONFIG_HOME=os.path.join(home, ".config"),
-               XDG_CACHE_HOME=os.path.join(home, ".cache"), CODEX_HOME=os.path.join(home, ".codex"),
+               XDG_CACHE_HOME=os.path.join(home, ".cache"),
+               CODEX_HOME=os.path.join(home, ".codex"),
                COPILOT_HOME=os.path.join(home, ".copilot"), **more)
     return env
 
@@ -10293,8 +10313,9 @@ class PeerImportTest(TempDirTest):
         self.assertEqual(code, 0, err)
         self.assertIn("imported 1 memory, skipped 30 stored already", err)
         self.assertIn("1 memory stored already took the source's content and tags", err)
-        self.assertIn(f"2 memories imported before from {store._source_name('basic-memory', moved)}"
-                      f" are no longer there; kept (forget with python3 store.py forget ID):", err)
+        self.assertIn(f"2 memories imported before from "
+                      f"{store._source_name('basic-memory', moved)} are no longer there; kept "
+                      f"(forget with python3 store.py forget ID):", err)
         self.assertIn("Garden Journal links to Coffee Brewing Methods", err)
         by_text = self.by_text()
         self.assertEqual(by_text["Coffee Bean Origins: Yirgacheffe beans grow above nineteen "
@@ -10312,7 +10333,8 @@ class PeerImportTest(TempDirTest):
 
         def gemini_saved(*more):
             with open(gemini, "w") as f:
-                f.write("## Gemini Added Memories\n" + "".join(f"- {i}\n" for i in items + [*more]))
+                f.write("## Gemini Added Memories\n" +
+                        "".join(f"- {i}\n" for i in items + [*more]))
         gemini_saved()
         self.assertEqual(self.imported(gemini)[0], 0)
         s = self.open_store()
@@ -11962,7 +11984,8 @@ def awm_rows(persona, size=None):
                  "created_at": m["created_at"]} for m in memories])
         plain.execute("CREATE VIRTUAL TABLE p USING fts5(content, key UNINDEXED, "
                       "tokenize='porter')")
-        plain.executemany("INSERT INTO p VALUES (?, ?)", [(m["content"], m["key"]) for m in memories])
+        plain.executemany("INSERT INTO p VALUES (?, ?)",
+                          [(m["content"], m["key"]) for m in memories])
         rows = []
         for q in persona["questions"]:
             if not set(q["gold"]) <= set(ids):
@@ -12011,10 +12034,12 @@ def hint_agreement(samples, facts):
                 found = []
                 # Asked as remember asks, knowing the common terms (a copy: the add below
                 # learns them), and asking every word, knowing none.
-                for probes, common in ((store.SIMILAR_PROBES, set(s._common)), (len(words), set())):
+                for probes, common in ((store.SIMILAR_PROBES, set(s._common)),
+                                       (len(words), set())):
                     with unittest.mock.patch.object(store, "SIMILAR_PROBES", probes), \
                             unittest.mock.patch.object(s, "_common", common), s.db.read() as db:
-                        found.append(store._most_similar(s._similar_candidates(db, words), len(content), words))
+                        found.append(store._most_similar(s._similar_candidates(db, words),
+                                                         len(content), words))
                 fired.update(i for i, similar in enumerate(found) if similar)
                 same += found[0] == found[1]
                 stored += not s.add(content, [sample["sample_id"], f"session-{session}"]).get(
