@@ -2032,7 +2032,10 @@ def cache_dir(system, environ):
 
 def sqlite_version(python):
     """The version of the SQLite library `python` uses, as it says it ("" if it cannot):
-    asked of it, as only store.py imports sqlite3."""
+    asked of it, or of store.py's sqlite3 for this Python (only store.py imports sqlite3)."""
+    if python == sys.executable:  # one Python fewer to start at every run
+        import store
+        return store.sqlite3.sqlite_version
     try:
         out = subprocess.run([python, "-c", "import sqlite3; print(sqlite3.sqlite_version)"],
                              capture_output=True, text=True, timeout=30)
