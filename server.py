@@ -957,8 +957,9 @@ def handle_payload(payload, store, session):
     if not isinstance(payload, list):
         return handle_message(payload, store, session)
     if session.protocol_version != BATCH_VERSION:
+        revision = MODERN_VERSIONS[0] if session.modern else session.version
         return [rpc_error(None, INVALID_REQUEST, f"JSON-RPC batches are not part of protocol "
-                                              f"revision {session.version}")]
+                                              f"revision {revision}", modern=session.modern)]
     if not payload:
         return [rpc_error(None, INVALID_REQUEST, "an empty batch")]
     if len(payload) > MAX_BATCH:
@@ -980,19 +981,23 @@ def handle_payload(payload, store, session):
     return [replies] if replies else []
 
 
-def decode(data):
-    """A JSON-RPC payload from bytes or text, or the -32700 reply when it does not parse."""
+def decode(data, modern=False):
+    """A JSON-RPC payload from bytes or text, or the -32700 reply when it does not parse (in
+    2026-07-28, if `modern`, as rpc_error words it)."""
     try:
         if isinstance(data, bytes):
             data = data.decode("utf-8")
         # A byte order mark, as some Windows tools write before the first message.
         return json.loads(data.removeprefix("\ufeff")), None
     except UnicodeDecodeError:
-        return None, rpc_error(None, PARSE_ERROR, "parse error: the message is not UTF-8")
+        return None, rpc_error(None, PARSE_ERROR, "parse error: the message is not UTF-8",
+                               modern=modern)
     except RecursionError:
-        return None, rpc_error(None, PARSE_ERROR, "parse error: the JSON is nested too deeply")
+        return None, rpc_error(None, PARSE_ERROR, "parse error: the JSON is nested too deeply",
+                               modern=modern)
     except ValueError as exc:
-        return None, rpc_error(None, PARSE_ERROR, f"parse error: {exc}")
+        return None, rpc_error(None, PARSE_ERROR, f"parse error: {exc}",
+                               modern=modern)
 
 
 def _dumps(value):
@@ -1019,7 +1024,7 @@ def serve_stdio(store, stdin=None, stdout=None):
     for line in stdin:
         if not line.strip():
             continue
-        payload, reply = decode(line)
+        payload, reply = decode(line, session.modern)
         messages = [reply] if reply is not None else handle_payload(payload, store, session)
         if not messages:
             continue

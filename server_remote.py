@@ -339,14 +339,12 @@ class Handler(BaseHTTPRequestHandler):
         body = self.read_body()
         if body is None:
             return
-        payload, reply = decode(body)
         versions = self.versions()
-        modern = modern_post(versions, payload)
+        payload, reply = decode(body, modern_post(versions, None))  # the headers' era
         if reply is not None:  # not JSON: nothing to answer but the parse error itself
-            if modern:
-                del reply["id"]  # 2026-07-28 omits an id it could not read
             self.send(HTTPStatus.BAD_REQUEST, encode(reply))
             return
+        modern = modern_post(versions, payload)
         request_id = payload.get("id") if isinstance(payload, dict) else None
         if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
             request_id = None

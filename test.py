@@ -3232,8 +3232,16 @@ class ModernProtocolTest(StoreTestCase):
             request("initialize", {"protocolVersion": "2025-06-18"}, id=2),
             request("initialize", {"protocolVersion": 7, "_meta": MODERN_META}, id=3),
             request("ping", id=4),
-            modern("tools/list", id=5))
+            modern("tools/list", id=5),
+            "not json",  # once the era is chosen, its errors are worded as it words them
+            [modern("tools/list", id=6)])
         self.assertEqual(modern_first[0]["error"]["code"], server.PARSE_ERROR)
+        self.assertIsNone(modern_first[0]["id"])
+        for refused, code in ((modern_first[6], server.PARSE_ERROR),
+                              (modern_first[7], server.INVALID_REQUEST)):
+            self.assertEqual(refused["error"]["code"], code)
+            self.assertNotIn("id", refused)  # 2026-07-28 omits an id it could not read
+        self.assertIn("revision 2026-07-28", modern_first[7]["error"]["message"])
         self.assertEqual(marked(modern_first[1]["result"])["supportedVersions"], ["2026-07-28"])
         for refused, data in ((modern_first[2], {"supported": ["2026-07-28"],
                                                  "requested": "2025-06-18"}),
