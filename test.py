@@ -1121,6 +1121,17 @@ class RankingTest(StoreTestCase):
             self.assertEqual(self.ids_of("What happened with the oven in January?")[0], aug)
             self.assertNotIn(trip, self.ids_of("Where did we go last August?"))
 
+    def test_memories_of_the_time_named_keep_to_the_tags_and_the_window(self):
+        # They come with no word in common (the test above), but only as a filter allows.
+        trip = self.dated("Back from Anglesey: the mountain loop was the highlight",
+                          "2025-08-17T09:00:00Z", ["travel"])
+        fair = self.dated("A stall at the county fair", "2025-08-23T09:00:00Z", ["shop"])
+        self.dated("Newest note", "2026-11-20T09:00:00Z")
+        question = "Where did we go last August?"
+        self.assertEqual(set(self.ids_of(question)), {trip, fair})
+        self.assertEqual(self.ids_of(question, ["travel"]), [trip])
+        self.assertEqual(self.ids_of(question, since="2025-08-20"), [fair])
+
     def test_the_times_a_question_names(self):
         anchor = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
         cases = {
