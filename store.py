@@ -2400,16 +2400,15 @@ class Store:
 
     def _spellings(self, db, tags):
         """For each of `tags`, the spellings memories carry of it whatever their case (as
-        str.casefold has it), most used first: [{spelling: memories}, ...], from tags.folded
-        and the tags not folded yet (_fold_tags), which the next access counted folds."""
+        str.casefold has it): [{spelling: memories}, ...], from tags.folded and the tags not
+        folded yet (_fold_tags), which the next access counted folds."""
         out = []
         for tag in tags:
             folded = tag.casefold()
             rows = db.execute("SELECT tag, memories, folded FROM tags WHERE folded = ? OR "
                               "folded IS NULL", (folded,)).fetchall()
             self._unfolded = self._unfolded or any(f is None for _, _, f in rows)
-            counts = {t: n for t, n, _ in rows if t.casefold() == folded}
-            out.append({t: counts[t] for t in sorted(counts, key=lambda t: (-counts[t], t))})
+            out.append({t: n for t, n, _ in rows if t.casefold() == folded})
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
