@@ -1906,7 +1906,7 @@ class Search:
             [r for r in lent if r not in scores], window=True)))
         features.update(extra_features)
         scores.update(extra_scores)
-        matched = set(first) | set(tagged) | set(dated)
+        matched = set(candidates)
         for rowid, extra in lent.items():
             if rowid in features and (any(features[rowid].counts[i] for i in weighty)
                                       or rowid in answers):
