@@ -2839,12 +2839,12 @@ class _Load:
                 _labelled(source)[1]
             take = not same and (self.update is True or self.update == "changed" and
                                  said == _said(content, _column_strings(tags)))
-            # A memory whose source says nothing of what it gave is left, and so said, till
-            # --update: who changed it cannot be told.
-            unsaid = not (same or take) and self.update == "changed" and said is None
-            (self.unsaid if unsaid else self.kept if not (same or take) and
-             self.update == "changed" else self.differ if not same else []).append(r.id)
-            if take or self.update == "changed" and source != r.source and not unsaid:
+            if not same:
+                # A memory whose source says nothing of what it gave is left, and so said, till
+                # --update: who changed it cannot be told.
+                (self.differ if take or self.update != "changed" else
+                 self.unsaid if said is None else self.kept).append(r.id)
+            if take or self.update == "changed" and source != r.source and (same or said):
                 changes.append(((r.content, _json(r.tags)) if take else (None, None)) +
                                (r.source, r.id))
         return changes
