@@ -8562,8 +8562,9 @@ class LoadTest(TempDirTest):
 
     def test_each_batch_of_a_load_is_whole_once_committed(self):
         # After every transaction of a load, as another writer sees it between two: each
-        # memory stored is found, and every link between stored memories is two-way. A
-        # link to a record of a later batch is made when that record arrives.
+        # memory stored is found, every link between stored memories is two-way, and the
+        # tag tables a load fills itself agree (check). A link to a record of a later batch
+        # is made when that record arrives.
         s = Store(self.path)
         self.addCleanup(s.close)
         other = Store(self.path)
@@ -8571,7 +8572,8 @@ class LoadTest(TempDirTest):
         first = other.add("the store was not empty")["id"]
         ids = [str(uuid.UUID(int=i + 1, version=4)) for i in range(60)]
         records = [{"id": node_id, "content": f"imported memory {i} about topic{i % 7}",
-                    "links": [ids[(i * 7 + 13) % 60], first] if i % 3 else []}
+                    "links": [ids[(i * 7 + 13) % 60], first] if i % 3 else [],
+                    "tags": [f"group{i % 3}", "Shared" if i % 2 else "shared"]}
                    for i, node_id in enumerate(ids)]
         seen = []
         store_batch = store._Load.store_batch
