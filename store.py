@@ -1903,7 +1903,7 @@ class Search:
             [r for r in lent if r not in scores], window=True)))
         features.update(extra_features)
         scores.update(extra_scores)
-        matched = set(first) | set(tagged) | set(dated)
+        matched = set(candidates)
         for rowid, extra in lent.items():
             if rowid in features and (any(features[rowid].counts[i] for i in weighty)
                                       or rowid in answers):
@@ -2397,16 +2397,15 @@ class Store:
 
     def _spellings(self, db, tags):
         """For each of `tags`, the spellings memories carry of it whatever their case (as
-        str.casefold has it), most used first: [{spelling: memories}, ...], from tags.folded
-        and the tags not folded yet (_fold_tags), which the next access counted folds."""
+        str.casefold has it): [{spelling: memories}, ...], from tags.folded and the tags not
+        folded yet (_fold_tags), which the next access counted folds."""
         out = []
         for tag in tags:
             folded = tag.casefold()
             rows = db.execute("SELECT tag, memories, folded FROM tags WHERE folded = ? OR "
                               "folded IS NULL", (folded,)).fetchall()
             self._unfolded = self._unfolded or any(f is None for _, _, f in rows)
-            counts = {t: n for t, n, _ in rows if t.casefold() == folded}
-            out.append({t: counts[t] for t in sorted(counts, key=lambda t: (-counts[t], t))})
+            out.append({t: n for t, n, _ in rows if t.casefold() == folded})
         return out
 
     def nothing_found(self, tags=(), since=None, until=None, words=()):
@@ -2837,12 +2836,12 @@ class _Load:
                 _labelled(source)[1]
             take = not same and (self.update is True or self.update == "changed" and
                                  said == _said(content, _column_strings(tags)))
-            # A memory whose source says nothing of what it gave is left, and so said, till
-            # --update: who changed it cannot be told.
-            unsaid = not (same or take) and self.update == "changed" and said is None
-            (self.unsaid if unsaid else self.kept if not (same or take) and
-             self.update == "changed" else self.differ if not same else []).append(r.id)
-            if take or self.update == "changed" and source != r.source and not unsaid:
+            if not same:
+                # A memory whose source says nothing of what it gave is left, and so said, till
+                # --update: who changed it cannot be told.
+                (self.differ if take or self.update != "changed" else
+                 self.unsaid if said is None else self.kept).append(r.id)
+            if take or self.update == "changed" and source != r.source and (same or said):
                 changes.append(((r.content, _json(r.tags)) if take else (None, None)) +
                                (r.source, r.id))
         return changes

@@ -1140,6 +1140,17 @@ class RankingTest(StoreTestCase):
             self.assertEqual(self.ids_of("What happened with the oven in January?")[0], aug)
             self.assertNotIn(trip, self.ids_of("Where did we go last August?"))
 
+    def test_memories_of_the_time_named_keep_to_the_tags_and_the_window(self):
+        # They come with no word in common (the test above), but only as a filter allows.
+        trip = self.dated("Back from Anglesey: the mountain loop was the highlight",
+                          "2025-08-17T09:00:00Z", ["travel"])
+        fair = self.dated("A stall at the county fair", "2025-08-23T09:00:00Z", ["shop"])
+        self.dated("Newest note", "2026-11-20T09:00:00Z")
+        question = "Where did we go last August?"
+        self.assertEqual(set(self.ids_of(question)), {trip, fair})
+        self.assertEqual(self.ids_of(question, ["travel"]), [trip])
+        self.assertEqual(self.ids_of(question, since="2025-08-20"), [fair])
+
     def test_the_times_a_question_names(self):
         anchor = datetime(2026, 11, 20, 10, tzinfo=timezone.utc)
         cases = {
@@ -8673,8 +8684,9 @@ class LoadTest(TempDirTest):
 
     def test_each_batch_of_a_load_is_whole_once_committed(self):
         # After every transaction of a load, as another writer sees it between two: each
-        # memory stored is found, and every link between stored memories is two-way. A
-        # link to a record of a later batch is made when that record arrives.
+        # memory stored is found, every link between stored memories is two-way, and the
+        # tag tables a load fills itself agree (check). A link to a record of a later batch
+        # is made when that record arrives.
         s = Store(self.path)
         self.addCleanup(s.close)
         other = Store(self.path)
@@ -8682,7 +8694,8 @@ class LoadTest(TempDirTest):
         first = other.add("the store was not empty")["id"]
         ids = [str(uuid.UUID(int=i + 1, version=4)) for i in range(60)]
         records = [{"id": node_id, "content": f"imported memory {i} about topic{i % 7}",
-                    "links": [ids[(i * 7 + 13) % 60], first] if i % 3 else []}
+                    "links": [ids[(i * 7 + 13) % 60], first] if i % 3 else [],
+                    "tags": [f"group{i % 3}", "Shared" if i % 2 else "shared"]}
                    for i, node_id in enumerate(ids)]
         seen = []
         store_batch = store._Load.store_batch
