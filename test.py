@@ -10768,18 +10768,15 @@ class ConcurrencyTest(TempDirTest):
         s = self.open_store()
         httpd = self.serve_http(s)
         written, failures = [], []
-        stop = time.monotonic() + 2.0
 
-        def client(n):
+        def client(n):  # a count of writes, not a time: a loaded machine writes fewer
             conn = http.client.HTTPConnection("127.0.0.1", httpd.server_address[1], timeout=30)
             try:
-                i = 0
-                while time.monotonic() < stop:
+                for i in range(10):
                     status, _, body = http_post(conn, call("remember", {
                         "content": f"client {n} write {i}", "tags": [f"client-{n}"]}))
                     value, error = unwrap(json.loads(body)) if status == 200 else (None, body)
                     (written.append(value["id"]) if error is None else failures.append(error))
-                    i += 1
             finally:
                 conn.close()
 
@@ -10789,7 +10786,7 @@ class ConcurrencyTest(TempDirTest):
         for t in threads:
             t.join(60)
         self.assertEqual(failures, [])
-        self.assertGreater(len(written), 100)
+        self.assertEqual(len(written), 400)
         self.assertEqual(s.count(), len(written))
         self.assertEqual(len(set(written)), len(written))
         self.assertEqual(check_problems(self.path), [])
