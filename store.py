@@ -1382,11 +1382,6 @@ class Database:
                 raise  # a bug, for the transport to log
             raise _translated(exc, doing, self.timeout, self.path) from exc
 
-    def use_wal(self, db):
-        """WAL, so that readers never block the writer (it persists in the file). Switching
-        needs sole use and does not wait for it: tried again until `timeout`."""
-        self._retried(db, "PRAGMA journal_mode=WAL", self.timeout, 0.01)
-
     def close_thread(self):
         """Close the calling thread's connection, if it has one."""
         db = getattr(self._local, "db", None)
@@ -2002,9 +1997,10 @@ class Store:
                     f"{self.path} has schema version {version}, newer than the {SCHEMA_VERSION} "
                     f"this Flood Memory understands; upgrade Flood Memory to open it")
             # Another program (a backup script) may have left the file in another journal
-            # mode: readers would block writers, and a few clients time out.
+            # mode: readers would block writers, and a few clients time out. WAL persists in
+            # the file; switching needs sole use and does not wait for it: tried till timeout.
             with contextlib.suppress(sqlite3.OperationalError):  # a read-only file
-                self.db.use_wal(db)
+                self.db._retried(db, "PRAGMA journal_mode=WAL", self.db.timeout, 0.01)
             if version == SCHEMA_VERSION:
                 return
             with self.db.write():
