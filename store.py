@@ -953,13 +953,11 @@ def _record(value, number):
         if "id" not in value or "content" not in value:
             raise InvalidInput("a memory needs an id and content")
         created = _timestamp(value.get("created_at") or _now(), "created_at")
-        count = value.get("access_count", 0)
-        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_INT:
-            raise InvalidInput(f"access_count must be a whole number from 0 to {MAX_INT}")
         return Record(_node_id(value["id"], "id"), _content(value["content"]),
                       _tags(value.get("tags", [])), _link_ids(value.get("links", []), None),
                       _source(value.get("source", "")), created,
-                      _timestamp(value.get("last_accessed") or created, "last_accessed"), count)
+                      _timestamp(value.get("last_accessed") or created, "last_accessed"),
+                      _int(value.get("access_count", 0), "access_count", 0, MAX_INT))
     except InvalidInput as exc:
         raise InvalidInput(f"record {number}: {exc}") from None
 

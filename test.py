@@ -8519,7 +8519,8 @@ class BackupTest(TempDirTest):
         good = {"id": str(uuid.uuid4()), "content": "fine"}
         twice = dict(good, content="the same id again")
         cases = [([good, twice], b"record 2: id %s is also record 1" % good["id"].encode()),
-                 ([dict(good, access_count=2**63)], b"access_count must be a whole number"),
+                 ([dict(good, access_count=2**63)],
+                  b"access_count must be between 0 and %d, got %d" % (2**63 - 1, 2**63)),
                  ([dict(good, source="s" * 1001)], b"source may have at most 1,000"),
                  ([dict(good, tags=["a\x00b"])], b"must not hold control characters"),
                  ([dict(good, created_at="last Tuesday")], b"created_at must be an ISO 8601")]
