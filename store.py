@@ -381,6 +381,9 @@ _OWNED = {"nodes_ai", "nodes_ad", "nodes_au", "nodes_bi", "nodes_bu", "nodes_ref
           "hot_postings_node", "pending", "fingerprints", "loaded_links", "owed", "replaced"}
 # Litestream's own, in any file it replicates: never a sign of another program's database.
 _LITESTREAM_TABLES = {"_litestream_seq", "_litestream_lock"}
+# FTS5's check of its index against nodes, an insert (it takes the write lock); the rank form,
+# as the plain one misses an index drifted from its table (SPEC.md, clarification 6).
+_FTS_CHECK = "INSERT INTO nodes_fts(nodes_fts, rank) VALUES ('integrity-check', 1)"
 
 
 def _statements(script):
@@ -2121,9 +2124,9 @@ class Store:
                 "oldest": oldest, "newest": newest, "database": self.path, "bytes": size}
 
     def check(self):
-        """What is wrong with the database, in words ([] when nothing is): SQLite's own check,
-        what is derived from the memories against them, and the rows that break a rule
-        (_rule_breakers). FTS5's check is written as an insert: it holds the write lock."""
+        """What is wrong with the database, in words ([] when nothing is): SQLite's and FTS5's
+        own checks, what is derived from the memories against them, and the rows that break a
+        rule (_rule_breakers)."""
         problems = []
         with self.db.errors("check the database"):
             found = [r for (r,) in self.db.connection().execute("PRAGMA integrity_check")]
@@ -2131,8 +2134,7 @@ class Store:
                 problems.append(f"SQLite's integrity check: {'; '.join(found[:3])}")
             with self.db.write() as db:
                 try:
-                    db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES "
-                               "('integrity-check', 1)")
+                    db.execute(_FTS_CHECK)
                 except sqlite3.DatabaseError as exc:
                     problems.append(f"the full-text index disagrees with the memories ({exc})")
             with self.db.read() as db:
@@ -2165,8 +2167,7 @@ class Store:
                     _fill_tags(db)
             with self.db.write() as db:
                 try:
-                    db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES "
-                               "('integrity-check', 1)")
+                    db.execute(_FTS_CHECK)
                 except sqlite3.DatabaseError:
                     db.execute("INSERT INTO nodes_fts(nodes_fts) VALUES ('rebuild')")
             with self.db.write() as db:
@@ -3069,7 +3070,7 @@ def _checked_backup(path, name, page_size):
     try:
         with Store(path) as copy:  # brings an older schema up to date, refuses a newer one
             db = copy.db.connection()
-            db.execute("INSERT INTO nodes_fts(nodes_fts, rank) VALUES ('integrity-check', 1)")
+            db.execute(_FTS_CHECK)
             count = copy.count()
             if db.execute("PRAGMA page_size").fetchone()[0] != page_size:
                 # The backup API cannot change the page size of a database in WAL mode.
