@@ -92,6 +92,7 @@ DEFAULT_DIR = "~/flood/memory"
 DB_NAME = "memory.db"
 PRIVATE_DIR = 0o700     # a data directory this code makes
 PRIVATE_FILE = 0o600    # the database, its -wal and -shm, backups and exports
+KEPT = 3                # copies of what restores replaced, kept in the data directory
 
 # ----------------------------------------------------------------------------- schema
 
@@ -2629,7 +2630,8 @@ class Store:
                     os.remove(leftover)
 
     def restore(self, source, confirm=None):
-        """Replace every memory with those of the backup file `source`; how many, or None if
+        """Replace every memory with those of the backup file `source`, what it replaces kept
+        in a copy beside the database (the last KEPT are); (how many, the copy), or None if
         confirm(memories in it) says False. Checked and brought to this schema in a copy first,
         it is written into the live database by SQLite's backup API in one transaction, which
         running servers read from their next on (their log would overwrite a file copied)."""
@@ -2654,6 +2656,8 @@ class Store:
             count = _checked_backup(copy, source, page_size)
             if confirm is not None and not confirm(count):
                 return None
+            kept = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
+            self.backup(kept)
             with self.db.errors("restore the memories"):
                 deadline = time.monotonic() + self.db.timeout
 
@@ -2666,7 +2670,11 @@ class Store:
                     db = self.db.connection()
                     self.db._set_durable(db, True)  # restored means synced, as any write
                     backup.backup(db, progress=waited, sleep=0.02)
-        return count
+        copies = sorted(n for n in os.listdir(directory) if re.fullmatch(_REPLACED_COPY, n))
+        for name in copies[:-KEPT]:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(directory, name))
+        return count, kept
 
 
 # The triggers of an insert, set aside by a load: it indexes a batch at once, and its rows,
@@ -2983,8 +2991,10 @@ def _copy_private(source, target):
         shutil.copyfileobj(f, out)
 
 
-# What a killed restore leaves: its work directory, the copy of what it replaced being written.
-_RESTORING = r"\.(?:restore-|before-restore-[\d-]+\.db\.)(\d+)(?:-\w+|\.part(-journal|-wal|-shm)?)"
+# The copies of what restores replaced; what a killed restore leaves: its work directory, the
+# copy being written.
+_REPLACED_COPY = r"before-restore-[\d-]+\.db"
+_RESTORING = rf"\.(?:restore-|{_REPLACED_COPY}\.)(\d+)(?:-\w+|\.part(-journal|-wal|-shm)?)"
 
 
 def _remove_leftovers(directory, pattern):
@@ -4644,31 +4654,18 @@ def _check(store, args):
     return 1
 
 
-KEPT = 3  # copies of what restores replaced, kept in the data directory
-
-
 def _restore(store, args):
-    source, directory = args.file, args.directory
-    copy = os.path.join(directory, f"before-restore-{datetime.now():%Y%m%d-%H%M%S-%f}.db")
-
     def confirm(count):  # once the backup has passed its checks
-        if not args.yes and not _asked(
-                f"Replace all {_memories(store.count())} with the {_memories(count)} of "
-                f"{source}? A copy of what is replaced is kept in {directory}.", "restored"):
-            return False
-        store.backup(copy)
-        return True
+        return args.yes or _asked(
+            f"Replace all {_memories(store.count())} with the {_memories(count)} of "
+            f"{args.file}? A copy of what is replaced is kept in {args.directory}.", "restored")
 
-    n = store.restore(source, confirm)
-    if n is None:
+    done = store.restore(args.file, confirm)
+    if done is None:
         _say("flood-memory: restore: nothing was restored")
         return 1
-    _say(f"flood-memory: restored {_memories(n)} from {source}; what it replaced is in {copy}")
-    import glob
-    older = sorted(glob.glob(os.path.join(glob.escape(directory), "before-restore-*.db")))
-    for path in older[:-KEPT]:
-        with contextlib.suppress(OSError):
-            os.remove(path)
+    _say(f"flood-memory: restored {_memories(done[0])} from {args.file}; what it replaced is "
+         f"in {done[1]}")
 
 
 _READ_IN = {"official": "the file", "basic-memory": "the folder", "claude-code": "the folders"}

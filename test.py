@@ -8349,7 +8349,7 @@ class BackupTest(TempDirTest):
                     "2024-01-01T00:00:00Z"))
         db.commit()
         db.close()
-        self.assertEqual(s.restore(old), 1)
+        self.assertEqual(s.restore(old)[0], 1)
         self.assertEqual([n["content"] for n in s.search("painting")],
                          ["painted a sunrise by the lake"])
         self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
@@ -8440,7 +8440,7 @@ class BackupTest(TempDirTest):
         previous = os.umask(0o022)
         self.addCleanup(os.umask, previous)
         with unittest.mock.patch.object(store, "_checked_backup", looked):
-            self.assertEqual(s.restore(backup), 3)
+            self.assertEqual(s.restore(backup)[0], 3)
         self.assertEqual(seen, [(0o700, 0o600)])
 
     # -- what the reliability review found (targets, hard links, careless files)
@@ -10887,7 +10887,7 @@ class KillTest(TempDirTest):
         connect = sqlite3.connect
         with unittest.mock.patch.object(store.sqlite3, "connect",
                                         lambda *a, **k: connect(*a, factory=Watched, **k)):
-            self.assertEqual(s.restore(backup), 1)
+            self.assertEqual(s.restore(backup)[0], 1)
         self.assertEqual(seen, [2])  # FULL
         self.assertEqual(s.get(kept)["content"], "kept in the backup")
 
