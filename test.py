@@ -8349,9 +8349,13 @@ class BackupTest(TempDirTest):
                     "2024-01-01T00:00:00Z"))
         db.commit()
         db.close()
-        self.assertEqual(s.restore(old)[0], 1)
+        count, copy = s.restore(old)
+        self.assertEqual(count, 1)
         self.assertEqual([n["content"] for n in s.search("painting")],
                          ["painted a sunrise by the lake"])
+        with Store(copy) as replaced:  # through the library too, what it replaced is kept
+            self.assertEqual([n["content"] for n in replaced.records()],
+                             ["a memory that the restore replaces"])
         self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
         self.assertEqual(check_problems(self.path), [])
 
