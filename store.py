@@ -1782,8 +1782,7 @@ class Search:
     # -- reading memories
 
     def _read(self, rowids, window=False):
-        """{rowid: Features} of the memories at `rowids` (created in the window, with
-        `window`); each memory is read once per search."""
+        """{rowid: Features} of the memories at `rowids` (created in the window, with `window`)."""
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         read, cased = [], not self.question.names  # how words are written tells names (_names)
