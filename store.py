@@ -1262,8 +1262,8 @@ class Database:
                 # A statement's undo and sorts in memory (issue 42's import wrote 3 GB of
                 # temporary files); set before any temporary table, which it would drop.
                 db.execute("PRAGMA temp_store=MEMORY")
-                # FTS5's vocabulary (_doc_counts): a temporary table, made before anything can
-                # make the connection read-only.
+                # FTS5's vocabulary (Search.rank's df): a temporary table, made before
+                # anything can make the connection read-only.
                 db.execute("CREATE VIRTUAL TABLE temp.nodes_vocab "
                            "USING fts5vocab(main, nodes_fts, row)")
                 self._set_log(db, replicated(self.path, self.litestream))
@@ -1616,12 +1616,6 @@ def _window(since, until, column="created_at"):
     return "".join(f" AND {column} {op} ?" for op, _ in ends), [end for _, end in ends]
 
 
-def _doc_counts(db, terms):
-    """{term: how many memories hold it} for those of `terms` any memory holds, from FTS5's
-    vocabulary (temp.nodes_vocab, which each connection makes as it opens)."""
-    return dict(_select_in(db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN", terms))
-
-
 def _most_similar(near, n, words):
     """Those of the memories `near` ([(id, content)]) very close (SIMILAR_JACCARD, _SHARED) to
     a new one of `n` characters and `words`, neither four times as long as the other, closest
@@ -1785,8 +1779,7 @@ class Search:
     # -- reading memories
 
     def _read(self, rowids, window=False):
-        """{rowid: Features} of the memories at `rowids` (created in the window, with
-        `window`); each memory is read once per search."""
+        """{rowid: Features} of the memories at `rowids` (created in the window, with `window`)."""
         known, terms, prefixes = self.features, self.terms, self.prefixes
         missing = [r for r in rowids if r not in known]
         read, cased = [], not self.question.names  # how words are written tells names (_names)
@@ -1844,7 +1837,8 @@ class Search:
         terms = self.terms
         count, tokens = _averages(self.db)
         avgdl = tokens / count if count else 1.0
-        df = _doc_counts(self.db, terms)
+        df = dict(_select_in(self.db, "SELECT term, doc FROM temp.nodes_vocab WHERE term IN",
+                             terms))
         tag_df, tagged = self.tagged()
         held, dated = self.dated() if self.times else (0, [])
         first = [r for _, r in self.top(max(limit, RERANK_DEPTH))] if terms else []
