@@ -3010,8 +3010,6 @@ def _remove_leftovers(directory, pattern):
 
 def _running(pid):
     """Whether the process `pid` may be running."""
-    if pid == os.getpid():
-        return True
     if os.name == "nt":  # os.kill would end it there: ask the system whether it has ended
         import ctypes
         kernel32 = ctypes.windll.kernel32
