@@ -2098,11 +2098,11 @@ class Store:
             return self._read_counted("rowid", self._newest_rowids(tags, since, until, limit, 0),
                                       count=False)
 
-    def tag_counts(self):
-        """[(tag, how many memories carry it)], most used first."""
+    def tag_counts(self, limit=-1):
+        """[(tag, how many memories carry it)], most used first: `limit` of them (-1: all)."""
         with self.db.errors("read the tags"), self.db.read() as db:
             return db.execute("SELECT tag, memories FROM tags ORDER BY memories DESC, tag "
-                              ).fetchall()
+                              "LIMIT ?", (limit,)).fetchall()
 
     def stats(self):
         """How many memories, links and tags there are, the oldest and newest memory's
@@ -2407,6 +2407,8 @@ class Store:
         tags = _tags(tags)
         since, until = _window_end(since, "since"), _window_end(until, "until")
         out = {}
+        if not tags:
+            out["most_used"] = self.tag_counts(CLOSEST_TAGS)
         if words and (tags or since is not None or until is not None):
             with self.db.errors("search the memories"):
                 out["matching"] = len(self.rank(words, limit=MAX_LIMIT + 1))
@@ -2415,9 +2417,6 @@ class Store:
                 out["in_window"] = db.execute(
                     "SELECT count(*) FROM nodes WHERE created_at >= ? AND created_at < ?",
                     (since or "", until or "~")).fetchone()[0]
-            if not tags:
-                out["most_used"] = db.execute("SELECT tag, memories FROM tags ORDER BY memories "
-                                              "DESC, tag LIMIT ?", (CLOSEST_TAGS,)).fetchall()
             out["word_tags"] = []
             for word, term in zip(words, stems(list(words))):
                 if held := _tags_holding(db, term)[0]:  # one spelling a tag, the most used
@@ -3009,8 +3008,6 @@ def _remove_leftovers(directory, pattern):
 
 def _running(pid):
     """Whether the process `pid` may be running."""
-    if pid == os.getpid():
-        return True
     if os.name == "nt":  # os.kill would end it there: ask the system whether it has ended
         import ctypes
         kernel32 = ctypes.windll.kernel32
