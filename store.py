@@ -3388,12 +3388,9 @@ def _official_name(value, key):
     text = value.get(key)
     if not isinstance(text, str) or not _CONTROL.sub("", text).strip():
         raise InvalidInput(f"{value.get('type')} needs {key}, a string that is not empty")
-    _text(text, key)
+    _text(text, key, most=OFFICIAL_MAX_NAME)
     if "\0" in text:
         raise InvalidInput(f"{key} must not hold a NUL character")
-    if len(text) > OFFICIAL_MAX_NAME:
-        raise InvalidInput(f"{key} may have at most {OFFICIAL_MAX_NAME:,} characters, got "
-                           f"{len(text):,}")
     return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
