@@ -3307,11 +3307,8 @@ def official_records(entries, source, report):
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
-                    text = _text(observation, "an observation").strip()
-                    if len(name) + 2 + len(text) > MAX_CONTENT:  # as "name: text"
-                        raise InvalidInput(f"an observation of {_shorten(name)} may have at "
-                                           f"most {MAX_CONTENT - len(name) - 2:,} characters, "
-                                           f"got {len(text):,}")
+                    text = _text(observation.strip(), f"an observation of {_shorten(name)}",
+                                 most=MAX_CONTENT - len(name) - 2)  # as "name: text"
                     if not text:
                         report["skipped", "empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
