@@ -3154,11 +3154,8 @@ def export(store, out):
 
 def read_lines(lines):
     """("line 3", value) of each JSON line (bytes) but blank ones; InvalidInput names a bad one."""
-    number = 0
-    for line_number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        number += 1
+    nonblank = ((n, line) for n, line in enumerate(lines, 1) if line.strip())
+    for number, (line_number, line) in enumerate(nonblank, 1):
         try:
             yield f"line {line_number}", _DECODER.decode(line.decode("utf-8"))
         except UnicodeDecodeError:
