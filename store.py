@@ -3150,11 +3150,8 @@ def export(store, out):
 
 def read_lines(lines):
     """("line 3", value) of each JSON line (bytes) but blank ones; InvalidInput names a bad one."""
-    number = 0
-    for line_number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        number += 1
+    nonblank = ((n, line) for n, line in enumerate(lines, 1) if line.strip())
+    for number, (line_number, line) in enumerate(nonblank, 1):
         try:
             yield f"line {line_number}", _DECODER.decode(line.decode("utf-8"))
         except UnicodeDecodeError:
@@ -3303,11 +3300,8 @@ def official_records(entries, source, report):
                 entity = entities.setdefault(name, {"type": kind_of, "observations": {},
                                                     "created": created})
                 for observation in observations:
-                    text = _text(observation, "an observation").strip()
-                    if len(name) + 2 + len(text) > MAX_CONTENT:  # as "name: text"
-                        raise InvalidInput(f"an observation of {_shorten(name)} may have at "
-                                           f"most {MAX_CONTENT - len(name) - 2:,} characters, "
-                                           f"got {len(text):,}")
+                    text = _text(observation.strip(), f"an observation of {_shorten(name)}",
+                                 most=MAX_CONTENT - len(name) - 2)  # as "name: text"
                     if not text:
                         report["skipped", "empty observation", "empty observations", ""] += 1
                     elif text in entity["observations"]:
@@ -3384,12 +3378,9 @@ def _official_name(value, key):
     text = value.get(key)
     if not isinstance(text, str) or not _CONTROL.sub("", text).strip():
         raise InvalidInput(f"{value.get('type')} needs {key}, a string that is not empty")
-    _text(text, key)
+    _text(text, key, most=OFFICIAL_MAX_NAME)
     if "\0" in text:
         raise InvalidInput(f"{key} must not hold a NUL character")
-    if len(text) > OFFICIAL_MAX_NAME:
-        raise InvalidInput(f"{key} may have at most {OFFICIAL_MAX_NAME:,} characters, got "
-                           f"{len(text):,}")
     return sys.intern(text.strip())  # one copy of a name the file repeats in many relations
 
 
