@@ -4053,13 +4053,6 @@ def basic_memory_records(folder, maker):
                                created, dict.fromkeys(reach + other[3]))
 
 
-def is_basic_memory(folder):
-    """Whether a note in `folder`, read as the import reads it, has the front matter
-    basic-memory writes (title, type...)."""
-    notes = _notes(folder, collections.Counter(), ("file", "files"))
-    return any({"title", "type", "permalink"} <= fields.keys() for _, fields, _, _ in notes)
-
-
 def claude_code_folders(path):
     """The Claude Code memory folders at `path`: itself when it holds MEMORY.md, its memory
     folder (a project's), or those of the projects under it (~/.claude/projects, ~/.claude)."""
@@ -4171,7 +4164,8 @@ def _folder_format(path):
         return "mcp-memory-service"
     if os.path.isfile(os.path.join(path, "GEMINI.md")):
         return "gemini"
-    if is_basic_memory(path):
+    if any({"title", "type", "permalink"} <= fields.keys()  # basic-memory's front matter
+           for _, fields, _, _ in _notes(path, collections.Counter(), ("file", "files"))):
         return "basic-memory"
     raise InvalidInput(f"{os.path.basename(os.path.abspath(path))} is a folder of no kind "
                        f"import reads: expected a folder of basic-memory's notes (front "
