@@ -3961,15 +3961,11 @@ def _explicit_relation(text):
         before = before[1:-1].strip()
     elif any(c.isspace() for c in before):
         return None  # a sentence holding a link (its links are links_to)
-    if after and not (after[0] == "(" and _closes_at_end(after)):
+    # After the link, nothing, or a context: a ( that closes at the last character.
+    depths = list(itertools.accumulate((c == "(") - (c == ")") for c in after))
+    if after and not (after[0] == "(" and 0 in depths and depths.index(0) == len(after) - 1):
         return None
     return (before, target) if before else None
-
-
-def _closes_at_end(text):
-    """Whether the ( that `text` starts with is closed by its last character."""
-    depths = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
-    return 0 in depths and depths.index(0) == len(text) - 1
 
 
 def _observation(text):
