@@ -4672,11 +4672,10 @@ _READ_IN = {"official": "the file", "basic-memory": "the folder", "claude-code":
 def _say_what_was_read(format_name, kind, records, report):
     """Say what an import read: its kind, memories, three samples and what `report` counts as
     held (singular, plural) or as (what: "skipped", "changed"..., singular, plural, why)."""
-    width = _width() - 2
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
-        _say(_one_line(record.content, width, "  "))
+        _say(_one_line(record.content, _width() - 2, "  "))
     if format_name == "flood":
         return
     said = {"held": [], "skipped": [], "changed": [], "kept as text only": []}
