@@ -3948,15 +3948,11 @@ def _explicit_relation(text):
         before = before[1:-1].strip()
     elif any(c.isspace() for c in before):
         return None  # a sentence holding a link (its links are links_to)
-    if after and not (after[0] == "(" and _closes_at_end(after)):
+    # After the link, nothing, or a context: a ( that closes at the last character.
+    depths = list(itertools.accumulate((c == "(") - (c == ")") for c in after))
+    if after and not (after[0] == "(" and 0 in depths and depths.index(0) == len(after) - 1):
         return None
     return (before, target) if before else None
-
-
-def _closes_at_end(text):
-    """Whether the ( that `text` starts with is closed by its last character."""
-    depths = list(itertools.accumulate((c == "(") - (c == ")") for c in text))
-    return 0 in depths and depths.index(0) == len(text) - 1
 
 
 def _observation(text):
@@ -4038,13 +4034,6 @@ def basic_memory_records(folder, maker):
             yield maker.record((permalink, kind, other[0]),
                                f"{title} {kind.replace('_', ' ')} {other[1]}", [kind],
                                created, dict.fromkeys(reach + other[3]))
-
-
-def is_basic_memory(folder):
-    """Whether a note in `folder`, read as the import reads it, has the front matter
-    basic-memory writes (title, type...)."""
-    notes = _notes(folder, collections.Counter(), ("file", "files"))
-    return any({"title", "type", "permalink"} <= fields.keys() for _, fields, _, _ in notes)
 
 
 def claude_code_folders(path):
@@ -4158,7 +4147,8 @@ def _folder_format(path):
         return "mcp-memory-service"
     if os.path.isfile(os.path.join(path, "GEMINI.md")):
         return "gemini"
-    if is_basic_memory(path):
+    if any({"title", "type", "permalink"} <= fields.keys()  # basic-memory's front matter
+           for _, fields, _, _ in _notes(path, collections.Counter(), ("file", "files"))):
         return "basic-memory"
     raise InvalidInput(f"{os.path.basename(os.path.abspath(path))} is a folder of no kind "
                        f"import reads: expected a folder of basic-memory's notes (front "
@@ -4656,11 +4646,10 @@ _READ_IN = {"official": "the file", "basic-memory": "the folder", "claude-code":
 def _say_what_was_read(format_name, kind, records, report):
     """Say what an import read: its kind, memories, three samples and what `report` counts as
     held (singular, plural) or as (what: "skipped", "changed"..., singular, plural, why)."""
-    width = _width() - 2
     _say(f"flood-memory: found {kind}: {_memories(records.n)}" +
          (", such as:" if records.first else ""))
     for record in records.first:
-        _say(_one_line(record.content, width, "  "))
+        _say(_one_line(record.content, _width() - 2, "  "))
     if format_name == "flood":
         return
     said = {"held": [], "skipped": [], "changed": [], "kept as text only": []}
