@@ -2042,13 +2042,13 @@ class Store:
         early: the thread's connection left inside a transaction failed its next write."""
         with self.db.errors("read the memories"), \
                 contextlib.closing(sqlite3.connect(self.path, isolation_level=None)) as db:
+            db.text_factory = _TEXT
             db.execute("BEGIN")
             yield db
 
     def records(self):
         """Every memory, oldest first, as dicts with keys in a fixed order; one snapshot."""
         with self._snapshot() as db:
-            db.text_factory = _TEXT
             yield from map(_node, db.execute(f"SELECT {_READ} FROM nodes WHERE id IS NOT NULL "
                                              f"ORDER BY rowid"))
 

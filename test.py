@@ -10350,6 +10350,24 @@ class PeerImportTest(TempDirTest):
         self.assertEqual(len(by_text), 33)  # what is gone is kept
         self.assertTrue(links_are_mutual(self.path))
 
+    def test_another_program_s_source_that_is_not_utf_8_fails_no_import(self):
+        # What earlier imports stored that the source no longer holds is looked for among
+        # every imported source; one another program wrote in Latin-1 failed the import there,
+        # after it had written.
+        self.open_store().close()
+        db = sqlite3.connect(self.path)
+        db.execute("INSERT INTO nodes (id, content, source, created_at, last_accessed) VALUES "
+                   "(?, 'caf\u00e9', CAST(X'636166e9204030303030303030' AS TEXT), ?, ?)",
+                   (str(uuid.uuid4()), "2026-01-01T00:00:00.000Z", "2026-01-01T00:00:00.000Z"))
+        db.commit()
+        db.close()
+        gemini = self.source("app", "GEMINI.md")
+        with open(gemini, "w") as f:
+            f.write("## Gemini Added Memories\n- Kim drinks tea.\n")
+        code, err = self.imported(gemini)
+        self.assertEqual(code, 0, err)
+        self.assertEqual(self.open_store().count(), 2)
+
     def test_a_source_imported_again_keeps_your_changes(self):
         # A memory changed here stays as it was changed, named, whether the source changed
         # it since or not; one the source changed, and no one here, takes the source's; a
