@@ -3094,13 +3094,12 @@ def _check_file(path):
             return
     try:
         with open(path, "rb") as f:
-            header = f.read(100)
-            size = os.fstat(f.fileno()).st_size
+            header, status = f.read(100), os.fstat(f.fileno())
     except FileNotFoundError:
         return
     except OSError as exc:
         raise StoreError(f"cannot read the memory database {path}: {exc.strerror}") from exc
-    links = os.stat(path).st_nlink
+    size, links = status.st_size, status.st_nlink  # of the file read, as it was then
     if links > 1:
         raise StoreError(f"{path} has {links} names (hard links, as cp -al or rsync --link-dest "
                          f"make): SQLite locks the file by its name, so writes through the "
