@@ -2933,9 +2933,10 @@ def open_directory(directory, litestream=None):
     store = Store(path, litestream=litestream)
     exposed = [p for p in (path, path + "-wal", path + "-shm") if _shared_mode(p)]
     if exposed:
+        import shlex
         log.warning("%s can be read by other users of this machine; to make it private, run: "
                     "chmod 700 %s && chmod 600 %s*", os.path.basename(exposed[0]),
-                    _quoted(directory), _quoted(path))
+                    shlex.quote(directory), shlex.quote(path))
     return store
 
 
@@ -2946,10 +2947,6 @@ def _shared_mode(path):
     with contextlib.suppress(OSError):
         return bool(os.stat(path).st_mode & 0o077)
     return False
-
-
-def _quoted(path):
-    return path if re.fullmatch(r"[\w/.~+:@%-]+", path) else "'" + path.replace("'", "'\\''") + "'"
 
 
 def _target_file(target, what):
