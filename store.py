@@ -9,8 +9,7 @@ What SQL cannot compute is computed when asked for. The module reads top down, t
 the servers use first:
 
 - limits: how much one memory or one call may hold
-- schema: `SCHEMA`, the rules of a row (`_DOOR`), its version, and the upgrade of a file of
-  an older version
+- schema: `SCHEMA`, the rules of a row (`_DOOR`), its version, the upgrade of older files
 - errors: `StoreError` and its kinds; `_translated` puts SQLite's errors in a user's words
 - words: the terms FTS5's `porter` tokenizer makes of a text, asked of SQLite
 - values: the checks every argument passes before anything is written
@@ -22,9 +21,8 @@ the servers use first:
 
 then, past one marked boundary, what uses the engine only through its names:
 
-- command line: `python3 store.py list | search | show | edit | forget | tags | stats | check
-  | export | import | backup | restore`; the importers of the official memory server's format
-  and of what other memory servers leave
+- command line: `python3 store.py COMMAND` (COMMANDS); the importers of the official memory
+  server's format and of what other memory servers leave
 """
 
 import bisect
@@ -2174,7 +2172,7 @@ class Store:
             raise NotFound(f"no memory has id {node_id}")
         return _node(row)
 
-    # -- writing
+    # -- writing, links both ways
 
     def add(self, content, tags=(), links=(), source=""):
         """Store a new memory, linked both ways to the existing ids in `links`; the memory,
@@ -2322,8 +2320,6 @@ class Store:
             self._unlink_from(db, node_id, self._row(db, node_id)["links"])
             db.execute("DELETE FROM nodes WHERE id = ?", (node_id,))
         return {"id": node_id, "deleted": True}
-
-    # -- links
 
     def _existing(self, db, ids, skipped, itself):
         """Those of `ids` that name a memory but `itself`, in order; the others go to `skipped`."""
@@ -2697,7 +2693,6 @@ class _Load:
         db = self.db.connection()
         self.version = db.execute("PRAGMA data_version").fetchone()[0]  # see add_links
         cache = db.execute("PRAGMA cache_size").fetchone()[0]
-        # A load touches pages all over (random ids): a larger cache for it.
         db.execute(f"PRAGMA cache_size = -{LOAD_CACHE_KIB}")
         try:
             with self.db.errors("load the memories"):
