@@ -2629,7 +2629,7 @@ class Store:
             raise InvalidInput("the backup to restore must not be the database itself")
         if not os.path.isfile(source):
             raise InvalidInput(f"there is no backup file {source}")
-        directory = os.path.dirname(self.path)
+        directory = os.path.dirname(os.path.abspath(self.path))
         _remove_leftovers(directory, _RESTORING)
         with tempfile.TemporaryDirectory(prefix=f".restore-{os.getpid()}-", dir=directory,
                                          ignore_cleanup_errors=True) as work:
