@@ -8359,6 +8359,18 @@ class BackupTest(TempDirTest):
         self.assertEqual(self.raw("PRAGMA user_version")[0][0], store.SCHEMA_VERSION)
         self.assertEqual(check_problems(self.path), [])
 
+    def test_a_store_opened_by_a_relative_path_restores_and_keeps_a_copy(self):
+        self.addCleanup(os.chdir, os.getcwd())
+        os.chdir(self.dir)
+        with Store("here.db") as s:
+            s.add("kept in the backup")
+            s.backup("backup.db")
+            s.add("replaced by the restore")
+            count, copy = s.restore("backup.db")
+            self.assertEqual((count, s.count()), (1, 1))
+        with Store(copy) as replaced:
+            self.assertEqual(replaced.count(), 2)
+
     @unittest.skipIf(os.name == "nt", "Windows keeps files private through the permissions of "
                                       "their folder (ACLs): it has no mode bits to set or check")
     def test_files_are_private_whatever_the_umask(self):
