@@ -548,7 +548,6 @@ def _translated(exc, doing, timeout, path=None):
                sqlite3.SQLITE_CORRUPT: f"the database is damaged ({exc}); run `"
                                        f"{store_py_command()} check --repair`, and restore a "
                                        f"backup only if that does not mend it",
-               sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
                sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
     return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
@@ -1947,6 +1946,8 @@ class Store:
             try:
                 db = self.db.connection()
             except StoreError as exc:
+                if _code(exc.__cause__) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+                    raise _damaged(self.path, exc.__cause__) from exc
                 raise StoreError(f"{self.path}: {exc}") from exc
             self._prepare(db)
         except BaseException:
@@ -1979,13 +1980,7 @@ class Store:
     def _prepare(self, db):
         """Create the schema in a new file, or bring an older one up to date."""
         with self.db.errors(f"open the memory database {self.path}"):
-            try:
-                version = db.execute("PRAGMA user_version").fetchone()[0]
-            except sqlite3.DatabaseError as exc:
-                if _code(exc) in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
-                    raise StoreError(f"{self.path} is damaged ({exc}); restore it from a "
-                                     f"backup") from exc
-                raise
+            version = db.execute("PRAGMA user_version").fetchone()[0]  # read at connection()
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has schema version {version}, newer than the {SCHEMA_VERSION} "
@@ -3100,8 +3095,7 @@ def _check_file(path):
     if not header:
         return  # empty: SQLite makes a new database in it
     if len(header) < 100 or not header.startswith(b"SQLite format 3\0"):
-        raise StoreError(f"{path} is not an SQLite database (its header is wrong); "
-                         f"move it away or set FLOOD_MEMORY_DIR elsewhere")
+        raise _damaged(path, "not an SQLite database: its header is wrong")
     with contextlib.suppress(OSError):
         if os.path.getsize(path + "-wal") > 0:
             return  # the write-ahead log may hold pages the file lacks; SQLite replays it
@@ -3110,8 +3104,13 @@ def _check_file(path):
     pages = int.from_bytes(header[28:32], "big")
     # The page count in the header is only current when its "valid for" counter matches.
     if header[92:96] == header[24:28] and page_size and pages and size < pages * page_size:
-        raise StoreError(f"{path} is damaged: it should hold {pages * page_size} bytes but "
-                         f"holds {size} (truncated); restore it from a backup")
+        raise _damaged(path, f"truncated: it holds {size} bytes of {pages * page_size}")
+
+
+def _damaged(path, why):
+    """The StoreError of a database too damaged to open, saying how to go back to a backup."""
+    return StoreError(f"{path} is damaged ({why}): close every client, move it and its -wal and "
+                      f"-shm files aside, then restore a backup: {store_py_command()} restore FILE")
 
 
 # =============================================================================================
@@ -4754,7 +4753,8 @@ def main(argv=None, environ=None):
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         args.directory, litestream = data_settings(environ)
-        if command != "import" and not os.path.exists(os.path.join(args.directory, DB_NAME)):
+        database = os.path.join(args.directory, DB_NAME)
+        if command not in ("import", "restore") and not os.path.exists(database):
             raise StoreError(f"there is no memory database in {args.directory}")
         with contextlib.ExitStack() as stack:
             if command == "import":
@@ -4772,7 +4772,7 @@ def main(argv=None, environ=None):
                 args.records = _SpooledRecords(records, spool)
                 args.peer = format_name not in ("flood", "official")
                 _say_what_was_read(format_name, kind, args.records, args.maker.report)
-                if args.dry_run and not os.path.exists(os.path.join(args.directory, DB_NAME)):
+                if args.dry_run and not os.path.exists(database):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"

@@ -8365,6 +8365,43 @@ class BackupTest(TempDirTest):
                 self.assertEqual(nodes_table(self.path), before)
         self.assertEqual([f for f in os.listdir(self.dir) if f.startswith(".restore")], [])
 
+    def test_a_database_too_damaged_to_open_is_restored_as_its_message_says(self):
+        # It said to run check --repair, which could not open it either, or to restore,
+        # which could not open it to write into; moved aside, there was none to restore into.
+        s = self.open_store()
+        self.fill(s)
+        backup = os.path.join(self.dir, "backup.db")
+        s.backup(backup)
+        s.close()
+        with open(self.path, "rb") as f:
+            whole = f.read()
+        for damage, said in ((lambda f: f.write(whole[:100] + b"\xab" * 900 + whole[1000:]),
+                              "malformed"),
+                             (lambda f: f.write(whole[:len(whole) // 2]), "truncated"),
+                             (lambda f: f.write(b"not a database" * 99), "header is wrong")):
+            with self.subTest(said):
+                with open(self.path, "wb") as f:
+                    damage(f)
+                for command in (["list"], ["check", "--repair"]):
+                    done = self.run_store(*command)
+                    self.assertEqual(done.returncode, 1)
+                    [line] = done.stderr.decode().splitlines()
+                    self.assertIn(f"{self.path} is damaged (", line)
+                    self.assertIn(said, line)
+                    self.assertTrue(line.endswith(" store.py restore FILE"), line)
+                server = self.server_process(self.dir, os.path.join(self.dir, "server.log"))
+                self.assertEqual(server.close(), 1)
+                aside = os.path.join(self.dir, f"damaged {said}")
+                os.mkdir(aside)
+                for name in os.listdir(self.dir):  # memory.db, and its -wal and -shm if there
+                    if name.startswith(store.DB_NAME):
+                        os.replace(os.path.join(self.dir, name), os.path.join(aside, name))
+                done = self.run_store("restore", backup, "--yes")
+                self.assertEqual(done.returncode, 0, done.stderr)
+                self.assertEqual(check_problems(self.path), [])
+                with Store(self.path) as restored:
+                    self.assertEqual(restored.count(), 3)
+
     def test_restore_brings_an_older_backup_up_to_date(self):
         s = self.open_store()
         s.add("a memory that the restore replaces")
