@@ -548,6 +548,7 @@ def _translated(exc, doing, timeout, path=None):
                sqlite3.SQLITE_CORRUPT: f"the database is damaged ({exc}); run `"
                                        f"{store_py_command()} check --repair`, and restore a "
                                        f"backup only if that does not mend it",
+               sqlite3.SQLITE_NOTADB: f"the database is damaged ({exc}); restore it from a backup",
                sqlite3.SQLITE_CANTOPEN: f"the database file cannot be opened ({exc})"}
     return StoreError(f"could not {doing}: {reasons.get(code, exc)}")
 
@@ -1980,7 +1981,7 @@ class Store:
     def _prepare(self, db):
         """Create the schema in a new file, or bring an older one up to date."""
         with self.db.errors(f"open the memory database {self.path}"):
-            version = db.execute("PRAGMA user_version").fetchone()[0]  # read at connection()
+            version = db.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has schema version {version}, newer than the {SCHEMA_VERSION} "
@@ -3110,7 +3111,7 @@ def _check_file(path):
 def _damaged(path, why):
     """The StoreError of a database too damaged to open, saying how to go back to a backup."""
     return StoreError(f"{path} is damaged ({why}): close every client, move it and its -wal and "
-                      f"-shm files aside, then restore a backup: {store_py_command()} restore FILE")
+                      f"-shm files aside, then copy a backup in its place")
 
 
 # =============================================================================================
@@ -4753,8 +4754,7 @@ def main(argv=None, environ=None):
         sys.stdout.reconfigure(errors="backslashreplace")
     try:
         args.directory, litestream = data_settings(environ)
-        database = os.path.join(args.directory, DB_NAME)
-        if command not in ("import", "restore") and not os.path.exists(database):
+        if command != "import" and not os.path.exists(os.path.join(args.directory, DB_NAME)):
             raise StoreError(f"there is no memory database in {args.directory}")
         with contextlib.ExitStack() as stack:
             if command == "import":
@@ -4772,7 +4772,7 @@ def main(argv=None, environ=None):
                 args.records = _SpooledRecords(records, spool)
                 args.peer = format_name not in ("flood", "official")
                 _say_what_was_read(format_name, kind, args.records, args.maker.report)
-                if args.dry_run and not os.path.exists(database):
+                if args.dry_run and not os.path.exists(os.path.join(args.directory, DB_NAME)):
                     _say("flood-memory: a dry run: nothing was written")
                     return 0
             failed = "open the database"
