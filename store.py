@@ -1023,10 +1023,6 @@ def _folded(tags):
     return frozenset(t.casefold() for t in tags)
 
 
-def _column_folded_tags(tags_json):
-    return _folded(_column_strings(tags_json))
-
-
 def _chunks(items, size=500):
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -1127,7 +1123,7 @@ def _rule_breakers(db):
         for node_id, content, tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes WHERE rowid "
                 f"IN ({rowids}) AND id IS NOT NULL ORDER BY rowid"):
-            key = (_collapsed(content), _column_folded_tags(tags))
+            key = (_collapsed(content), _folded(_column_strings(tags)))
             if key in first:
                 found[f"memories repeating an older one exactly: forget them "
                       f"({store_py_command()} forget ID)"].append(node_id)
@@ -1876,12 +1872,12 @@ class Search:
                                         (lender, len(FOLLOWERS))).fetchall()
             before = self.db.execute(f"{tags_by_rowid} < ? ORDER BY rowid DESC LIMIT 1",
                                      (lender,)).fetchall()
-            context = _column_folded_tags(features[lender].tags)
+            context = _folded(_column_strings(features[lender].tags))
             asks = "?" in features[lender].content
             neighbours = [(share, r, asks, tags) for share, (r, tags) in zip(FOLLOWERS, following)]
             neighbours += [(PRECEDER, r, False, tags) for r, tags in before]
             for share, rowid, answer, tags in neighbours:
-                if _column_folded_tags(tags) == context:
+                if _folded(_column_strings(tags)) == context:
                     lent[rowid] += share * scores[lender]
                     # Just below the lender: one stored after it must not pass it on the
                     # tie-break (newer first) either.
@@ -2227,7 +2223,7 @@ class Store:
         for node_id, stored, stored_tags in db.execute(
                 f"SELECT id, CAST(content AS TEXT), CAST(tags AS TEXT) FROM nodes "
                 f"WHERE {_SAME_KEY} ORDER BY rowid", (content,)):
-            if _collapsed(stored) == text and _column_folded_tags(stored_tags) == tagged:
+            if _collapsed(stored) == text and _folded(_column_strings(stored_tags)) == tagged:
                 return node_id
         return None
 
