@@ -3080,6 +3080,9 @@ def _check_file(path):
         with open(path, "rb") as f:
             header, status = f.read(100), os.fstat(f.fileno())
     except FileNotFoundError:
+        if os.path.exists(path + "-wal"):  # a new database would drop it, and a server's writes
+            raise StoreError(f"{path} is gone, but its -wal is there: put it back, or close every "
+                             f"client and move the -wal and -shm files aside too")
         return
     except OSError as exc:
         raise StoreError(f"cannot read the memory database {path}: {exc.strerror}") from exc

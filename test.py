@@ -1640,6 +1640,27 @@ class SchemaTest(StoreTestCase):
         with open(self.path, "rb") as f:
             self.assertEqual(f.read(), junk)
 
+    def test_a_database_moved_from_under_a_server_is_not_replaced_by_a_new_one(self):
+        # A server does not checkpoint into a file that was moved: what it wrote stays in
+        # memory.db-wal, for memory.db put back. A new memory.db beside that log made SQLite
+        # drop it, and every memory written since the last checkpoint with it.
+        for n in range(3):
+            self.store.add(f"written before the move, {n}")
+        moved = os.path.join(self.dir, "old.db")
+        os.replace(self.path, moved)
+        started = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, "
+                                  f"{HERE!r}); import store; store.Store({self.path!r})"],
+                                 capture_output=True, text=True, timeout=60)
+        self.assertEqual(started.returncode, 1)
+        self.assertIn(f"{self.path} is gone, but its -wal is there: put it back", started.stderr)
+        self.assertFalse(os.path.exists(self.path))
+        self.store.add("written after the move")
+        self.store.close()
+        os.replace(moved, self.path)  # put back, as the line says
+        self.assertEqual(check_problems(self.path), [])
+        with Store(self.path) as s:
+            self.assertEqual(s.count(), 4)
+
     def test_truncated_database_is_refused_untouched(self):
         for i in range(300):
             self.store.add(f"memory number {i} " + "padding words " * 20)
