@@ -3069,10 +3069,10 @@ def _checked_backup(path, name, page_size):
 
 
 def _check_file(path):
-    """Refuse a file that is not an SQLite database or has lost pages, before SQLite sees it;
-    not one this process has open through SQLite already: closing a descriptor drops every
-    POSIX lock the process holds on the file, and another process could then remove the log
-    from under this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
+    """Refuse a file that is not an SQLite database, has lost pages or is gone beside its log,
+    before SQLite sees it; not one this process has open already: closing a descriptor drops every
+    POSIX lock the process holds on the file, and another process could then remove the log from
+    under this one (test_a_second_store_in_one_process_keeps_the_first_ones_locks)."""
     with _connected_lock:
         if _connected[os.path.realpath(path)] > 0:
             return
