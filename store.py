@@ -4626,8 +4626,8 @@ def _restore(store, args):
     if done is None:
         _say("flood-memory: restore: nothing was restored")
         return 1
-    _say(f"flood-memory: restored {_memories(done[0])} from {args.file}; what it replaced is "
-         f"in {done[1]}")
+    n, kept = done
+    _say(f"flood-memory: restored {_memories(n)} from {args.file}; what it replaced is in {kept}")
 
 
 _READ_IN = {"official": "the file", "basic-memory": "the folder", "claude-code": "the folders"}
